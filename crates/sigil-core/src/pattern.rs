@@ -1,0 +1,349 @@
+//! Image-name patterns used in policy `match` lists.
+//!
+//! Owns the pattern language (`*` within a path segment, `**` across one or
+//! more segments, optional `:TAGGLOB`), its specificity order, and the overlap
+//! test that turns ambiguous rules into a load error. It matches normalized
+//! names only; normalizing images is [`crate::reference`]'s job.
+
+use std::cmp::Ordering;
+
+use crate::reference::{DEFAULT_DOMAIN, Reference};
+
+/// A compiled `match` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    source: String,
+    normalized: String,
+    segments: Vec<Segment>,
+    tag: Option<Glob>,
+    specificity: Specificity,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    /// `**`: one or more whole segments.
+    Any,
+    Glob(Glob),
+}
+
+/// A single-segment glob where `*` matches any run of characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Glob {
+    text: String,
+    wild: bool,
+}
+
+/// Ordering key: more literal segments first, then the longer literal prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Specificity {
+    literal_segments: usize,
+    literal_prefix: usize,
+}
+
+/// Why a pattern is malformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    /// Empty pattern or empty segment (`a//b`).
+    #[error("pattern {0:?} has an empty segment")]
+    Empty(String),
+    /// `**` must stand alone in its segment.
+    #[error("pattern {0:?}: `**` must be a whole path segment")]
+    BadDoubleStar(String),
+    /// Characters that can never occur in a normalized name.
+    #[error("pattern {0:?} contains {1:?}, which never appears in a normalized image name (names are lowercase; the domain may have uppercase)")]
+    BadChar(String, char),
+}
+
+impl Pattern {
+    /// Compiles a pattern, normalizing a literal Docker Hub shorthand the same
+    /// way image names are normalized (`nginx` → `docker.io/library/nginx`).
+    pub fn parse(src: &str) -> Result<Pattern, PatternError> {
+        let raw = src.trim();
+        if raw.is_empty() {
+            return Err(PatternError::Empty(src.to_owned()));
+        }
+        let last_slash = raw.rfind('/').map_or(0, |i| i + 1);
+        let (name, tag) = match raw[last_slash..].find(':') {
+            // A colon in the first and only segment with digits after it is
+            // ambiguous; we follow the reference grammar: it is a tag.
+            Some(i) => (&raw[..last_slash + i], Some(&raw[last_slash + i + 1..])),
+            None => (raw, None),
+        };
+        let name = normalize_pattern_name(name);
+        let mut segments = Vec::new();
+        for (i, seg) in name.split('/').enumerate() {
+            if seg.is_empty() {
+                return Err(PatternError::Empty(src.to_owned()));
+            }
+            if seg == "**" {
+                segments.push(Segment::Any);
+                continue;
+            }
+            if seg.contains("**") {
+                return Err(PatternError::BadDoubleStar(src.to_owned()));
+            }
+            let allowed = |c: char| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-' | '*')
+                    || (i == 0 && (c.is_ascii_uppercase() || matches!(c, ':' | '[' | ']')))
+            };
+            if let Some(c) = seg.chars().find(|c| !allowed(*c)) {
+                return Err(PatternError::BadChar(src.to_owned(), c));
+            }
+            segments.push(Segment::Glob(Glob { text: seg.to_owned(), wild: seg.contains('*') }));
+        }
+        let tag = match tag {
+            None => None,
+            Some("") => return Err(PatternError::Empty(src.to_owned())),
+            Some(t) => {
+                if let Some(c) = t.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '*'))) {
+                    return Err(PatternError::BadChar(src.to_owned(), c));
+                }
+                Some(Glob { text: t.to_owned(), wild: t.contains('*') })
+            }
+        };
+        let normalized = match &tag {
+            Some(t) => format!("{name}:{}", t.text),
+            None => name.clone(),
+        };
+        let literal_segments = segments.iter().filter(|s| matches!(s, Segment::Glob(g) if !g.wild)).count()
+            + usize::from(tag.as_ref().is_some_and(|t| !t.wild));
+        let literal_prefix = normalized.find('*').unwrap_or(normalized.len() + 1);
+        Ok(Pattern {
+            source: src.to_owned(),
+            normalized,
+            segments,
+            tag,
+            specificity: Specificity { literal_segments, literal_prefix },
+        })
+    }
+
+    /// The pattern as written in the policy.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The pattern after Docker Hub shorthand expansion.
+    pub fn normalized(&self) -> &str {
+        &self.normalized
+    }
+
+    /// How specific the pattern is; higher wins.
+    pub fn specificity(&self) -> Specificity {
+        self.specificity
+    }
+
+    /// Whether a normalized reference matches. A tag constraint requires a tag
+    /// (an image with neither tag nor digest counts as `latest`).
+    pub fn matches(&self, r: &Reference) -> bool {
+        if let Some(tg) = &self.tag {
+            let tag = match (r.tag(), r.digest()) {
+                (Some(t), _) => t,
+                (None, None) => "latest",
+                (None, Some(_)) => return false,
+            };
+            if !tg.matches(tag) {
+                return false;
+            }
+        }
+        let mut segs: Vec<&str> = Vec::with_capacity(8);
+        segs.push(r.domain());
+        segs.extend(r.path().split('/'));
+        match_segments(&self.segments, &segs)
+    }
+
+    /// Whether some name could match both patterns. Conservative: it may say
+    /// yes for globs that cannot really meet, never no for ones that can.
+    pub fn overlaps(&self, other: &Pattern) -> bool {
+        let tags = match (&self.tag, &other.tag) {
+            (Some(a), Some(b)) => a.may_overlap(b),
+            _ => true,
+        };
+        tags && segments_overlap(&self.segments, &other.segments)
+    }
+}
+
+impl PartialOrd for Specificity {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Specificity {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.literal_segments, self.literal_prefix).cmp(&(other.literal_segments, other.literal_prefix))
+    }
+}
+
+/// Expands `nginx` and `team/app` to their Docker Hub names, like image names.
+/// Patterns whose first segment is a wildcard, or already a domain, are kept.
+fn normalize_pattern_name(name: &str) -> String {
+    let first = name.split('/').next().unwrap_or_default();
+    if first.contains('*') {
+        return name.to_owned();
+    }
+    let is_domain = name.contains('/')
+        && (first == "localhost" || first.contains(['.', ':']) || first.bytes().any(|b| b.is_ascii_uppercase()));
+    if is_domain {
+        if first == "index.docker.io" {
+            return format!("{DEFAULT_DOMAIN}{}", &name[first.len()..]);
+        }
+        return name.to_owned();
+    }
+    if name.contains('/') {
+        format!("{DEFAULT_DOMAIN}/{name}")
+    } else {
+        format!("{DEFAULT_DOMAIN}/library/{name}")
+    }
+}
+
+fn match_segments(pat: &[Segment], name: &[&str]) -> bool {
+    match pat.split_first() {
+        None => name.is_empty(),
+        Some((Segment::Any, rest)) => {
+            // One or more segments; try every split.
+            (1..=name.len()).any(|n| match_segments(rest, &name[n..]))
+        }
+        Some((Segment::Glob(g), rest)) => match name.split_first() {
+            Some((first, tail)) => g.matches(first) && match_segments(rest, tail),
+            None => false,
+        },
+    }
+}
+
+fn segments_overlap(a: &[Segment], b: &[Segment]) -> bool {
+    match (a.split_first(), b.split_first()) {
+        (None, None) => true,
+        (None, Some(_)) | (Some(_), None) => false,
+        (Some((Segment::Any, ra)), Some((Segment::Any, rb))) => {
+            segments_overlap(ra, rb) || segments_overlap(a, rb) || segments_overlap(ra, b)
+        }
+        (Some((Segment::Any, ra)), Some((_, rb))) => segments_overlap(ra, rb) || segments_overlap(a, rb),
+        (Some((_, ra)), Some((Segment::Any, rb))) => segments_overlap(ra, rb) || segments_overlap(ra, b),
+        (Some((Segment::Glob(x), ra)), Some((Segment::Glob(y), rb))) => x.may_overlap(y) && segments_overlap(ra, rb),
+    }
+}
+
+impl Glob {
+    fn matches(&self, s: &str) -> bool {
+        if !self.wild {
+            return self.text == s;
+        }
+        glob_match(self.text.as_bytes(), s.as_bytes())
+    }
+
+    fn may_overlap(&self, other: &Glob) -> bool {
+        match (self.wild, other.wild) {
+            (false, false) => self.text == other.text,
+            (true, false) => self.matches(&other.text),
+            (false, true) => other.matches(&self.text),
+            (true, true) => {
+                let (pa, sa) = literal_ends(&self.text);
+                let (pb, sb) = literal_ends(&other.text);
+                (pa.starts_with(pb) || pb.starts_with(pa)) && (sa.ends_with(sb) || sb.ends_with(sa))
+            }
+        }
+    }
+}
+
+fn literal_ends(t: &str) -> (&str, &str) {
+    let p = t.find('*').map_or(t, |i| &t[..i]);
+    let s = t.rfind('*').map_or(t, |i| &t[i + 1..]);
+    (p, s)
+}
+
+/// Iterative `*` glob with single backtrack point: linear for typical patterns.
+fn glob_match(p: &[u8], s: &[u8]) -> bool {
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, si));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == s[si] {
+            pi += 1;
+            si += 1;
+        } else if let Some((sp, ss)) = star {
+            pi = sp + 1;
+            si = ss + 1;
+            star = Some((sp, ss + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(p: &str, r: &str) -> bool {
+        Pattern::parse(p).unwrap().matches(&Reference::parse(r).unwrap())
+    }
+
+    #[test]
+    fn star_stays_in_segment_double_star_crosses() {
+        assert!(m("registry.example.com/team/*", "registry.example.com/team/app"));
+        assert!(!m("registry.example.com/team/*", "registry.example.com/team/a/b"));
+        assert!(m("registry.example.com/team/**", "registry.example.com/team/a/b"));
+        assert!(!m("registry.example.com/team/**", "registry.example.com/team"));
+        assert!(!m("registry.example.com/team/**", "registry.example.com/teams/x"));
+        assert!(m("**", "nginx"));
+        assert!(m("**", "localhost:5000/a/b/c"));
+        assert!(m("*.example.com/**", "registry.example.com/x"));
+        assert!(m("docker.io/library/nginx-*", "nginx-unprivileged"));
+    }
+
+    #[test]
+    fn shorthand_patterns_are_normalized() {
+        assert_eq!(Pattern::parse("nginx").unwrap().normalized(), "docker.io/library/nginx");
+        assert_eq!(Pattern::parse("bitnami/*").unwrap().normalized(), "docker.io/bitnami/*");
+        assert_eq!(Pattern::parse("index.docker.io/x/**").unwrap().normalized(), "docker.io/x/**");
+        assert!(m("nginx", "docker.io/library/nginx:1"));
+        assert!(m("busybox", "index.docker.io/library/busybox"));
+    }
+
+    #[test]
+    fn tag_globs() {
+        assert!(m("nginx:1.*", "nginx:1.25"));
+        assert!(!m("nginx:1.*", "nginx:2.0"));
+        assert!(m("nginx:latest", "nginx"));
+        assert!(!m("nginx:*", "nginx@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
+        assert!(m("localhost:5000/**", "localhost:5000/a/b:t"));
+    }
+
+    #[test]
+    fn specificity_order() {
+        let s = |p: &str| Pattern::parse(p).unwrap().specificity();
+        assert!(s("registry.example.com/team/app") > s("registry.example.com/team/**"));
+        assert!(s("registry.example.com/team/**") > s("registry.example.com/**"));
+        assert!(s("registry.example.com/**") > s("**"));
+        assert!(s("docker.io/library/nginx:1.*") > s("docker.io/library/nginx:*"));
+        assert!(s("registry.example.com/team/app-*") > s("registry.example.com/team/*"));
+    }
+
+    #[test]
+    fn overlap_detection() {
+        let o = |a: &str, b: &str| Pattern::parse(a).unwrap().overlaps(&Pattern::parse(b).unwrap());
+        assert!(o("**", "a.com/x"));
+        assert!(!o("a.com/**", "b.com/**"));
+        assert!(o("a.com/*/x", "a.com/y/*"));
+        assert!(!o("a.com/x:1.*", "a.com/x:2.*"));
+        assert!(o("a.com/**/z", "a.com/q/**"));
+        assert!(!o("a.com/foo-*", "a.com/bar-*"));
+    }
+
+    #[test]
+    fn bad_patterns() {
+        for p in ["", "a.com//x", "a.com/x**", "a.com/X", "a.com/x:", "a.com/x y"] {
+            assert!(Pattern::parse(p).is_err(), "{p}");
+        }
+    }
+
+    #[test]
+    fn glob_backtracks() {
+        assert!(glob_match(b"a*b*c", b"aXbYbZc"));
+        assert!(!glob_match(b"a*b*c", b"aXbYbZ"));
+        assert!(glob_match(b"*", b""));
+    }
+}
