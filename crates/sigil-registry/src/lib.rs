@@ -1,1 +1,177 @@
-//! placeholder
+//! sigil-registry: the OCI distribution client sigil resolves digests with.
+//!
+//! It owns talking to registries ([`client`]), credentials and tokens
+//! ([`auth`]), and the process-wide digest cache: positive answers live for the
+//! policy's `cacheTTL`, not-found answers for a short negative TTL, transient
+//! failures are never kept, and concurrent lookups of one reference are
+//! coalesced into one request (single-flight, via moka's entry API). It
+//! implements [`sigil_core::DigestResolver`]; it makes no policy decisions and
+//! knows nothing about Kubernetes.
+
+pub mod auth;
+pub mod client;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use moka::Expiry;
+use moka::future::Cache;
+use sigil_core::policy::RegistrySpec;
+use sigil_core::{Digest, DigestResolver, Platform, Reference, ResolveFailure};
+
+/// Why the registry client could not be built from the policy.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// A `ca:` entry could not be read or holds no certificate.
+    #[error("registry CA {source_name}: {detail}")]
+    Ca {
+        /// The file path, or "inline PEM".
+        source_name: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The TLS or HTTP client could not be set up.
+    #[error("TLS setup: {0}")]
+    Tls(String),
+}
+
+/// Receives one call per HTTP request and per cache lookup, for metrics.
+pub trait Observer: Send + Sync + 'static {
+    /// An HTTP request finished (`status` is the code, or `error`/`timeout`).
+    fn request(&self, host: &str, method: &str, status: &str, elapsed: Duration);
+    /// A digest lookup was answered from the cache (`hit`) or had to load.
+    fn cache(&self, hit: bool);
+}
+
+/// An observer that records nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {
+    fn request(&self, _: &str, _: &str, _: &str, _: Duration) {}
+    fn cache(&self, _: bool) {}
+}
+
+/// Cache settings.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheConfig {
+    /// Lifetime of a resolved digest.
+    pub ttl: Duration,
+    /// Lifetime of a not-found answer.
+    pub negative_ttl: Duration,
+    /// Most entries kept.
+    pub capacity: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { ttl: Duration::from_secs(300), negative_ttl: Duration::from_secs(10), capacity: 100_000 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    domain: String,
+    path: String,
+    tag: String,
+    platform: Option<Platform>,
+}
+
+type Answer = Arc<Result<Digest, ResolveFailure>>;
+
+struct TtlByAnswer(CacheConfig);
+
+impl Expiry<Key, Answer> for TtlByAnswer {
+    fn expire_after_create(&self, _: &Key, v: &Answer, _: std::time::Instant) -> Option<Duration> {
+        Some(match v.as_ref() {
+            Ok(_) => self.0.ttl,
+            Err(f) if !f.is_transient() => self.0.negative_ttl.min(self.0.ttl),
+            // Waiters coalesced on this load still get the answer; nobody later does.
+            Err(_) => Duration::ZERO,
+        })
+    }
+}
+
+/// The registry client: one per process, shared by every request.
+#[derive(Clone)]
+pub struct Registry {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    hosts: client::Hosts,
+    tokens: auth::TokenCache,
+    cache: Cache<Key, Answer>,
+    observer: Arc<dyn Observer>,
+    lookups: AtomicU64,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("hosts", &self.inner.hosts).field("cached", &self.inner.cache.entry_count()).finish()
+    }
+}
+
+impl Registry {
+    /// Builds clients for the policy's registries.
+    pub fn new(specs: &[RegistrySpec], cache: CacheConfig, observer: Arc<dyn Observer>) -> Result<Registry, RegistryError> {
+        Ok(Registry {
+            inner: Arc::new(Inner {
+                hosts: client::Hosts::new(specs)?,
+                tokens: auth::TokenCache::default(),
+                cache: Cache::builder().max_capacity(cache.capacity).expire_after(TtlByAnswer(cache)).build(),
+                observer,
+                lookups: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// Entries in the digest cache (approximate, as moka counts).
+    pub fn cache_size(&self) -> u64 {
+        self.inner.cache.entry_count()
+    }
+
+    /// Lookups that went to a registry (cache misses that loaded).
+    pub fn loads(&self) -> u64 {
+        self.inner.lookups.load(Ordering::Relaxed)
+    }
+
+    /// Resolves without the cache: one fresh lookup.
+    pub async fn resolve_uncached(&self, target: &Reference, platform: Option<&Platform>, deadline: Instant) -> Result<Digest, ResolveFailure> {
+        let budget = deadline.saturating_duration_since(Instant::now());
+        let lookup = client::Lookup {
+            host: self.inner.hosts.get(target.domain()),
+            tokens: &self.inner.tokens,
+            observer: self.inner.observer.as_ref(),
+            deadline,
+            budget,
+        };
+        match tokio::time::timeout_at(deadline.into(), lookup.resolve(target, platform)).await {
+            Ok(r) => r,
+            Err(_) => Err(ResolveFailure::Timeout { budget }),
+        }
+    }
+}
+
+impl DigestResolver for Registry {
+    async fn resolve(&self, target: &Reference, platform: Option<&Platform>, deadline: Instant) -> Result<Digest, ResolveFailure> {
+        if let Some(d) = target.digest() {
+            return Ok(d.clone());
+        }
+        let key = Key { domain: target.domain().to_owned(), path: target.path().to_owned(), tag: target.tag_or_latest().to_owned(), platform: platform.cloned() };
+        let budget = deadline.saturating_duration_since(Instant::now());
+        let load = async {
+            self.inner.lookups.fetch_add(1, Ordering::Relaxed);
+            Arc::new(self.resolve_uncached(target, platform, deadline).await)
+        };
+        let entry = tokio::time::timeout_at(deadline.into(), self.inner.cache.entry(key).or_insert_with(load)).await;
+        match entry {
+            Ok(e) => {
+                self.inner.observer.cache(!e.is_fresh());
+                e.into_value().as_ref().clone()
+            }
+            Err(_) => Err(ResolveFailure::Timeout { budget }),
+        }
+    }
+}

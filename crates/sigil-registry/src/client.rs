@@ -1,0 +1,434 @@
+//! The OCI distribution wire protocol for one lookup: tag → digest.
+//!
+//! Owns per-host HTTP clients (TLS roots plus the policy's CA, plain HTTP only
+//! where `insecure: true`), the auth dance (anonymous → challenge → Basic or
+//! Bearer token), one retry on connection errors, `Retry-After` on 429 when it
+//! fits the deadline, and digest verification when a body is fetched. It does
+//! not cache or coalesce; `lib.rs` wraps it for that.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use sha2::{Digest as _, Sha256};
+use sigil_core::policy::RegistrySpec;
+use sigil_core::{Digest, Platform, Reference, ResolveFailure};
+use tokio::sync::Semaphore;
+
+use crate::auth::{Challenge, CredentialSource, TokenCache, parse_challenge};
+use crate::{Observer, RegistryError};
+
+/// Media types sigil accepts for a manifest lookup, most preferred first.
+pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
+/// Largest manifest body sigil reads (the distribution spec suggests 4 MiB).
+pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
+const DEFAULT_MAX_CONCURRENT: u32 = 32;
+const USER_AGENT: &str = concat!("sigil/", env!("CARGO_PKG_VERSION"));
+
+/// Connection settings for one registry host.
+#[derive(Debug)]
+pub(crate) struct HostClient {
+    scheme: &'static str,
+    http: reqwest::Client,
+    creds: CredentialSource,
+    permits: Semaphore,
+}
+
+/// Builds the TLS config: system roots, Mozilla's roots (for minimal images
+/// without a CA bundle), and the host's extra CA. TLS 1.2+ only.
+fn tls_config(extra_ca: Option<&str>) -> Result<rustls::ClientConfig, RegistryError> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    if let Some(ca) = extra_ca {
+        let pem = if ca.contains("-----BEGIN") {
+            ca.as_bytes().to_vec()
+        } else {
+            std::fs::read(ca).map_err(|e| RegistryError::Ca { source_name: ca.to_owned(), detail: e.to_string() })?
+        };
+        use rustls_pki_types::pem::PemObject;
+        let mut n = 0;
+        for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|e| RegistryError::Ca { source_name: ca_label(ca), detail: e.to_string() })?;
+            roots.add(cert).map_err(|e| RegistryError::Ca { source_name: ca_label(ca), detail: e.to_string() })?;
+            n += 1;
+        }
+        if n == 0 {
+            return Err(RegistryError::Ca { source_name: ca_label(ca), detail: "no PEM certificate found".into() });
+        }
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| RegistryError::Tls(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+fn ca_label(ca: &str) -> String {
+    if ca.contains("-----BEGIN") { "inline PEM".into() } else { ca.to_owned() }
+}
+
+impl HostClient {
+    pub(crate) fn new(spec: &RegistrySpec) -> Result<HostClient, RegistryError> {
+        let tls = tls_config(spec.ca.as_deref())?;
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .user_agent(USER_AGENT)
+            .connect_timeout(Duration::from_secs(5))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .redirect(reqwest::redirect::Policy::limited(5))
+            .no_proxy()
+            .build()
+            .map_err(|e| RegistryError::Tls(e.to_string()))?;
+        Ok(HostClient {
+            scheme: if spec.insecure { "http" } else { "https" },
+            http,
+            creds: CredentialSource::from_spec(spec.auth.as_ref()),
+            permits: Semaphore::new(spec.max_concurrent_requests.unwrap_or(DEFAULT_MAX_CONCURRENT).max(1) as usize),
+        })
+    }
+}
+
+/// The API endpoint of a registry domain (Docker Hub's API lives elsewhere).
+pub(crate) fn api_host(domain: &str) -> &str {
+    if domain == "docker.io" { "registry-1.docker.io" } else { domain }
+}
+
+pub(crate) struct Lookup<'a> {
+    pub(crate) host: &'a HostClient,
+    pub(crate) tokens: &'a TokenCache,
+    pub(crate) observer: &'a dyn Observer,
+    pub(crate) deadline: Instant,
+    pub(crate) budget: Duration,
+}
+
+struct Resp {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Lookup<'_> {
+    /// Resolves one reference with a tag to the digest its registry serves.
+    pub(crate) async fn resolve(&self, target: &Reference, platform: Option<&Platform>) -> Result<Digest, ResolveFailure> {
+        let domain = target.domain();
+        let url = format!("{}://{}/v2/{}/manifests/{}", self.host.scheme, api_host(domain), target.path(), target.tag_or_latest());
+        let scope = format!("repository:{}:pull", target.path());
+        if platform.is_none() {
+            let r = self.send(Method::HEAD, &url, domain, &scope).await?;
+            if r.status == StatusCode::OK {
+                if let Some(d) = r.headers.get("docker-content-digest").and_then(|v| v.to_str().ok()) {
+                    return Digest::parse(d.trim()).map_err(|e| ResolveFailure::BadResponse { detail: format!("Docker-Content-Digest {d:?}: {e}") });
+                }
+            } else {
+                return Err(failure_for(&r));
+            }
+        }
+        // No digest header, or a platform to pick: read the body and hash it ourselves.
+        let r = self.send(Method::GET, &url, domain, &scope).await?;
+        if r.status != StatusCode::OK {
+            return Err(failure_for(&r));
+        }
+        let computed = Digest::from_sha256(&Sha256::digest(&r.body).into());
+        if let Some(h) = r.headers.get("docker-content-digest").and_then(|v| v.to_str().ok()) {
+            if h.trim().starts_with("sha256:") && h.trim() != computed.as_str() {
+                return Err(ResolveFailure::BadResponse { detail: format!("Docker-Content-Digest {h} does not match the manifest's sha256 {computed}") });
+            }
+        }
+        match platform {
+            None => Ok(computed),
+            Some(p) => pick_platform(&r.body, p, computed),
+        }
+    }
+
+    async fn send(&self, method: Method, url: &str, domain: &str, scope: &str) -> Result<Resp, ResolveFailure> {
+        let _permit = tokio::time::timeout_at(self.deadline.into(), self.host.permits.acquire())
+            .await
+            .map_err(|_| ResolveFailure::Timeout { budget: self.budget })?
+            .map_err(|_| ResolveFailure::Config { detail: "registry client is shutting down".into() })?;
+        let mut auth = self.tokens.get(domain, scope).map(|t| format!("Bearer {t}"));
+        let mut authed_once = false;
+        let mut rate_limited_once = false;
+        let mut conn_retried = false;
+        loop {
+            let r = match self.once(method.clone(), url, domain, auth.as_deref()).await {
+                Ok(r) => r,
+                Err(ResolveFailure::Unreachable { detail }) if !conn_retried && self.remaining() > Duration::from_millis(50) => {
+                    tracing::debug!(url, %detail, "registry connection failed; retrying once");
+                    conn_retried = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if r.status == StatusCode::UNAUTHORIZED && !authed_once {
+                authed_once = true;
+                let challenge = r.headers.get(header::WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).and_then(parse_challenge);
+                let creds = self.host.creds.load(domain).map_err(|detail| ResolveFailure::Config { detail })?;
+                auth = match challenge {
+                    Some(Challenge::Basic) => match &creds {
+                        Some(c) => Some(c.basic_header()),
+                        None => return Err(failure_for(&r)),
+                    },
+                    Some(Challenge::Bearer { realm, service, scope: ch_scope }) => {
+                        let sc = ch_scope.unwrap_or_else(|| scope.to_owned());
+                        let token = self.fetch_token(&realm, service.as_deref(), &sc, creds.as_ref()).await?;
+                        self.tokens.put(domain, scope, token.0.clone(), token.1);
+                        Some(format!("Bearer {}", token.0))
+                    }
+                    None => return Err(failure_for(&r)),
+                };
+                continue;
+            }
+            if r.status == StatusCode::TOO_MANY_REQUESTS && !rate_limited_once {
+                rate_limited_once = true;
+                let wait = r.headers.get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|s| s.trim().parse::<u64>().ok()).map(Duration::from_secs);
+                match wait {
+                    Some(w) if w + Duration::from_millis(100) < self.remaining() => {
+                        tokio::time::sleep(w).await;
+                        continue;
+                    }
+                    _ => return Err(ResolveFailure::RateLimited { retry_after: wait }),
+                }
+            }
+            return Ok(r);
+        }
+    }
+
+    fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    async fn once(&self, method: Method, url: &str, domain: &str, auth: Option<&str>) -> Result<Resp, ResolveFailure> {
+        let remaining = self.remaining();
+        if remaining.is_zero() {
+            return Err(ResolveFailure::Timeout { budget: self.budget });
+        }
+        let mut req = self.host.http.request(method.clone(), url).header(header::ACCEPT, MANIFEST_ACCEPT).timeout(remaining);
+        if let Some(a) = auth {
+            let mut v = HeaderValue::from_str(a).map_err(|_| ResolveFailure::Config { detail: "credentials contain characters not allowed in a header".into() })?;
+            v.set_sensitive(true);
+            req = req.header(header::AUTHORIZATION, v);
+        }
+        let started = Instant::now();
+        let res = req.send().await;
+        let res = match res {
+            Ok(r) => r,
+            Err(e) => {
+                self.observer.request(domain, method.as_str(), if e.is_timeout() { "timeout" } else { "error" }, started.elapsed());
+                return Err(transport_failure(&e, self.budget));
+            }
+        };
+        let status = res.status();
+        let headers = res.headers().clone();
+        let body = if method == Method::HEAD { Vec::new() } else { read_limited(res, self.budget).await? };
+        self.observer.request(domain, method.as_str(), status.as_str(), started.elapsed());
+        Ok(Resp { status, headers, body })
+    }
+
+    async fn fetch_token(&self, realm: &str, service: Option<&str>, scope: &str, creds: Option<&crate::auth::Credentials>) -> Result<(String, Duration), ResolveFailure> {
+        let mut url = reqwest::Url::parse(realm).map_err(|e| ResolveFailure::BadResponse { detail: format!("token realm {realm:?} is not a URL: {e}") })?;
+        {
+            let mut q = url.query_pairs_mut();
+            if let Some(s) = service {
+                q.append_pair("service", s);
+            }
+            q.append_pair("scope", scope);
+        }
+        let mut req = self.host.http.get(url.clone()).timeout(self.remaining());
+        if let Some(c) = creds {
+            let mut v = HeaderValue::from_str(&c.basic_header()).map_err(|_| ResolveFailure::Config { detail: "credentials contain characters not allowed in a header".into() })?;
+            v.set_sensitive(true);
+            req = req.header(header::AUTHORIZATION, v);
+        }
+        let started = Instant::now();
+        let host = url.host_str().unwrap_or_default().to_owned();
+        let res = req.send().await.map_err(|e| {
+            self.observer.request(&host, "GET", "error", started.elapsed());
+            transport_failure(&e, self.budget)
+        })?;
+        let status = res.status();
+        self.observer.request(&host, "GET", status.as_str(), started.elapsed());
+        let body = read_limited(res, self.budget).await?;
+        if !status.is_success() {
+            let detail = error_detail(&body).unwrap_or_else(|| status.canonical_reason().unwrap_or("").to_owned());
+            return Err(if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+                ResolveFailure::Unauthorized { status: status.as_u16(), detail: format!("token service refused: {detail}") }
+            } else {
+                ResolveFailure::Status { status: status.as_u16(), detail: format!("token service: {detail}") }
+            });
+        }
+        #[derive(serde::Deserialize)]
+        struct TokenResp {
+            token: Option<String>,
+            access_token: Option<String>,
+            expires_in: Option<u64>,
+        }
+        let t: TokenResp = serde_json::from_slice(&body).map_err(|e| ResolveFailure::BadResponse { detail: format!("token response is not JSON: {e}") })?;
+        let token = t.token.or(t.access_token).filter(|t| !t.is_empty()).ok_or_else(|| ResolveFailure::BadResponse { detail: "token response has no token".into() })?;
+        Ok((token, Duration::from_secs(t.expires_in.unwrap_or(60).clamp(1, 3600))))
+    }
+}
+
+async fn read_limited(mut res: reqwest::Response, budget: Duration) -> Result<Vec<u8>, ResolveFailure> {
+    if res.content_length().is_some_and(|n| n > MAX_MANIFEST_BYTES as u64) {
+        return Err(ResolveFailure::BadResponse { detail: format!("response larger than {MAX_MANIFEST_BYTES} bytes") });
+    }
+    let mut out = Vec::new();
+    loop {
+        match res.chunk().await {
+            Ok(Some(c)) => {
+                if out.len() + c.len() > MAX_MANIFEST_BYTES {
+                    return Err(ResolveFailure::BadResponse { detail: format!("response larger than {MAX_MANIFEST_BYTES} bytes") });
+                }
+                out.extend_from_slice(&c);
+            }
+            Ok(None) => return Ok(out),
+            Err(e) => return Err(transport_failure(&e, budget)),
+        }
+    }
+}
+
+fn transport_failure(e: &reqwest::Error, budget: Duration) -> ResolveFailure {
+    if e.is_timeout() {
+        return ResolveFailure::Timeout { budget };
+    }
+    // Walk the source chain: reqwest's own Display is just "error sending request".
+    let mut detail = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        detail.push_str(": ");
+        detail.push_str(&s.to_string());
+        src = s.source();
+    }
+    ResolveFailure::Unreachable { detail }
+}
+
+/// `CODE: message` of the first error in a distribution-spec error body.
+fn error_detail(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let e = v.get("errors")?.get(0)?;
+    let code = e.get("code").and_then(|c| c.as_str()).unwrap_or("");
+    let msg = e.get("message").and_then(|c| c.as_str()).unwrap_or("");
+    let mut s = format!("{code}: {msg}");
+    s.truncate(200);
+    Some(s)
+}
+
+fn failure_for(r: &Resp) -> ResolveFailure {
+    let detail = error_detail(&r.body).unwrap_or_else(|| r.status.canonical_reason().unwrap_or("no reason given").to_lowercase());
+    match r.status {
+        StatusCode::NOT_FOUND => ResolveFailure::NotFound { detail },
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => ResolveFailure::Unauthorized { status: r.status.as_u16(), detail },
+        StatusCode::TOO_MANY_REQUESTS => ResolveFailure::RateLimited {
+            retry_after: r.headers.get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|s| s.trim().parse().ok()).map(Duration::from_secs),
+        },
+        s => ResolveFailure::Status { status: s.as_u16(), detail },
+    }
+}
+
+/// Picks the platform's manifest from an index; a single-platform manifest is
+/// taken as is (its platform lives in a config blob sigil does not fetch).
+pub fn pick_platform(body: &[u8], p: &Platform, own: Digest) -> Result<Digest, ResolveFailure> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Index {
+        media_type: Option<String>,
+        manifests: Option<Vec<Entry>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        digest: String,
+        platform: Option<EntryPlatform>,
+    }
+    #[derive(serde::Deserialize)]
+    struct EntryPlatform {
+        os: String,
+        architecture: String,
+        variant: Option<String>,
+    }
+    let idx: Index = serde_json::from_slice(body).map_err(|e| ResolveFailure::BadResponse { detail: format!("manifest is not JSON: {e}") })?;
+    let Some(entries) = idx.manifests else { return Ok(own) };
+    let _ = idx.media_type;
+    let norm_variant = |arch: &str, v: Option<&str>| -> Option<String> {
+        // containerd's normalization: arm64 defaults to v8, arm to v7.
+        match (arch, v) {
+            (_, Some(v)) if !v.is_empty() => Some(v.to_owned()),
+            ("arm64", _) => Some("v8".into()),
+            ("arm", _) => Some("v7".into()),
+            _ => None,
+        }
+    };
+    let want_v = norm_variant(&p.architecture, p.variant.as_deref());
+    let mut seen = Vec::new();
+    for e in &entries {
+        let Some(ep) = &e.platform else { continue };
+        if ep.os == "unknown" {
+            continue; // attestation manifests (buildx) are not runnable images
+        }
+        seen.push(match &ep.variant {
+            Some(v) => format!("{}/{}/{v}", ep.os, ep.architecture),
+            None => format!("{}/{}", ep.os, ep.architecture),
+        });
+        if ep.os == p.os && ep.architecture == p.architecture && norm_variant(&ep.architecture, ep.variant.as_deref()) == want_v {
+            return Digest::parse(&e.digest).map_err(|err| ResolveFailure::BadResponse { detail: format!("index entry digest {:?}: {err}", e.digest) });
+        }
+    }
+    Err(ResolveFailure::PlatformNotFound { platform: p.to_string(), available: seen })
+}
+
+/// Clients for every configured host plus a default for the rest.
+#[derive(Debug)]
+pub(crate) struct Hosts {
+    configured: HashMap<String, HostClient>,
+    default: HostClient,
+}
+
+impl Hosts {
+    pub(crate) fn new(specs: &[RegistrySpec]) -> Result<Hosts, RegistryError> {
+        let mut configured = HashMap::new();
+        for s in specs {
+            configured.insert(s.host.clone(), HostClient::new(s)?);
+        }
+        Ok(Hosts { configured, default: HostClient::new(&RegistrySpec::default())? })
+    }
+
+    pub(crate) fn get(&self, domain: &str) -> &HostClient {
+        self.configured.get(domain).unwrap_or(&self.default)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn platform_pick_normalizes_variants_and_skips_attestations() {
+        let idx = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[
+          {"digest":"sha256:1111111111111111111111111111111111111111111111111111111111111111","platform":{"os":"linux","architecture":"amd64"}},
+          {"digest":"sha256:2222222222222222222222222222222222222222222222222222222222222222","platform":{"os":"linux","architecture":"arm64","variant":"v8"}},
+          {"digest":"sha256:3333333333333333333333333333333333333333333333333333333333333333","platform":{"os":"unknown","architecture":"unknown"}}]}"#;
+        let own = Digest::parse("sha256:0000000000000000000000000000000000000000000000000000000000000000").unwrap();
+        let arm = Platform::parse("linux/arm64").unwrap();
+        assert!(pick_platform(idx, &arm, own.clone()).unwrap().as_str().starts_with("sha256:2222"));
+        let s390 = Platform::parse("linux/s390x").unwrap();
+        match pick_platform(idx, &s390, own.clone()) {
+            Err(ResolveFailure::PlatformNotFound { available, .. }) => assert_eq!(available, ["linux/amd64", "linux/arm64/v8"]),
+            other => panic!("{other:?}"),
+        }
+        let single = br#"{"schemaVersion":2,"config":{}}"#;
+        assert_eq!(pick_platform(single, &arm, own.clone()).unwrap(), own);
+        assert!(pick_platform(b"not json", &arm, own).is_err());
+    }
+
+    #[test]
+    fn error_bodies() {
+        assert_eq!(error_detail(br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}"#).unwrap(), "MANIFEST_UNKNOWN: manifest unknown");
+        assert_eq!(error_detail(b"<html>"), None);
+    }
+}

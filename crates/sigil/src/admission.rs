@@ -1,0 +1,392 @@
+//! The mutating admission webhook: AdmissionReview in, AdmissionReview out.
+//!
+//! Owns the admission rules that keep a cluster safe (DELETE, CONNECT,
+//! finalizer removal on terminating objects and exempt namespaces always pass,
+//! untouched), the deadline taken from `?timeout=`, and the wire format of the
+//! answer (base64 JSONPatch, warnings, audit annotations, denial status). The
+//! request is parsed leniently into `serde_json::Value` for the object so that
+//! unknown or oddly-typed metadata never turns into a rejection; patches are
+//! built against that raw object. Decisions come from [`crate::engine`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sigil_core::policy::Scope;
+use sigil_core::{DigestResolver, Finding, Mode, ObjectRef, Outcome};
+
+use crate::engine::{Engine, ObjectDecision};
+use crate::metrics::Metrics;
+
+/// Bodies larger than this are refused (kube-apiserver's own request limit is 3 MiB).
+pub const MAX_BODY_BYTES: usize = 3 << 20;
+/// Timeout assumed when the API server does not send `?timeout=`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest timeout the API server allows for a webhook.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a body is not an AdmissionReview sigil can answer (HTTP 400).
+#[derive(Debug, thiserror::Error)]
+pub enum BadReview {
+    /// Not JSON, or not the AdmissionReview shape.
+    #[error("body is not an AdmissionReview: {0}")]
+    Malformed(String),
+    /// `apiVersion` other than admission.k8s.io/v1 or v1beta1.
+    #[error("unsupported AdmissionReview apiVersion {0:?} (sigil speaks admission.k8s.io/v1 and v1beta1)")]
+    Version(String),
+    /// No `request`, or a request without `uid` or `operation`.
+    #[error("AdmissionReview has no request{0}")]
+    MissingRequest(&'static str),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewIn {
+    api_version: Option<String>,
+    kind: Option<String>,
+    request: Option<RequestIn>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestIn {
+    uid: Option<String>,
+    kind: Option<Gvk>,
+    operation: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    object: Option<Value>,
+    #[serde(default)]
+    old_object: Option<Value>,
+    /// dryRun requests get the same answer: sigil has no side effects
+    /// beyond its digest cache.
+    #[serde(default, rename = "dryRun")]
+    _dry_run: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Gvk {
+    #[serde(default)]
+    kind: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'a str,
+    kind: &'static str,
+    response: ResponseOut,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut {
+    uid: String,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    /// base64 of the JSONPatch bytes, as kube-apiserver expects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    audit_annotations: std::collections::BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut>,
+}
+
+#[derive(Debug, Serialize)]
+struct StatusOut {
+    code: u16,
+    reason: &'static str,
+    message: String,
+}
+
+#[derive(Debug, Serialize)]
+struct AuditChange<'a> {
+    field: String,
+    container: Option<&'a str>,
+    from: &'a str,
+    to: &'a str,
+}
+
+/// Summary of one answered review, for logs and metrics.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    /// `allowed`, `patched`, `denied`, `warned`, `skipped`.
+    pub decision: &'static str,
+    /// Operation as sent.
+    pub operation: String,
+    /// Object kind.
+    pub kind: String,
+    /// Object identity for logs.
+    pub object: ObjectRef,
+    /// Why it was skipped, if it was.
+    pub skipped: Option<&'static str>,
+    /// Per-image summaries: `image -> new` or `image: reason`.
+    pub images: Vec<String>,
+}
+
+/// The webhook handler. One per process, shared by every connection.
+#[derive(Debug)]
+pub struct Webhook<R> {
+    engine: Engine<R>,
+    metrics: Arc<Metrics>,
+}
+
+/// Takes `?timeout=10s` (a Go duration) from a request query string.
+pub fn timeout_from_query(query: Option<&str>) -> Duration {
+    let t = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|kv| kv.strip_prefix("timeout="))
+        .and_then(parse_go_duration)
+        .unwrap_or(DEFAULT_TIMEOUT);
+    t.min(MAX_TIMEOUT)
+}
+
+/// Parses Go's `time.Duration` text (`10s`, `1m0s`, `1.5s`, `250ms`).
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let n: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let mult = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += n * mult;
+        rest = &rest[unit_end..];
+    }
+    (total.is_finite() && total >= 0.0 && total < 86_400.0).then(|| Duration::from_secs_f64(total))
+}
+
+/// When to stop waiting for registries: the API server's timeout minus a
+/// margin for our own answer to travel back (10 %, between 100 ms and 1 s).
+pub fn deadline_for(timeout: Duration, start: Instant) -> Instant {
+    let margin = (timeout / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
+    start + timeout.saturating_sub(margin)
+}
+
+impl<R: DigestResolver> Webhook<R> {
+    /// Creates the handler.
+    pub fn new(engine: Engine<R>, metrics: Arc<Metrics>) -> Self {
+        Webhook { engine, metrics }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &sigil_core::Policy {
+        &self.engine.policy
+    }
+
+    /// Answers one AdmissionReview body. `Err` means HTTP 400.
+    pub async fn review(&self, body: &[u8], deadline: Instant) -> Result<(Vec<u8>, Verdict), BadReview> {
+        let review: ReviewIn = serde_json::from_slice(body).map_err(|e| BadReview::Malformed(e.to_string()))?;
+        let api_version = review.api_version.unwrap_or_default();
+        if api_version != "admission.k8s.io/v1" && api_version != "admission.k8s.io/v1beta1" {
+            return Err(BadReview::Version(api_version));
+        }
+        if review.kind.as_deref().is_some_and(|k| k != "AdmissionReview") {
+            return Err(BadReview::Malformed(format!("kind is {:?}, expected AdmissionReview", review.kind.unwrap_or_default())));
+        }
+        let req = review.request.ok_or(BadReview::MissingRequest(""))?;
+        let uid = req.uid.clone().filter(|u| !u.is_empty()).ok_or(BadReview::MissingRequest(" uid"))?;
+        let operation = req.operation.clone().filter(|o| !o.is_empty()).ok_or(BadReview::MissingRequest(" operation"))?;
+        let kind = req.kind.as_ref().map(|k| k.kind.clone()).unwrap_or_default();
+        let object = object_ref(&req, &kind);
+        let mut verdict = Verdict { decision: "allowed", operation: operation.clone(), kind: kind.clone(), object, skipped: None, images: Vec::new() };
+        let mut resp = ResponseOut {
+            uid,
+            allowed: true,
+            patch_type: None,
+            patch: None,
+            warnings: Vec::new(),
+            audit_annotations: Default::default(),
+            status: None,
+        };
+
+        let skip = match operation.as_str() {
+            "DELETE" | "CONNECT" => Some("operation"),
+            _ if is_terminating(req.old_object.as_ref()) => Some("terminating"),
+            _ if req.namespace.as_deref().is_some_and(|ns| self.engine.policy.is_exempt(ns)) => Some("exempt-namespace"),
+            "CREATE" | "UPDATE" => None,
+            _ => Some("operation"),
+        };
+        let object = req.object.as_ref().filter(|o| o.is_object());
+        match (skip, object) {
+            (Some(why), _) => {
+                verdict.decision = "skipped";
+                verdict.skipped = Some(why);
+            }
+            (None, None) => {
+                verdict.decision = "skipped";
+                verdict.skipped = Some("no-object");
+            }
+            (None, Some(obj)) => {
+                let decision = self.engine.decide_object(obj, deadline).await;
+                let patchable = self.engine.policy.scope == Scope::Workloads || kind == "Pod";
+                let old = req.old_object.as_ref();
+                let object = verdict.object.clone();
+                self.apply(&decision, patchable, old, &object, &mut resp, &mut verdict)?;
+            }
+        }
+        let out = ReviewOut { api_version: &api_version, kind: "AdmissionReview", response: resp };
+        let bytes = serde_json::to_vec(&out).map_err(|e| BadReview::Malformed(e.to_string()))?;
+        Ok((bytes, verdict))
+    }
+
+    fn apply(&self, d: &ObjectDecision, patchable: bool, old: Option<&Value>, object: &ObjectRef, resp: &mut ResponseOut, verdict: &mut Verdict) -> Result<(), BadReview> {
+        let mut denials: Vec<String> = Vec::new();
+        let mut audit: Vec<AuditChange<'_>> = Vec::new();
+        for (field, outcome) in d.fields.iter().zip(&d.outcomes) {
+            match outcome {
+                Outcome::Unchanged { .. } => {
+                    self.metrics.image("unchanged");
+                }
+                Outcome::Changed { new, rewritten, .. } => {
+                    self.metrics.image(if *rewritten { "rewritten" } else { "pinned" });
+                    verdict.images.push(format!("{} -> {new}", field.value));
+                    audit.push(AuditChange { field: field.dotted(), container: field.name.as_deref(), from: &field.value, to: new });
+                }
+                Outcome::Failed(f) => {
+                    let f = downgrade_unchanged(f, old);
+                    verdict.images.push(format!("{}: {}", field.value, f.denial.kind()));
+                    match f.mode {
+                        Mode::Enforce => {
+                            self.metrics.image("denied");
+                            denials.push(f.message(object));
+                        }
+                        Mode::Warn => {
+                            self.metrics.image("warned");
+                            resp.warnings.push(f.warning());
+                        }
+                    }
+                }
+            }
+        }
+        if !denials.is_empty() {
+            resp.allowed = false;
+            resp.status = Some(StatusOut { code: 403, reason: "Forbidden", message: format!("sigil denied the request: {}", denials.join("; ")) });
+            verdict.decision = "denied";
+            return Ok(());
+        }
+        let changes = d.changes();
+        if patchable && !changes.is_empty() {
+            let patch = sigil_core::patch::build_patch(&changes);
+            let bytes = serde_json::to_vec(&patch).map_err(|e| BadReview::Malformed(e.to_string()))?;
+            resp.patch_type = Some("JSONPatch");
+            resp.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+            resp.audit_annotations.insert("images".into(), serde_json::to_string(&audit).unwrap_or_default());
+            verdict.decision = "patched";
+        } else if !changes.is_empty() {
+            resp.warnings.push(format!("sigil: {} image(s) would be pinned or rewritten, but spec.pin.scope is pods: {} is checked, not patched", changes.len(), object.kind));
+        }
+        if verdict.decision == "allowed" && !resp.warnings.is_empty() {
+            verdict.decision = "warned";
+        }
+        Ok(())
+    }
+
+    /// Records the verdict in metrics and the decision log (one line per review).
+    pub fn record(&self, v: &Verdict, elapsed: Duration) {
+        self.metrics.admission(&v.operation, &v.kind, v.decision, elapsed);
+        tracing::info!(
+            decision = v.decision,
+            operation = %v.operation,
+            object = %v.object,
+            skipped = v.skipped,
+            images = ?v.images,
+            elapsed_ms = elapsed.as_secs_f64() * 1000.0,
+            "admission"
+        );
+    }
+}
+
+/// On UPDATE, an image that the old object already had is not new to the
+/// cluster: failing to resolve it again warns instead of blocking unrelated
+/// edits (labels, replicas) of a running workload. Static denials still block.
+fn downgrade_unchanged(f: &Finding, old: Option<&Value>) -> Finding {
+    let unchanged = old.and_then(|o| o.pointer(&f.field.pointer)).and_then(Value::as_str) == Some(f.field.value.as_str());
+    if unchanged && matches!(f.denial, sigil_core::Denial::Unresolved { .. }) && f.mode == Mode::Enforce {
+        return Finding { mode: Mode::Warn, ..f.clone() };
+    }
+    f.clone()
+}
+
+fn is_terminating(old: Option<&Value>) -> bool {
+    old.and_then(|o| o.pointer("/metadata/deletionTimestamp")).is_some_and(|t| !t.is_null())
+}
+
+fn object_ref(req: &RequestIn, kind: &str) -> ObjectRef {
+    let meta = req.object.as_ref().and_then(|o| o.get("metadata"));
+    let name = req
+        .name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .or_else(|| meta.and_then(|m| m.get("name")).and_then(Value::as_str).map(str::to_owned))
+        .or_else(|| meta.and_then(|m| m.get("generateName")).and_then(Value::as_str).map(|g| format!("{g}*")))
+        .unwrap_or_default();
+    ObjectRef { kind: kind.to_owned(), namespace: req.namespace.clone().unwrap_or_default(), name }
+}
+
+/// Builds the AdmissionReview `request` for a synthetic self-check.
+pub fn synthetic_review(uid: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "operation": "CREATE",
+            "namespace": "sigil-self-check",
+            "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "self-check"}},
+            "dryRun": true
+        }
+    }))
+    .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_go_duration("1m0s"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_go_duration("5"), None);
+        assert_eq!(parse_go_duration("1e400s"), None);
+        assert_eq!(timeout_from_query(Some("timeout=5s")), Duration::from_secs(5));
+        assert_eq!(timeout_from_query(Some("timeout=99s")), MAX_TIMEOUT);
+        assert_eq!(timeout_from_query(None), DEFAULT_TIMEOUT);
+    }
+
+    #[test]
+    fn deadline_keeps_a_margin() {
+        let t0 = Instant::now();
+        assert_eq!(deadline_for(Duration::from_secs(10), t0), t0 + Duration::from_secs(9));
+        assert_eq!(deadline_for(Duration::from_secs(1), t0), t0 + Duration::from_millis(900));
+        assert_eq!(deadline_for(Duration::from_secs(30), t0), t0 + Duration::from_secs(29));
+    }
+}

@@ -1,0 +1,130 @@
+//! Prometheus metrics served on the admin port's `/metrics`.
+//!
+//! Owns every metric sigil exports and their label sets; the webhook, the
+//! registry client (through [`sigil_registry::Observer`]) and the server
+//! record into it. It does not serve HTTP itself.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdmissionLabels {
+    operation: String,
+    kind: String,
+    decision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RegistryLabels {
+    host: String,
+    method: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HostLabels {
+    host: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheLabels {
+    result: &'static str,
+}
+
+/// All of sigil's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    admissions: Family<AdmissionLabels, Counter>,
+    latency: Histogram,
+    images: Family<OutcomeLabels, Counter>,
+    registry_requests: Family<RegistryLabels, Counter>,
+    registry_latency: Family<HostLabels, Histogram>,
+    cache_lookups: Family<CacheLabels, Counter>,
+    /// Entries in the digest cache; set at scrape time.
+    pub cache_entries: Gauge,
+    /// Admission requests being handled now.
+    pub inflight: Gauge,
+    /// 1 while draining after SIGTERM.
+    pub draining: Gauge,
+    /// 1 while `/readyz` answers 200.
+    pub ready: Gauge,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.25 ms … ~16 s
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 17))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("sigil");
+        let m = Metrics {
+            admissions: Family::default(),
+            latency: latency_histogram(),
+            images: Family::default(),
+            registry_requests: Family::default(),
+            registry_latency: Family::new_with_constructor(latency_histogram),
+            cache_lookups: Family::default(),
+            cache_entries: Gauge::default(),
+            inflight: Gauge::default(),
+            draining: Gauge::default(),
+            ready: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register("admission_requests", "Admission requests by operation, kind and decision", m.admissions.clone());
+        registry.register("admission_duration_seconds", "Time to answer an admission request", m.latency.clone());
+        registry.register("images", "Image fields by outcome (pinned, rewritten, unchanged, denied, warned)", m.images.clone());
+        registry.register("registry_requests", "HTTP requests to registries by host, method and status", m.registry_requests.clone());
+        registry.register("registry_request_duration_seconds", "Registry request latency by host", m.registry_latency.clone());
+        registry.register("digest_cache_lookups", "Digest cache lookups by result (hit, miss)", m.cache_lookups.clone());
+        registry.register("digest_cache_entries", "Entries in the digest cache", m.cache_entries.clone());
+        registry.register("admission_inflight_requests", "Admission requests being handled", m.inflight.clone());
+        registry.register("draining", "1 while the server drains after SIGTERM", m.draining.clone());
+        registry.register("ready", "1 while /readyz answers 200", m.ready.clone());
+        Metrics { registry, ..m }
+    }
+}
+
+impl Metrics {
+    /// Records one answered admission request.
+    pub fn admission(&self, operation: &str, kind: &str, decision: &'static str, elapsed: Duration) {
+        self.admissions.get_or_create(&AdmissionLabels { operation: operation.to_owned(), kind: kind.to_owned(), decision }).inc();
+        self.latency.observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one image field's outcome.
+    pub fn image(&self, outcome: &'static str) {
+        self.images.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        s
+    }
+}
+
+impl sigil_registry::Observer for Metrics {
+    fn request(&self, host: &str, method: &str, status: &str, elapsed: Duration) {
+        self.registry_requests.get_or_create(&RegistryLabels { host: host.to_owned(), method: method.to_owned(), status: status.to_owned() }).inc();
+        self.registry_latency.get_or_create(&HostLabels { host: host.to_owned() }).observe(elapsed.as_secs_f64());
+    }
+
+    fn cache(&self, hit: bool) {
+        self.cache_lookups.get_or_create(&CacheLabels { result: if hit { "hit" } else { "miss" } }).inc();
+    }
+}

@@ -1,0 +1,329 @@
+//! The two listeners: HTTPS webhook (`POST /mutate`) and plain-HTTP admin
+//! (`/livez`, `/readyz`, `/metrics`), and the process lifecycle around them.
+//!
+//! Owns accepting TCP ourselves (TLS handshake under a timeout in its own
+//! task, header-read timeout, body limit), readiness as a latch set only after
+//! a real TLS self-check against our own port, and the drain on SIGTERM:
+//! not-ready at once, keep serving for `--shutdown-delay`, then stop accepting
+//! and finish in-flight requests. It makes no admission decisions.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use sigil_registry::Registry;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::admission::{MAX_BODY_BYTES, Webhook, deadline_for, timeout_from_query};
+use crate::metrics::Metrics;
+use crate::tls::ServingCert;
+
+/// How long a client may take to finish the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send request headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Upper bound on finishing in-flight requests after the drain delay.
+const FINISH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Everything `serve` needs, already loaded (nothing here touches the disk).
+#[derive(Debug)]
+pub struct ServeConfig {
+    /// Webhook HTTPS address.
+    pub listen: SocketAddr,
+    /// Admin HTTP address.
+    pub admin_listen: SocketAddr,
+    /// Serving certificate.
+    pub cert: ServingCert,
+    /// How long to keep serving after SIGTERM before closing the listener.
+    pub shutdown_delay: Duration,
+}
+
+/// Readiness and drain state, shared by the listeners.
+#[derive(Debug)]
+pub struct Health {
+    ready: AtomicBool,
+    draining: AtomicBool,
+    reason: Mutex<String>,
+}
+
+impl Health {
+    fn new() -> Self {
+        Health { ready: AtomicBool::new(false), draining: AtomicBool::new(false), reason: Mutex::new("starting: self-check has not passed yet".into()) }
+    }
+
+    fn set_ready(&self, metrics: &Metrics) {
+        self.ready.store(true, Ordering::SeqCst);
+        metrics.ready.set(1);
+    }
+
+    fn set_not_ready(&self, why: &str, metrics: &Metrics) {
+        self.ready.store(false, Ordering::SeqCst);
+        *self.reason.lock().unwrap_or_else(|p| p.into_inner()) = why.to_owned();
+        metrics.ready.set(0);
+    }
+
+    fn readiness(&self) -> Result<(), String> {
+        if self.draining.load(Ordering::SeqCst) {
+            return Err("draining: shutting down".into());
+        }
+        if self.ready.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(self.reason.lock().unwrap_or_else(|p| p.into_inner()).clone())
+        }
+    }
+}
+
+type Body = Full<Bytes>;
+
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+/// Runs the server until SIGTERM/SIGINT and the drain complete.
+pub async fn serve(cfg: ServeConfig, webhook: Arc<Webhook<Registry>>, registry: Registry, metrics: Arc<Metrics>) -> Result<()> {
+    let listener = TcpListener::bind(cfg.listen).await.with_context(|| format!("binding webhook listener {}", cfg.listen))?;
+    let admin = TcpListener::bind(cfg.admin_listen).await.with_context(|| format!("binding admin listener {}", cfg.admin_listen))?;
+    let addr = listener.local_addr()?;
+    let admin_addr = admin.local_addr()?;
+    tracing::info!(%addr, "webhook listening (HTTPS, POST /mutate)");
+    tracing::info!(addr = %admin_addr, "admin listening (HTTP, /livez /readyz /metrics)");
+
+    let health = Arc::new(Health::new());
+    let tls = crate::tls::server_config(&cfg.cert)?;
+    let acceptor = TlsAcceptor::from(tls);
+    let graceful = Arc::new(hyper_util::server::graceful::GracefulShutdown::new());
+
+    tokio::spawn(admin_loop(admin, health.clone(), metrics.clone(), registry.clone()));
+
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let accept = {
+        let graceful = graceful.clone();
+        let health = health.clone();
+        let webhook = webhook.clone();
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            loop {
+                let conn = tokio::select! {
+                    c = listener.accept() => c,
+                    _ = stop_rx.changed() => break,
+                };
+                let (tcp, peer) = match conn {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // EMFILE and friends: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = tcp.set_nodelay(true);
+                let acceptor = acceptor.clone();
+                let graceful = graceful.clone();
+                let health = health.clone();
+                let webhook = webhook.clone();
+                let metrics = metrics.clone();
+                tokio::spawn(async move {
+                    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let svc = service_fn(move |req| {
+                        let webhook = webhook.clone();
+                        let health = health.clone();
+                        let metrics = metrics.clone();
+                        async move { Ok::<_, Infallible>(handle_webhook(req, &webhook, &health, &metrics).await) }
+                    });
+                    let mut builder = auto::Builder::new(TokioExecutor::new());
+                    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).keep_alive(true);
+                    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(256);
+                    let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+                    if let Err(e) = graceful.watch(conn).await {
+                        tracing::debug!(%peer, error = %e, "connection ended with error");
+                    }
+                });
+            }
+        })
+    };
+
+    // Ready only once a real TLS client gets a real answer from our own port.
+    let leaf = cfg.cert.chain.first().cloned();
+    let check_addr = if addr.ip().is_unspecified() { SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port()) } else { addr };
+    {
+        let health = health.clone();
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let mut attempt = 0u32;
+            loop {
+                if health.draining.load(Ordering::SeqCst) {
+                    return;
+                }
+                match crate::selfcheck::check(check_addr, leaf.as_ref()).await {
+                    Ok(()) => {
+                        health.set_ready(&metrics);
+                        tracing::info!(elapsed_ms = started.elapsed().as_secs_f64() * 1000.0, "self-check passed; ready");
+                        return;
+                    }
+                    Err(e) => {
+                        attempt += 1;
+                        health.set_not_ready(&format!("self-check failed: {e:#}"), &metrics);
+                        if attempt % 20 == 1 {
+                            tracing::warn!(error = %format!("{e:#}"), "self-check failed; not ready");
+                        }
+                        tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt.min(20)))).await;
+                    }
+                }
+            }
+        });
+    }
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).context("installing SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+    health.draining.store(true, Ordering::SeqCst);
+    health.set_not_ready("draining: shutting down", &metrics);
+    metrics.draining.set(1);
+    tracing::info!(delay_ms = cfg.shutdown_delay.as_millis() as u64, "signal received: not ready; still serving until endpoints are removed");
+    let second = async {
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::sleep(cfg.shutdown_delay) => {},
+        _ = second => {
+            tracing::warn!("second signal: exiting now");
+            return Ok(());
+        }
+    }
+    let _ = stop_tx.send(true);
+    let _ = accept.await;
+    tracing::info!("listener closed; finishing in-flight requests");
+    let graceful = Arc::try_unwrap(graceful).unwrap_or_else(|_| hyper_util::server::graceful::GracefulShutdown::new());
+    match tokio::time::timeout(FINISH_TIMEOUT, graceful.shutdown()).await {
+        Ok(()) => tracing::info!("drained; exiting"),
+        Err(_) => tracing::warn!("in-flight requests did not finish in time; exiting"),
+    }
+    Ok(())
+}
+
+async fn handle_webhook(req: Request<Incoming>, webhook: &Webhook<Registry>, health: &Health, metrics: &Metrics) -> Response<Body> {
+    let mut resp = webhook_response(req, webhook, metrics).await;
+    if health.draining.load(Ordering::SeqCst) {
+        // HTTP/1.1 clients reconnect (to another replica) for their next request.
+        resp.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    }
+    resp
+}
+
+async fn webhook_response(req: Request<Incoming>, webhook: &Webhook<Registry>, metrics: &Metrics) -> Response<Body> {
+    let start = Instant::now();
+    if req.uri().path() != "/mutate" {
+        return text(StatusCode::NOT_FOUND, "not found: sigil serves POST /mutate\n");
+    }
+    if req.method() != Method::POST {
+        let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed: use POST\n");
+        r.headers_mut().insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+        return r;
+    }
+    let too_big = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()).is_some_and(|n| n > MAX_BODY_BYTES as u64);
+    if too_big {
+        return text(StatusCode::PAYLOAD_TOO_LARGE, format!("request body larger than {MAX_BODY_BYTES} bytes\n"));
+    }
+    let timeout = timeout_from_query(req.uri().query());
+    let deadline = deadline_for(timeout, start);
+    metrics.inflight.inc();
+    let _guard = InflightGuard(metrics);
+    let body = match Limited::new(req.into_body(), MAX_BODY_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            let status = if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() { StatusCode::PAYLOAD_TOO_LARGE } else { StatusCode::BAD_REQUEST };
+            return text(status, format!("reading request body: {e}\n"));
+        }
+    };
+    match webhook.review(&body, deadline).await {
+        Ok((bytes, verdict)) => {
+            webhook.record(&verdict, start.elapsed());
+            let mut r = Response::new(Full::new(Bytes::from(bytes)));
+            r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+            r
+        }
+        Err(e) => {
+            metrics.admission("", "", "bad_request", start.elapsed());
+            tracing::warn!(error = %e, "bad admission request");
+            text(StatusCode::BAD_REQUEST, format!("{e}\n"))
+        }
+    }
+}
+
+struct InflightGuard<'a>(&'a Metrics);
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.inflight.dec();
+    }
+}
+
+async fn admin_loop(listener: TcpListener, health: Arc<Health>, metrics: Arc<Metrics>, registry: Registry) {
+    loop {
+        let (tcp, _) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let health = health.clone();
+        let metrics = metrics.clone();
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let r = match (req.method(), req.uri().path()) {
+                    (&Method::GET | &Method::HEAD, "/livez") => text(StatusCode::OK, "ok\n"),
+                    (&Method::GET | &Method::HEAD, "/readyz") => match health.readiness() {
+                        Ok(()) => text(StatusCode::OK, "ok\n"),
+                        Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+                    },
+                    (&Method::GET, "/metrics") => {
+                        metrics.cache_entries.set(i64::try_from(registry.cache_size()).unwrap_or(i64::MAX));
+                        let mut r = text(StatusCode::OK, metrics.encode());
+                        r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"));
+                        r
+                    }
+                    _ => text(StatusCode::NOT_FOUND, "not found: /livez /readyz /metrics\n"),
+                };
+                async move { Ok::<_, Infallible>(r) }
+            });
+            let mut b = hyper::server::conn::http1::Builder::new();
+            b.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+            let _ = b.serve_connection(TokioIo::new(tcp), svc).await;
+        });
+    }
+}

@@ -1,0 +1,138 @@
+//! Serving certificates: loading PEM files, or minting a CA and serving
+//! certificate in memory when none are given.
+//!
+//! Owns the rustls `ServerConfig` sigil serves with (TLS 1.2+ only, h2 and
+//! http/1.1 via ALPN) and the certificate it presents. It does not watch files
+//! or talk to the Kubernetes API.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// A serving certificate chain and key, plus the CA bundle clients must trust.
+#[derive(Debug)]
+pub struct ServingCert {
+    /// Leaf first.
+    pub chain: Vec<CertificateDer<'static>>,
+    /// Private key of the leaf.
+    pub key: PrivateKeyDer<'static>,
+    /// PEM of the CA that issued the leaf (the webhook's caBundle), when known.
+    pub ca_pem: Option<String>,
+}
+
+/// Loads `--tls-cert` / `--tls-key`.
+pub fn load_files(cert: &std::path::Path, key: &std::path::Path) -> Result<ServingCert> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("reading TLS certificate {}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("parsing TLS certificate {}", cert.display()))?;
+    if chain.is_empty() {
+        bail!("{} holds no PEM certificate", cert.display());
+    }
+    let key = PrivateKeyDer::from_pem_file(key).with_context(|| format!("reading TLS private key {}", key.display()))?;
+    Ok(ServingCert { chain, key, ca_pem: None })
+}
+
+/// Mints a CA and a serving certificate for `names` (DNS names or IPs).
+/// The CA is separate from the leaf because rustls clients refuse a
+/// self-signed certificate used as its own CA.
+pub fn self_signed(names: &[String]) -> Result<ServingCert> {
+    let ca_key = KeyPair::generate().context("generating CA key")?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).context("CA params")?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "sigil self-signed CA");
+    ca_params.distinguished_name = dn;
+    let ca_cert = ca_params.self_signed(&ca_key).context("self-signing CA")?;
+    let issuer = Issuer::new(ca_params, ca_key);
+
+    let leaf_key = KeyPair::generate().context("generating serving key")?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).context("serving cert params")?;
+    for n in names {
+        params.subject_alt_names.push(match n.parse::<std::net::IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) => SanType::DnsName(n.clone().try_into().with_context(|| format!("{n:?} is not a valid DNS name"))?),
+        });
+    }
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, names.first().cloned().unwrap_or_else(|| "sigil".into()));
+    params.distinguished_name = dn;
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    let leaf = params.signed_by(&leaf_key, &issuer).context("signing serving cert")?;
+    Ok(ServingCert {
+        chain: vec![leaf.der().clone(), ca_cert.der().clone()],
+        key: PrivateKeyDer::try_from(leaf_key.serialize_der()).map_err(|e| anyhow::anyhow!("serving key: {e}"))?,
+        ca_pem: Some(ca_cert.pem()),
+    })
+}
+
+/// The rustls provider sigil uses everywhere.
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// A TLS 1.2+/h2 server config for `cert`.
+pub fn server_config(cert: &ServingCert) -> Result<Arc<ServerConfig>> {
+    let mut cfg = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .context("TLS versions")?
+        .with_no_client_auth()
+        .with_single_cert(cert.chain.clone(), cert.key.clone_key())
+        .context("serving certificate and key do not match")?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// The names a self-signed serving certificate covers: localhost, loopback
+/// and this host's name.
+pub fn default_names() -> Vec<String> {
+    let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
+    if let Ok(h) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        let h = h.trim();
+        if !h.is_empty() && !names.iter().any(|n| n == h) {
+            names.push(h.to_owned());
+        }
+    }
+    names
+}
+
+/// Writes `contents` to `path` atomically (temp file in the same directory, then rename).
+pub fn write_atomic(path: &std::path::Path, contents: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(contents).and_then(|_| f.sync_all()).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_signed_chain_verifies_with_its_ca() {
+        let c = self_signed(&default_names()).unwrap();
+        let cfg = server_config(&c).unwrap();
+        assert!(cfg.alpn_protocols.contains(&b"h2".to_vec()));
+        let ca = c.ca_pem.unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider()).build().unwrap();
+        let now = rustls::pki_types::UnixTime::now();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        verifier.verify_server_cert(&c.chain[0], &c.chain[1..], &name, &[], now).unwrap();
+        let ip = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        verifier.verify_server_cert(&c.chain[0], &c.chain[1..], &ip, &[], now).unwrap();
+    }
+}
