@@ -38,11 +38,7 @@ pub(crate) struct HostClient {
 /// Builds the TLS config: system roots, Mozilla's roots (for minimal images
 /// without a CA bundle), and the host's extra CA. TLS 1.2+ only.
 fn tls_config(extra_ca: Option<&str>) -> Result<rustls::ClientConfig, RegistryError> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    for cert in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(cert);
-    }
+    let mut roots = base_roots().clone();
     if let Some(ca) = extra_ca {
         let pem = if ca.contains("-----BEGIN") {
             ca.as_bytes().to_vec()
@@ -68,6 +64,20 @@ fn tls_config(extra_ca: Option<&str>) -> Result<rustls::ClientConfig, RegistryEr
         .with_no_client_auth();
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(cfg)
+}
+
+/// System and Mozilla roots, parsed once per process: reading the system
+/// bundle costs milliseconds, and every host client needs it.
+fn base_roots() -> &'static rustls::RootCertStore {
+    static ROOTS: std::sync::OnceLock<rustls::RootCertStore> = std::sync::OnceLock::new();
+    ROOTS.get_or_init(|| {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        for cert in rustls_native_certs::load_native_certs().certs {
+            let _ = roots.add(cert);
+        }
+        roots
+    })
 }
 
 fn ca_label(ca: &str) -> String {
@@ -126,9 +136,11 @@ impl Lookup<'_> {
                 if let Some(d) = r.headers.get("docker-content-digest").and_then(|v| v.to_str().ok()) {
                     return Digest::parse(d.trim()).map_err(|e| ResolveFailure::BadResponse { detail: format!("Docker-Content-Digest {d:?}: {e}") });
                 }
-            } else {
+            } else if r.status != StatusCode::NOT_FOUND {
                 return Err(failure_for(&r));
             }
+            // A HEAD 404 has no body; the GET below tells which is unknown
+            // (MANIFEST_UNKNOWN vs NAME_UNKNOWN), which is what users need.
         }
         // No digest header, or a platform to pick: read the body and hash it ourselves.
         let r = self.send(Method::GET, &url, domain, &scope).await?;

@@ -225,7 +225,7 @@ impl<R: DigestResolver> Webhook<R> {
 
         let skip = match operation.as_str() {
             "DELETE" | "CONNECT" => Some("operation"),
-            _ if is_terminating(req.old_object.as_ref()) => Some("terminating"),
+            "UPDATE" if is_terminating(req.old_object.as_ref()) || is_terminating(req.object.as_ref()) => Some("terminating"),
             _ if req.namespace.as_deref().is_some_and(|ns| self.engine.policy.is_exempt(ns)) => Some("exempt-namespace"),
             "CREATE" | "UPDATE" => None,
             _ => Some("operation"),
@@ -320,6 +320,12 @@ impl<R: DigestResolver> Webhook<R> {
     }
 }
 
+/// Marked for deletion: only finalizer removal and status changes remain, and
+/// blocking them keeps the object alive forever (Connaisseur #2053).
+fn is_terminating(obj: Option<&Value>) -> bool {
+    obj.and_then(|o| o.pointer("/metadata/deletionTimestamp")).is_some_and(|t| !t.is_null())
+}
+
 /// On UPDATE, an image that the old object already had is not new to the
 /// cluster: failing to resolve it again warns instead of blocking unrelated
 /// edits (labels, replicas) of a running workload. Static denials still block.
@@ -329,10 +335,6 @@ fn downgrade_unchanged(f: &Finding, old: Option<&Value>) -> Finding {
         return Finding { mode: Mode::Warn, ..f.clone() };
     }
     f.clone()
-}
-
-fn is_terminating(old: Option<&Value>) -> bool {
-    old.and_then(|o| o.pointer("/metadata/deletionTimestamp")).is_some_and(|t| !t.is_null())
 }
 
 fn object_ref(req: &RequestIn, kind: &str) -> ObjectRef {

@@ -117,6 +117,7 @@ pub fn write_atomic(path: &std::path::Path, contents: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::client::danger::ServerCertVerifier;
 
     #[test]
     fn self_signed_chain_verifies_with_its_ca() {

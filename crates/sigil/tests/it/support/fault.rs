@@ -1,0 +1,78 @@
+//! A loopback HTTP server for faults a real registry cannot make: slowness,
+//! 5xx, 429 with Retry-After. Everything else is tested against the real one.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+
+#[derive(Clone, Copy, Debug)]
+pub enum Fault {
+    /// Sleep, then answer 200 with a digest.
+    Slow(Duration),
+    /// Answer this status.
+    Status(u16),
+    /// 429 with Retry-After: N the first time, then 200.
+    RateLimitOnce(u64),
+}
+
+pub const DIGEST: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+pub struct FaultServer {
+    pub addr: SocketAddr,
+    pub hits: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FaultServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FaultServer {
+    pub async fn start(fault: Fault) -> FaultServer {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = l.accept().await else { return };
+                let h = h.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |_req: hyper::Request<hyper::body::Incoming>| {
+                        let n = h.fetch_add(1, Ordering::SeqCst);
+                        async move {
+                            let mut b = hyper::Response::builder();
+                            let status = match fault {
+                                Fault::Slow(d) => {
+                                    tokio::time::sleep(d).await;
+                                    200
+                                }
+                                Fault::Status(s) => s,
+                                Fault::RateLimitOnce(secs) if n == 0 => {
+                                    b = b.header("retry-after", secs.to_string());
+                                    429
+                                }
+                                Fault::RateLimitOnce(_) => 200,
+                            };
+                            if status == 200 {
+                                b = b.header("docker-content-digest", DIGEST).header("content-type", "application/vnd.oci.image.manifest.v1+json");
+                            }
+                            Ok::<_, Infallible>(b.status(status).body(Full::new(Bytes::new())).unwrap())
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tcp), svc).await;
+                });
+            }
+        });
+        FaultServer { addr, hits, task }
+    }
+}

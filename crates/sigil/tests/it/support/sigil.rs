@@ -1,0 +1,266 @@
+//! `sigil serve` as a real child process on 127.0.0.1:0, and a client that
+//! behaves like kube-apiserver: HTTPS verified against the caBundle,
+//! AdmissionReview v1, a timeout, applies the returned JSONPatch, checks the
+//! result still decodes into its Kubernetes type, and reinvokes once
+//! (reinvocationPolicy IfNeeded).
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+pub struct Sigil {
+    child: Child,
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub ca_pem: String,
+    pub logs: Arc<Mutex<Vec<String>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Sigil {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sigil")
+}
+
+impl Sigil {
+    /// Starts `sigil serve` with `policy` (None = embedded default) and waits for /readyz.
+    pub async fn start(policy: Option<&str>, extra: &[&str]) -> Sigil {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_out = dir.path().join("ca.pem");
+        let mut cmd = Command::new(bin());
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--shutdown-delay", "0s", "--log-format", "json"]);
+        cmd.arg("--ca-bundle-out").arg(&ca_out);
+        if let Some(p) = policy {
+            let path = dir.path().join("policy.yaml");
+            std::fs::write(&path, p).unwrap();
+            cmd.arg("--policy").arg(path);
+        }
+        cmd.args(extra);
+        cmd.env("SIGIL_LOG", "info");
+        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn sigil");
+        let stderr = child.stderr.take().unwrap();
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel::<(String, SocketAddr)>();
+        {
+            let logs = logs.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                        let msg = v["message"].as_str().unwrap_or_default();
+                        if let Some(a) = v["addr"].as_str().and_then(|a| a.parse().ok()) {
+                            let _ = tx.send((msg.to_string(), a));
+                        }
+                    }
+                    logs.lock().unwrap().push(line);
+                }
+            });
+        }
+        let (mut addr, mut admin) = (None, None);
+        let until = Instant::now() + Duration::from_secs(20);
+        while addr.is_none() || admin.is_none() {
+            let left = until.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((m, a)) if m.starts_with("webhook") => addr = Some(a),
+                Ok((m, a)) if m.starts_with("admin") => admin = Some(a),
+                Ok(_) => {}
+                Err(_) => panic!("sigil did not log its listen addresses; logs: {:?}", logs.lock().unwrap()),
+            }
+        }
+        let ca_pem = match extra.iter().position(|a| *a == "--tls-cert") {
+            Some(_) => String::new(),
+            None => std::fs::read_to_string(&ca_out).unwrap(),
+        };
+        let s = Sigil { child, addr: addr.unwrap(), admin: admin.unwrap(), ca_pem, logs, _dir: dir };
+        s.wait_ready().await;
+        s
+    }
+
+    pub async fn wait_ready(&self) {
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = reqwest::get(format!("http://{}/readyz", self.admin)).await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            assert!(Instant::now() < until, "sigil never became ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("http://{}/metrics", self.admin)).await.unwrap().text().await.unwrap()
+    }
+
+    /// Sum of a counter's samples whose labels contain every `filter` pair.
+    pub async fn counter(&self, name: &str, filter: &[(&str, &str)]) -> f64 {
+        let text = self.metrics().await;
+        text.lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter(|l| filter.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+
+    pub fn api(&self, ca_pem: &str) -> ApiServer {
+        let client = reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap()])
+            .build()
+            .unwrap();
+        ApiServer { client, url: format!("https://localhost:{}/mutate", self.addr.port()) }
+    }
+
+    pub fn apiserver(&self) -> ApiServer {
+        self.api(&self.ca_pem)
+    }
+}
+
+pub struct ApiServer {
+    pub client: reqwest::Client,
+    pub url: String,
+}
+
+/// What the API server ends up with after calling the webhook.
+#[derive(Debug)]
+pub struct Admitted {
+    pub response: Value,
+    pub allowed: bool,
+    pub object: Value,
+    pub patched: bool,
+    pub warnings: Vec<String>,
+    pub message: String,
+    /// The answer to the reinvocation, if the first call patched.
+    pub reinvoked: Option<Box<Admitted>>,
+}
+
+impl ApiServer {
+    pub async fn raw(&self, body: Vec<u8>, timeout: Duration) -> reqwest::Response {
+        self.client
+            .post(format!("{}?timeout={}s", self.url, timeout.as_secs()))
+            .header("content-type", "application/json")
+            .timeout(timeout)
+            .body(body)
+            .send()
+            .await
+            .expect("webhook call failed (kube-apiserver would apply failurePolicy)")
+    }
+
+    /// Sends `review` like kube-apiserver and applies the answer.
+    pub async fn admit(&self, review: &Value, timeout: Duration) -> Admitted {
+        self.admit_inner(review, timeout, true).await
+    }
+
+    fn admit_inner<'a>(&'a self, review: &'a Value, timeout: Duration, reinvoke: bool) -> std::pin::Pin<Box<dyn std::future::Future<Output = Admitted> + Send + 'a>> {
+        Box::pin(async move {
+            let resp = self.raw(serde_json::to_vec(review).unwrap(), timeout).await;
+            assert_eq!(resp.status(), 200, "webhook answered {}", resp.status());
+            let out: Value = serde_json::from_slice(&resp.bytes().await.expect("body")).expect("answer is JSON");
+            assert_eq!(out["apiVersion"], review["apiVersion"], "answer must use the request's AdmissionReview version");
+            assert_eq!(out["kind"], "AdmissionReview");
+            let r = &out["response"];
+            assert_eq!(r["uid"], review["request"]["uid"], "uid must be echoed");
+            let allowed = r["allowed"].as_bool().expect("allowed is a bool");
+            let mut object = review["request"]["object"].clone();
+            let mut patched = false;
+            if let Some(p) = r.get("patch").and_then(Value::as_str) {
+                assert_eq!(r["patchType"], "JSONPatch");
+                let bytes = base64::engine::general_purpose::STANDARD.decode(p).expect("patch is base64");
+                let patch: json_patch::Patch = serde_json::from_slice(&bytes).expect("patch is a JSONPatch");
+                let decoded_before = decodes(&object).is_ok();
+                json_patch::patch(&mut object, &patch).expect("patch applies");
+                patched = true;
+                if decoded_before {
+                    assert_decodes(&object);
+                }
+            }
+            let warnings = r["warnings"].as_array().map(|w| w.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default();
+            let message = r["status"]["message"].as_str().unwrap_or_default().to_string();
+            let reinvoked = if patched && reinvoke && allowed {
+                let mut again = review.clone();
+                again["request"]["uid"] = json!(format!("{}-reinvoke", review["request"]["uid"].as_str().unwrap_or("x")));
+                again["request"]["object"] = object.clone();
+                Some(Box::new(self.admit_inner(&again, timeout, false).await))
+            } else {
+                None
+            };
+            Admitted { response: out, allowed, object, patched, warnings, message, reinvoked }
+        })
+    }
+}
+
+/// The patched object must still decode as its Kubernetes type.
+pub fn assert_decodes(obj: &Value) {
+    if let Err(e) = decodes(obj) {
+        panic!("patched {} no longer decodes: {e}\n{obj:#}", obj["kind"]);
+    }
+}
+
+/// Decodes `obj` as its Kubernetes type (fixtures may be trimmed captures
+/// that never decoded; only a decoding object must keep decoding).
+pub fn decodes(obj: &Value) -> Result<(), serde_json::Error> {
+    use k8s_openapi::api::{apps::v1 as apps, batch::v1 as batch, core::v1 as core};
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    let mut o = obj.clone();
+    let fix = |o: &mut Value, av: &str| o["apiVersion"] = json!(av);
+    let r = match kind {
+        "Pod" => serde_json::from_value::<core::Pod>(o).map(|_| ()),
+        "PodTemplate" => serde_json::from_value::<core::PodTemplate>(o).map(|_| ()),
+        "ReplicationController" => serde_json::from_value::<core::ReplicationController>(o).map(|_| ()),
+        "Deployment" => {
+            fix(&mut o, "apps/v1");
+            serde_json::from_value::<apps::Deployment>(o).map(|_| ())
+        }
+        "ReplicaSet" => {
+            fix(&mut o, "apps/v1");
+            serde_json::from_value::<apps::ReplicaSet>(o).map(|_| ())
+        }
+        "DaemonSet" => serde_json::from_value::<apps::DaemonSet>(o).map(|_| ()),
+        "StatefulSet" => serde_json::from_value::<apps::StatefulSet>(o).map(|_| ()),
+        "Job" => serde_json::from_value::<batch::Job>(o).map(|_| ()),
+        "CronJob" => {
+            fix(&mut o, "batch/v1");
+            serde_json::from_value::<batch::CronJob>(o).map(|_| ())
+        }
+        _ => Ok(()),
+    };
+    r
+}
+
+/// A v1 AdmissionReview for `object`.
+pub fn review(operation: &str, namespace: &str, object: Value) -> Value {
+    let kind = object["kind"].as_str().unwrap_or("Pod").to_string();
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": format!("uid-{}", super::registry::uniq()),
+            "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": format!("{}s", kind.to_lowercase())},
+            "operation": operation,
+            "namespace": namespace,
+            "userInfo": {"username": "test"},
+            "object": object,
+            "dryRun": false
+        }
+    })
+}
+
+pub fn pod(name: &str, images: &[&str]) -> Value {
+    let containers: Vec<Value> = images.iter().enumerate().map(|(i, im)| json!({"name": format!("c{i}"), "image": im})).collect();
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": {"containers": containers}})
+}
