@@ -33,11 +33,13 @@ struct Glob {
     wild: bool,
 }
 
-/// Ordering key: more literal segments first, then the longer literal prefix.
+/// Ordering key: more literal segments first, then the longer literal
+/// prefix, then more literal characters overall (so `*.corp.com/**` beats `**`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Specificity {
     literal_segments: usize,
     literal_prefix: usize,
+    literal_chars: usize,
 }
 
 /// Why a pattern is malformed.
@@ -108,12 +110,13 @@ impl Pattern {
         let literal_segments = segments.iter().filter(|s| matches!(s, Segment::Glob(g) if !g.wild)).count()
             + usize::from(tag.as_ref().is_some_and(|t| !t.wild));
         let literal_prefix = normalized.find('*').unwrap_or(normalized.len() + 1);
+        let literal_chars = normalized.chars().filter(|c| *c != '*').count();
         Ok(Pattern {
             source: src.to_owned(),
             normalized,
             segments,
             tag,
-            specificity: Specificity { literal_segments, literal_prefix },
+            specificity: Specificity { literal_segments, literal_prefix, literal_chars },
         })
     }
 
@@ -170,7 +173,7 @@ impl PartialOrd for Specificity {
 
 impl Ord for Specificity {
     fn cmp(&self, other: &Self) -> Ordering {
-        (self.literal_segments, self.literal_prefix).cmp(&(other.literal_segments, other.literal_prefix))
+        (self.literal_segments, self.literal_prefix, self.literal_chars).cmp(&(other.literal_segments, other.literal_prefix, other.literal_chars))
     }
 }
 
@@ -320,6 +323,8 @@ mod tests {
         assert!(s("registry.example.com/**") > s("**"));
         assert!(s("docker.io/library/nginx:1.*") > s("docker.io/library/nginx:*"));
         assert!(s("registry.example.com/team/app-*") > s("registry.example.com/team/*"));
+        assert!(s("*.internal.example.com/**") > s("**"));
+        assert!(s("*/library/*") > s("*/*/*"));
     }
 
     #[test]

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs sigil's fuzz targets with cargo-fuzz (nightly).
+#   scripts/fuzz.sh smoke            # CI: a short run of every target
+#   scripts/fuzz.sh run TARGET RUNS  # e.g. scripts/fuzz.sh run admission 1000000
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+targets=(reference policy admission)
+seeds() {
+  case "$1" in
+    admission) echo "fuzz/seeds/empty crates/sigil/tests/fixtures/admission_requests" ;;
+    *) echo "fuzz/seeds/$1" ;;
+  esac
+}
+run() {
+  local t=$1 runs=$2
+  mkdir -p "fuzz/corpus/$t" fuzz/seeds/empty
+  # shellcheck disable=SC2046
+  cargo +nightly fuzz run "$t" "fuzz/corpus/$t" $(seeds "$t") -- -runs="$runs" -max_len=65536 -timeout=10 -print_final_stats=1 2>&1 | grep -E "stat::number_of_executed_units|Done|ERROR|panicked|SUMMARY" || true
+  test "${PIPESTATUS[0]}" -eq 0
+}
+case "${1:-smoke}" in
+  smoke) for t in "${targets[@]}"; do run "$t" "${SMOKE_RUNS:-20000}"; done ;;
+  run) run "$2" "${3:-1000000}" ;;
+  *) echo "usage: $0 smoke | run TARGET [RUNS]" >&2; exit 2 ;;
+esac

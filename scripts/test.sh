@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# sigil's whole test suite, runnable on a fresh Debian machine.
+# Installs what the tests need (the real CNCF registry, htpasswd, cargo tools),
+# then: format, lints, unit + integration tests, bench smoke, fuzz smoke.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+need_apt=()
+command -v docker-registry >/dev/null || need_apt+=(docker-registry)
+command -v htpasswd >/dev/null || need_apt+=(apache2-utils)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "== installing ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked
+
+echo "== fmt";    cargo fmt --all --check
+echo "== clippy"; cargo clippy --workspace --all-targets -- -D warnings
+echo "== tests";  cargo nextest run --workspace --no-fail-fast
+echo "== bench smoke (each benchmark once)"; cargo test --workspace --benches -q
+echo "== doctests"; cargo test --workspace --doc -q
+if [ "${SIGIL_SKIP_FUZZ:-}" != 1 ] && rustup toolchain list | grep -q nightly; then
+  echo "== fuzz smoke"; scripts/fuzz.sh smoke
+fi
+echo "== all tests passed"
