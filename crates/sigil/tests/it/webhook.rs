@@ -239,6 +239,41 @@ async fn htpasswd_registry_needs_the_policy_credentials_and_secrets_stay_out_of_
     assert!(!logs.contains("s3cr3t-pa55") && !logs.contains(&auth), "a secret reached the logs");
 }
 
+/// The real registry in token mode: sigil follows the Bearer challenge to the
+/// token service, with the policy's credentials, and caches the token.
+#[tokio::test]
+async fn bearer_token_registry_is_resolved_through_the_token_service() {
+    let ts = crate::support::token::TokenServer::start("robot", "t0ken-pa55").await;
+    let mut reg = TestRegistry::start(Mode::Token { realm: format!("http://{}/token", ts.addr), cert_pem: ts.cert_pem.clone() }).await;
+    reg.bearer = Some(ts.push_token("tok/app"));
+    let h = reg.host();
+    let d = reg.push_image("tok/app", "v1").await;
+    let img = format!("{h}/tok/app:v1");
+    // Anonymous: the token service refuses and the denial says so.
+    let s = Sigil::start(Some(&policy(&format!("  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n"))), &[]).await;
+    let got = s.apiserver().admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
+    assert!(!got.allowed && got.message.contains("token service refused"), "{}", got.message);
+    drop(s);
+    let dir = tempfile::tempdir().unwrap();
+    let pw = dir.path().join("pw");
+    std::fs::write(&pw, "t0ken-pa55").unwrap();
+    let s = Sigil::start(
+        Some(&policy(&format!("  registries:\n    - host: \"{h}\"\n      insecure: true\n      auth: {{username: robot, passwordFile: \"{}\"}}\n  pin: {{cacheTTL: 1ms}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n", pw.display()))),
+        &[],
+    )
+    .await;
+    let api = s.apiserver();
+    let got = api.admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
+    assert_eq!(images_of(&got.object), [format!("{img}@{d}")], "{}", got.message);
+    let hits = ts.hits.load(std::sync::atomic::Ordering::SeqCst);
+    // Digest cache expired (1ms TTL), token still valid: no new token request.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let got = api.admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
+    assert!(got.patched);
+    assert_eq!(ts.hits.load(std::sync::atomic::Ordering::SeqCst), hits, "token is reused until it expires");
+    assert!(!s.logs().contains("t0ken-pa55"));
+}
+
 #[tokio::test]
 async fn tls_registry_is_trusted_only_with_the_policy_ca() {
     let reg = TestRegistry::start(Mode::Tls).await;

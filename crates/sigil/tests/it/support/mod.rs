@@ -5,6 +5,7 @@
 pub mod fault;
 pub mod registry;
 pub mod sigil;
+pub mod token;
 
 use std::path::PathBuf;
 

@@ -15,6 +15,8 @@ pub enum Mode {
     Plain,
     Tls,
     Htpasswd { user: &'static str, password: &'static str },
+    /// Bearer tokens from this token service (realm), verified with its certificate.
+    Token { realm: String, cert_pem: String },
 }
 
 pub struct TestRegistry {
@@ -23,6 +25,8 @@ pub struct TestRegistry {
     pub dir: tempfile::TempDir,
     pub ca_pem: Option<String>,
     pub basic: Option<(String, String)>,
+    /// Sent on pushes instead of Basic credentials.
+    pub bearer: Option<String>,
     http: reqwest::Client,
     scheme: &'static str,
 }
@@ -81,6 +85,15 @@ impl TestRegistry {
                     auth_cfg = format!("auth:\n  htpasswd:\n    realm: sigil-test\n    path: {}\n", dir.path().join("htpasswd").display());
                     basic = Some((user.to_string(), password.to_string()));
                 }
+                Mode::Token { realm, cert_pem } => {
+                    std::fs::write(dir.path().join("token-root.pem"), cert_pem).unwrap();
+                    auth_cfg = format!(
+                        "auth:\n  token:\n    realm: {realm}\n    service: {}\n    issuer: {}\n    rootcertbundle: {}\n",
+                        super::token::SERVICE,
+                        super::token::ISSUER,
+                        dir.path().join("token-root.pem").display()
+                    );
+                }
             }
             let config = format!(
                 "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n{http_cfg}{auth_cfg}",
@@ -93,7 +106,7 @@ impl TestRegistry {
             if let Some(ca) = &ca_pem {
                 b = b.tls_certs_only([reqwest::Certificate::from_pem(ca.as_bytes()).unwrap()]);
             }
-            let mut reg = TestRegistry { child, addr, dir, ca_pem, basic, http: b.build().unwrap(), scheme };
+            let mut reg = TestRegistry { child, addr, dir, ca_pem, basic, bearer: None, http: b.build().unwrap(), scheme };
             if reg.wait_up().await {
                 return reg;
             }
@@ -127,9 +140,10 @@ impl TestRegistry {
     }
 
     fn auth(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        match &self.basic {
-            Some((u, p)) => rb.basic_auth(u, Some(p)),
-            None => rb,
+        match (&self.basic, &self.bearer) {
+            (Some((u, p)), _) => rb.basic_auth(u, Some(p)),
+            (None, Some(t)) => rb.bearer_auth(t),
+            (None, None) => rb,
         }
     }
 
