@@ -30,7 +30,10 @@ fn bench_parse(c: &mut Criterion) {
     for (name, s) in [
         ("short", "nginx"),
         ("tagged", "registry.example.com/team/app:v1.2.3"),
-        ("digest", "localhost:5000/a/b:c@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
+        (
+            "digest",
+            "localhost:5000/a/b:c@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        ),
     ] {
         g.bench_function(name, |b| b.iter(|| Reference::parse(black_box(s))));
     }
@@ -40,7 +43,14 @@ fn bench_parse(c: &mut Criterion) {
 fn bench_match(c: &mut Criterion) {
     let p = Policy::from_yaml(POLICY).expect("bench policy");
     let mut g = c.benchmark_group("rule_match");
-    for (name, s) in [("literal", "registry.example.com/team/app:v1"), ("mirror_inverse", "mirror.internal:5000/dockerhub/bitnami/redis:7"), ("catch_all", "ghcr.io/x/y:z")] {
+    for (name, s) in [
+        ("literal", "registry.example.com/team/app:v1"),
+        (
+            "mirror_inverse",
+            "mirror.internal:5000/dockerhub/bitnami/redis:7",
+        ),
+        ("catch_all", "ghcr.io/x/y:z"),
+    ] {
         g.bench_function(name, |b| b.iter(|| p.plan(black_box(s))));
     }
     g.finish();
@@ -58,12 +68,22 @@ fn bench_pod(c: &mut Criterion) {
             ]
         }
     });
-    let d = Digest::parse("sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855").expect("digest");
+    let d =
+        Digest::parse("sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+            .expect("digest");
     c.bench_function("walk_plan_patch_3_container_pod", |b| {
         b.iter(|| {
             let fields = image_fields(black_box(&pod));
-            let news: Vec<String> = fields.iter().filter_map(|f| p.plan(&f.value).ok()).map(|pl| pl.final_image(Some(&d))).collect();
-            let reps: Vec<Replacement<'_>> = fields.iter().zip(&news).map(|(field, new)| Replacement { field, new }).collect();
+            let news: Vec<String> = fields
+                .iter()
+                .filter_map(|f| p.plan(&f.value).ok())
+                .map(|pl| pl.final_image(Some(&d)))
+                .collect();
+            let reps: Vec<Replacement<'_>> = fields
+                .iter()
+                .zip(&news)
+                .map(|(field, new)| Replacement { field, new })
+                .collect();
             let patch = build_patch(&reps);
             serde_json::to_vec(&patch).map(|v| v.len())
         })

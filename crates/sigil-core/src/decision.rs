@@ -108,18 +108,35 @@ impl ResolveFailure {
 
     /// Whether the failure may go away by itself (worth caching only briefly).
     pub fn is_transient(&self) -> bool {
-        !matches!(self, ResolveFailure::NotFound { .. } | ResolveFailure::PlatformNotFound { .. })
+        !matches!(
+            self,
+            ResolveFailure::NotFound { .. } | ResolveFailure::PlatformNotFound { .. }
+        )
     }
 
     fn hint(&self) -> &'static str {
         match self {
-            ResolveFailure::NotFound { .. } => "check the image name and tag, or push the image (and mirror it, if a mirror is configured)",
-            ResolveFailure::Unauthorized { .. } => "give sigil pull credentials for this registry (spec.registries[].auth)",
-            ResolveFailure::RateLimited { .. } => "use a mirror or authenticated pulls, or retry later",
-            ResolveFailure::Status { .. } | ResolveFailure::BadResponse { .. } => "check the registry's health, or retry later",
-            ResolveFailure::Unreachable { .. } => "check that sigil can reach the registry (network policy, DNS, TLS: spec.registries[].ca or insecure)",
-            ResolveFailure::Timeout { .. } => "the registry is slow; retry, raise the webhook's timeoutSeconds, or pin the image by digest",
-            ResolveFailure::PlatformNotFound { .. } => "publish the image for this platform or change spec.pin.platform",
+            ResolveFailure::NotFound { .. } => {
+                "check the image name and tag, or push the image (and mirror it, if a mirror is configured)"
+            }
+            ResolveFailure::Unauthorized { .. } => {
+                "give sigil pull credentials for this registry (spec.registries[].auth)"
+            }
+            ResolveFailure::RateLimited { .. } => {
+                "use a mirror or authenticated pulls, or retry later"
+            }
+            ResolveFailure::Status { .. } | ResolveFailure::BadResponse { .. } => {
+                "check the registry's health, or retry later"
+            }
+            ResolveFailure::Unreachable { .. } => {
+                "check that sigil can reach the registry (network policy, DNS, TLS: spec.registries[].ca or insecure)"
+            }
+            ResolveFailure::Timeout { .. } => {
+                "the registry is slow; retry, raise the webhook's timeoutSeconds, or pin the image by digest"
+            }
+            ResolveFailure::PlatformNotFound { .. } => {
+                "publish the image for this platform or change spec.pin.platform"
+            }
             ResolveFailure::Config { .. } => "fix sigil's registry configuration",
         }
     }
@@ -128,16 +145,45 @@ impl ResolveFailure {
 impl fmt::Display for ResolveFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ResolveFailure::NotFound { detail } => write!(f, "registry answered 404 not found ({detail})"),
-            ResolveFailure::Unauthorized { status, detail } => write!(f, "registry refused access: {status} ({detail})"),
-            ResolveFailure::RateLimited { retry_after: Some(d) } => write!(f, "registry rate-limited the lookup (429, Retry-After {}s exceeds the deadline)", d.as_secs()),
-            ResolveFailure::RateLimited { retry_after: None } => write!(f, "registry rate-limited the lookup (429)"),
-            ResolveFailure::Status { status, detail } => write!(f, "registry answered {status} ({detail})"),
+            ResolveFailure::NotFound { detail } => {
+                write!(f, "registry answered 404 not found ({detail})")
+            }
+            ResolveFailure::Unauthorized { status, detail } => {
+                write!(f, "registry refused access: {status} ({detail})")
+            }
+            ResolveFailure::RateLimited {
+                retry_after: Some(d),
+            } => write!(
+                f,
+                "registry rate-limited the lookup (429, Retry-After {}s exceeds the deadline)",
+                d.as_secs()
+            ),
+            ResolveFailure::RateLimited { retry_after: None } => {
+                write!(f, "registry rate-limited the lookup (429)")
+            }
+            ResolveFailure::Status { status, detail } => {
+                write!(f, "registry answered {status} ({detail})")
+            }
             ResolveFailure::Unreachable { detail } => write!(f, "registry unreachable: {detail}"),
-            ResolveFailure::Timeout { budget } => write!(f, "no answer from the registry within the admission deadline ({} ms)", budget.as_millis()),
-            ResolveFailure::BadResponse { detail } => write!(f, "registry sent an unusable manifest: {detail}"),
-            ResolveFailure::PlatformNotFound { platform, available } => write!(f, "index has no manifest for {platform} (has: {})", available.join(", ")),
-            ResolveFailure::Config { detail } => write!(f, "registry configuration error: {detail}"),
+            ResolveFailure::Timeout { budget } => write!(
+                f,
+                "no answer from the registry within the admission deadline ({} ms)",
+                budget.as_millis()
+            ),
+            ResolveFailure::BadResponse { detail } => {
+                write!(f, "registry sent an unusable manifest: {detail}")
+            }
+            ResolveFailure::PlatformNotFound {
+                platform,
+                available,
+            } => write!(
+                f,
+                "index has no manifest for {platform} (has: {})",
+                available.join(", ")
+            ),
+            ResolveFailure::Config { detail } => {
+                write!(f, "registry configuration error: {detail}")
+            }
         }
     }
 }
@@ -181,18 +227,28 @@ impl Denial {
 
     fn why(&self) -> String {
         match self {
-            Denial::InvalidReference { error } => format!("is not a valid image reference: {error}"),
+            Denial::InvalidReference { error } => {
+                format!("is not a valid image reference: {error}")
+            }
             Denial::NoRule => "matches no rule of the policy".to_owned(),
             Denial::StaticDeny { rule } => format!("is denied by rule {rule:?}"),
-            Denial::Unresolved { target, failure, .. } => format!("could not be pinned: resolving {target}: {failure}"),
+            Denial::Unresolved {
+                target, failure, ..
+            } => format!("could not be pinned: resolving {target}: {failure}"),
         }
     }
 
     fn hint(&self) -> &'static str {
         match self {
-            Denial::InvalidReference { .. } => "fix the image reference (names are lowercase; tags are [A-Za-z0-9_.-]; digests are sha256:<64 hex>)",
-            Denial::NoRule => "add a rule whose match covers this image (e.g. a catch-all \"**\" rule)",
-            Denial::StaticDeny { .. } => "use an image the policy allows, or ask the platform team to change the rule",
+            Denial::InvalidReference { .. } => {
+                "fix the image reference (names are lowercase; tags are [A-Za-z0-9_.-]; digests are sha256:<64 hex>)"
+            }
+            Denial::NoRule => {
+                "add a rule whose match covers this image (e.g. a catch-all \"**\" rule)"
+            }
+            Denial::StaticDeny { .. } => {
+                "use an image the policy allows, or ask the platform team to change the rule"
+            }
             Denial::Unresolved { failure, .. } => failure.hint(),
         }
     }
@@ -211,7 +267,11 @@ pub struct ObjectRef {
 
 impl fmt::Display for ObjectRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = if self.kind.is_empty() { "object" } else { &self.kind };
+        let kind = if self.kind.is_empty() {
+            "object"
+        } else {
+            &self.kind
+        };
         match (self.namespace.is_empty(), self.name.is_empty()) {
             (_, true) => write!(f, "{kind} (unnamed)"),
             (true, false) => write!(f, "{kind} {}", self.name),
@@ -249,7 +309,12 @@ impl Finding {
     /// A shorter form for admission warnings (kept near the 256-character
     /// limit kubectl shows), without the object, which the user just applied.
     pub fn warning(&self) -> String {
-        let mut s = format!("sigil: image {:?} in {} {} (admitted unchanged: warn mode)", self.image, self.field.describe(), self.denial.why());
+        let mut s = format!(
+            "sigil: image {:?} in {} {} (admitted unchanged: warn mode)",
+            self.image,
+            self.field.describe(),
+            self.denial.why()
+        );
         if s.len() > 480 {
             let mut cut = 477;
             while !s.is_char_boundary(cut) {
@@ -286,36 +351,74 @@ pub enum Outcome {
 }
 
 /// Turns a plan and the lookup answer (if one was needed) into an outcome.
-pub fn decide(field: &ImageField, plan: Result<&Plan, &Denial>, resolved: Option<&Result<Digest, ResolveFailure>>) -> Outcome {
+pub fn decide(
+    field: &ImageField,
+    plan: Result<&Plan, &Denial>,
+    resolved: Option<&Result<Digest, ResolveFailure>>,
+) -> Outcome {
     let plan = match plan {
         Ok(p) => p,
         Err(d) => {
-            return Outcome::Failed(Finding { image: field.value.clone(), field: field.clone(), denial: d.clone(), mode: Mode::Enforce });
+            return Outcome::Failed(Finding {
+                image: field.value.clone(),
+                field: field.clone(),
+                denial: d.clone(),
+                mode: Mode::Enforce,
+            });
         }
     };
-    let fail = |denial: Denial| Outcome::Failed(Finding { image: plan.written.clone(), field: field.clone(), denial, mode: plan.mode });
+    let fail = |denial: Denial| {
+        Outcome::Failed(Finding {
+            image: plan.written.clone(),
+            field: field.clone(),
+            denial,
+            mode: plan.mode,
+        })
+    };
     let digest = match plan.step {
         crate::policy::Step::Deny => {
             // A static deny blocks in either mode: `mode` is about lookups failing.
-            return Outcome::Failed(Finding { image: plan.written.clone(), field: field.clone(), denial: Denial::StaticDeny { rule: plan.rule.clone() }, mode: Mode::Enforce });
+            return Outcome::Failed(Finding {
+                image: plan.written.clone(),
+                field: field.clone(),
+                denial: Denial::StaticDeny {
+                    rule: plan.rule.clone(),
+                },
+                mode: Mode::Enforce,
+            });
         }
         crate::policy::Step::Keep => None,
         crate::policy::Step::Resolve => match resolved {
             Some(Ok(d)) => Some(d),
-            Some(Err(f)) => return fail(Denial::Unresolved { rule: plan.rule.clone(), target: plan.target.to_string(), failure: f.clone() }),
+            Some(Err(f)) => {
+                return fail(Denial::Unresolved {
+                    rule: plan.rule.clone(),
+                    target: plan.target.to_string(),
+                    failure: f.clone(),
+                });
+            }
             None => {
                 return fail(Denial::Unresolved {
                     rule: plan.rule.clone(),
                     target: plan.target.to_string(),
-                    failure: ResolveFailure::Timeout { budget: Duration::ZERO },
+                    failure: ResolveFailure::Timeout {
+                        budget: Duration::ZERO,
+                    },
                 });
             }
         },
     };
     let new = plan.final_image(digest);
     if new == plan.written {
-        Outcome::Unchanged { rule: plan.rule.clone() }
+        Outcome::Unchanged {
+            rule: plan.rule.clone(),
+        }
     } else {
-        Outcome::Changed { rule: plan.rule.clone(), new, rewritten: plan.rewritten(), pinned: digest.cloned() }
+        Outcome::Changed {
+            rule: plan.rule.clone(),
+            new,
+            rewritten: plan.rewritten(),
+            pinned: digest.cloned(),
+        }
     }
 }

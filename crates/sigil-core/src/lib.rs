@@ -11,8 +11,8 @@
 //! runtime.
 
 pub mod decision;
-pub mod pattern;
 pub mod patch;
+pub mod pattern;
 pub mod policy;
 pub mod reference;
 pub mod walker;
@@ -33,5 +33,10 @@ use std::time::Instant;
 /// must answer (possibly with [`ResolveFailure::Timeout`]) before it.
 pub trait DigestResolver: Send + Sync {
     /// Resolves `target` (which carries a tag, not a digest) for `platform`.
-    fn resolve(&self, target: &Reference, platform: Option<&Platform>, deadline: Instant) -> impl Future<Output = Result<Digest, ResolveFailure>> + Send;
+    fn resolve(
+        &self,
+        target: &Reference,
+        platform: Option<&Platform>,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<Digest, ResolveFailure>> + Send;
 }

@@ -45,13 +45,22 @@ mod tests {
     fn patch_applies_and_touches_only_images() {
         let mut obj = json!({"metadata":{"name":"p","annotations":{"a/b":"~"}},"spec":{"containers":[{"name":"a","image":"nginx","x-unknown":1}]}});
         let fields = image_fields(&obj);
-        let p = build_patch(&[Replacement { field: &fields[0], new: "nginx:latest@sha256:00" }]);
+        let p = build_patch(&[Replacement {
+            field: &fields[0],
+            new: "nginx:latest@sha256:00",
+        }]);
         let before = obj.clone();
         json_patch::patch(&mut obj, &p).unwrap();
-        assert_eq!(obj["spec"]["containers"][0]["image"], "nginx:latest@sha256:00");
+        assert_eq!(
+            obj["spec"]["containers"][0]["image"],
+            "nginx:latest@sha256:00"
+        );
         assert_eq!(obj["spec"]["containers"][0]["x-unknown"], 1);
         assert_eq!(obj["metadata"], before["metadata"]);
         let wire = serde_json::to_value(&p).unwrap();
-        assert_eq!(wire, json!([{"op":"replace","path":"/spec/containers/0/image","value":"nginx:latest@sha256:00"}]));
+        assert_eq!(
+            wire,
+            json!([{"op":"replace","path":"/spec/containers/0/image","value":"nginx:latest@sha256:00"}])
+        );
     }
 }

@@ -52,7 +52,9 @@ pub enum PatternError {
     #[error("pattern {0:?}: `**` must be a whole path segment")]
     BadDoubleStar(String),
     /// Characters that can never occur in a normalized name.
-    #[error("pattern {0:?} contains {1:?}, which never appears in a normalized image name (names are lowercase; the domain may have uppercase)")]
+    #[error(
+        "pattern {0:?} contains {1:?}, which never appears in a normalized image name (names are lowercase; the domain may have uppercase)"
+    )]
     BadChar(String, char),
 }
 
@@ -85,29 +87,43 @@ impl Pattern {
                 return Err(PatternError::BadDoubleStar(src.to_owned()));
             }
             let allowed = |c: char| {
-                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-' | '*')
+                c.is_ascii_lowercase()
+                    || c.is_ascii_digit()
+                    || matches!(c, '.' | '_' | '-' | '*')
                     || (i == 0 && (c.is_ascii_uppercase() || matches!(c, ':' | '[' | ']')))
             };
             if let Some(c) = seg.chars().find(|c| !allowed(*c)) {
                 return Err(PatternError::BadChar(src.to_owned(), c));
             }
-            segments.push(Segment::Glob(Glob { text: seg.to_owned(), wild: seg.contains('*') }));
+            segments.push(Segment::Glob(Glob {
+                text: seg.to_owned(),
+                wild: seg.contains('*'),
+            }));
         }
         let tag = match tag {
             None => None,
             Some("") => return Err(PatternError::Empty(src.to_owned())),
             Some(t) => {
-                if let Some(c) = t.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '*'))) {
+                if let Some(c) = t
+                    .chars()
+                    .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '*')))
+                {
                     return Err(PatternError::BadChar(src.to_owned(), c));
                 }
-                Some(Glob { text: t.to_owned(), wild: t.contains('*') })
+                Some(Glob {
+                    text: t.to_owned(),
+                    wild: t.contains('*'),
+                })
             }
         };
         let normalized = match &tag {
             Some(t) => format!("{name}:{}", t.text),
             None => name.clone(),
         };
-        let literal_segments = segments.iter().filter(|s| matches!(s, Segment::Glob(g) if !g.wild)).count()
+        let literal_segments = segments
+            .iter()
+            .filter(|s| matches!(s, Segment::Glob(g) if !g.wild))
+            .count()
             + usize::from(tag.as_ref().is_some_and(|t| !t.wild));
         let literal_prefix = normalized.find('*').unwrap_or(normalized.len() + 1);
         let literal_chars = normalized.chars().filter(|c| *c != '*').count();
@@ -116,7 +132,11 @@ impl Pattern {
             normalized,
             segments,
             tag,
-            specificity: Specificity { literal_segments, literal_prefix, literal_chars },
+            specificity: Specificity {
+                literal_segments,
+                literal_prefix,
+                literal_chars,
+            },
         })
     }
 
@@ -173,7 +193,16 @@ impl PartialOrd for Specificity {
 
 impl Ord for Specificity {
     fn cmp(&self, other: &Self) -> Ordering {
-        (self.literal_segments, self.literal_prefix, self.literal_chars).cmp(&(other.literal_segments, other.literal_prefix, other.literal_chars))
+        (
+            self.literal_segments,
+            self.literal_prefix,
+            self.literal_chars,
+        )
+            .cmp(&(
+                other.literal_segments,
+                other.literal_prefix,
+                other.literal_chars,
+            ))
     }
 }
 
@@ -185,7 +214,9 @@ fn normalize_pattern_name(name: &str) -> String {
         return name.to_owned();
     }
     let is_domain = name.contains('/')
-        && (first == "localhost" || first.contains(['.', ':']) || first.bytes().any(|b| b.is_ascii_uppercase()));
+        && (first == "localhost"
+            || first.contains(['.', ':'])
+            || first.bytes().any(|b| b.is_ascii_uppercase()));
     if is_domain {
         if first == "index.docker.io" {
             return format!("{DEFAULT_DOMAIN}{}", &name[first.len()..]);
@@ -220,9 +251,15 @@ fn segments_overlap(a: &[Segment], b: &[Segment]) -> bool {
         (Some((Segment::Any, ra)), Some((Segment::Any, rb))) => {
             segments_overlap(ra, rb) || segments_overlap(a, rb) || segments_overlap(ra, b)
         }
-        (Some((Segment::Any, ra)), Some((_, rb))) => segments_overlap(ra, rb) || segments_overlap(a, rb),
-        (Some((_, ra)), Some((Segment::Any, rb))) => segments_overlap(ra, rb) || segments_overlap(ra, b),
-        (Some((Segment::Glob(x), ra)), Some((Segment::Glob(y), rb))) => x.may_overlap(y) && segments_overlap(ra, rb),
+        (Some((Segment::Any, ra)), Some((_, rb))) => {
+            segments_overlap(ra, rb) || segments_overlap(a, rb)
+        }
+        (Some((_, ra)), Some((Segment::Any, rb))) => {
+            segments_overlap(ra, rb) || segments_overlap(ra, b)
+        }
+        (Some((Segment::Glob(x), ra)), Some((Segment::Glob(y), rb))) => {
+            x.may_overlap(y) && segments_overlap(ra, rb)
+        }
     }
 }
 
@@ -281,16 +318,33 @@ mod tests {
     use super::*;
 
     fn m(p: &str, r: &str) -> bool {
-        Pattern::parse(p).unwrap().matches(&Reference::parse(r).unwrap())
+        Pattern::parse(p)
+            .unwrap()
+            .matches(&Reference::parse(r).unwrap())
     }
 
     #[test]
     fn star_stays_in_segment_double_star_crosses() {
-        assert!(m("registry.example.com/team/*", "registry.example.com/team/app"));
-        assert!(!m("registry.example.com/team/*", "registry.example.com/team/a/b"));
-        assert!(m("registry.example.com/team/**", "registry.example.com/team/a/b"));
-        assert!(!m("registry.example.com/team/**", "registry.example.com/team"));
-        assert!(!m("registry.example.com/team/**", "registry.example.com/teams/x"));
+        assert!(m(
+            "registry.example.com/team/*",
+            "registry.example.com/team/app"
+        ));
+        assert!(!m(
+            "registry.example.com/team/*",
+            "registry.example.com/team/a/b"
+        ));
+        assert!(m(
+            "registry.example.com/team/**",
+            "registry.example.com/team/a/b"
+        ));
+        assert!(!m(
+            "registry.example.com/team/**",
+            "registry.example.com/team"
+        ));
+        assert!(!m(
+            "registry.example.com/team/**",
+            "registry.example.com/teams/x"
+        ));
         assert!(m("**", "nginx"));
         assert!(m("**", "localhost:5000/a/b/c"));
         assert!(m("*.example.com/**", "registry.example.com/x"));
@@ -299,9 +353,18 @@ mod tests {
 
     #[test]
     fn shorthand_patterns_are_normalized() {
-        assert_eq!(Pattern::parse("nginx").unwrap().normalized(), "docker.io/library/nginx");
-        assert_eq!(Pattern::parse("bitnami/*").unwrap().normalized(), "docker.io/bitnami/*");
-        assert_eq!(Pattern::parse("index.docker.io/x/**").unwrap().normalized(), "docker.io/x/**");
+        assert_eq!(
+            Pattern::parse("nginx").unwrap().normalized(),
+            "docker.io/library/nginx"
+        );
+        assert_eq!(
+            Pattern::parse("bitnami/*").unwrap().normalized(),
+            "docker.io/bitnami/*"
+        );
+        assert_eq!(
+            Pattern::parse("index.docker.io/x/**").unwrap().normalized(),
+            "docker.io/x/**"
+        );
         assert!(m("nginx", "docker.io/library/nginx:1"));
         assert!(m("busybox", "index.docker.io/library/busybox"));
     }
@@ -311,7 +374,10 @@ mod tests {
         assert!(m("nginx:1.*", "nginx:1.25"));
         assert!(!m("nginx:1.*", "nginx:2.0"));
         assert!(m("nginx:latest", "nginx"));
-        assert!(!m("nginx:*", "nginx@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
+        assert!(!m(
+            "nginx:*",
+            "nginx@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        ));
         assert!(m("localhost:5000/**", "localhost:5000/a/b:t"));
     }
 
@@ -329,7 +395,11 @@ mod tests {
 
     #[test]
     fn overlap_detection() {
-        let o = |a: &str, b: &str| Pattern::parse(a).unwrap().overlaps(&Pattern::parse(b).unwrap());
+        let o = |a: &str, b: &str| {
+            Pattern::parse(a)
+                .unwrap()
+                .overlaps(&Pattern::parse(b).unwrap())
+        };
         assert!(o("**", "a.com/x"));
         assert!(!o("a.com/**", "b.com/**"));
         assert!(o("a.com/*/x", "a.com/y/*"));
@@ -340,7 +410,14 @@ mod tests {
 
     #[test]
     fn bad_patterns() {
-        for p in ["", "a.com//x", "a.com/x**", "a.com/X", "a.com/x:", "a.com/x y"] {
+        for p in [
+            "",
+            "a.com//x",
+            "a.com/x**",
+            "a.com/X",
+            "a.com/x:",
+            "a.com/x y",
+        ] {
             assert!(Pattern::parse(p).is_err(), "{p}");
         }
     }

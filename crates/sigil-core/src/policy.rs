@@ -59,7 +59,10 @@ fn fmt_line(line: Option<u64>) -> String {
 
 fn invalid<T>(at: &Spanned<T>, message: impl Into<String>) -> PolicyError {
     let l = at.referenced.line();
-    PolicyError::Invalid { line: (l > 0).then_some(l), message: message.into() }
+    PolicyError::Invalid {
+        line: (l > 0).then_some(l),
+        message: message.into(),
+    }
 }
 
 /// The document as written. Field names are the YAML's.
@@ -176,12 +179,20 @@ fn empty_spanned() -> Spanned<String> {
 }
 
 fn unspanned(s: &str) -> Spanned<String> {
-    Spanned::new(s.to_owned(), serde_saphyr::Location::UNKNOWN, serde_saphyr::Location::UNKNOWN)
+    Spanned::new(
+        s.to_owned(),
+        serde_saphyr::Location::UNKNOWN,
+        serde_saphyr::Location::UNKNOWN,
+    )
 }
 
 impl Default for PinSpec {
     fn default() -> Self {
-        PinSpec { scope: Scope::default(), platform: empty_spanned(), cache_ttl: default_ttl() }
+        PinSpec {
+            scope: Scope::default(),
+            platform: empty_spanned(),
+            cache_ttl: default_ttl(),
+        }
     }
 }
 
@@ -260,7 +271,11 @@ impl Platform {
         if it.next().is_some() || variant.as_deref() == Some("") {
             return None;
         }
-        Some(Platform { os: os.to_owned(), architecture: architecture.to_owned(), variant })
+        Some(Platform {
+            os: os.to_owned(),
+            architecture: architecture.to_owned(),
+            variant,
+        })
     }
 }
 
@@ -345,50 +360,93 @@ impl Policy {
     /// Loads the embedded default policy.
     pub fn embedded_default() -> Policy {
         // The embedded text is covered by a unit test; failing here is a build bug.
-        Policy::from_yaml(DEFAULT_POLICY_YAML).unwrap_or_else(|e| panic!("embedded default policy is invalid: {e}"))
+        Policy::from_yaml(DEFAULT_POLICY_YAML)
+            .unwrap_or_else(|e| panic!("embedded default policy is invalid: {e}"))
     }
 
     /// Parses and validates a policy document.
     pub fn from_yaml(text: &str) -> Result<Policy, PolicyError> {
-        let doc: ImagePolicyDoc = serde_saphyr::from_str(text).map_err(|e| PolicyError::Syntax(e.to_string()))?;
+        let doc: ImagePolicyDoc =
+            serde_saphyr::from_str(text).map_err(|e| PolicyError::Syntax(e.to_string()))?;
         Policy::compile(doc)
     }
 
     /// Validates a policy that was already deserialized (e.g. from a KRM functionConfig).
     pub fn from_json_value(v: serde_json::Value) -> Result<Policy, PolicyError> {
-        let doc: ImagePolicyDoc = serde_json::from_value(v).map_err(|e| PolicyError::Syntax(e.to_string()))?;
+        let doc: ImagePolicyDoc =
+            serde_json::from_value(v).map_err(|e| PolicyError::Syntax(e.to_string()))?;
         Policy::compile(doc)
     }
 
     /// Turns the document into a policy, or says which value is wrong.
     pub fn compile(doc: ImagePolicyDoc) -> Result<Policy, PolicyError> {
         if doc.api_version.value != API_VERSION {
-            return Err(invalid(&doc.api_version, format!("apiVersion is {:?}; this sigil reads {API_VERSION:?}", doc.api_version.value)));
+            return Err(invalid(
+                &doc.api_version,
+                format!(
+                    "apiVersion is {:?}; this sigil reads {API_VERSION:?}",
+                    doc.api_version.value
+                ),
+            ));
         }
         if doc.kind.value != KIND {
-            return Err(invalid(&doc.kind, format!("kind is {:?}; expected {KIND:?}", doc.kind.value)));
+            return Err(invalid(
+                &doc.kind,
+                format!("kind is {:?}; expected {KIND:?}", doc.kind.value),
+            ));
         }
         let spec = doc.spec;
         let mirrors = compile_mirrors(&spec.mirrors)?;
         let platform = match spec.pin.platform.value.trim() {
             "" => None,
-            p => Some(Platform::parse(p).ok_or_else(|| invalid(&spec.pin.platform, format!("platform {p:?} is not os/arch[/variant], e.g. linux/amd64")))?),
+            p => Some(Platform::parse(p).ok_or_else(|| {
+                invalid(
+                    &spec.pin.platform,
+                    format!("platform {p:?} is not os/arch[/variant], e.g. linux/amd64"),
+                )
+            })?),
         };
-        let cache_ttl = humantime::parse_duration(spec.pin.cache_ttl.value.trim())
-            .map_err(|e| invalid(&spec.pin.cache_ttl, format!("cacheTTL {:?} is not a duration like 5m or 30s: {e}", spec.pin.cache_ttl.value)))?;
+        let cache_ttl =
+            humantime::parse_duration(spec.pin.cache_ttl.value.trim()).map_err(|e| {
+                invalid(
+                    &spec.pin.cache_ttl,
+                    format!(
+                        "cacheTTL {:?} is not a duration like 5m or 30s: {e}",
+                        spec.pin.cache_ttl.value
+                    ),
+                )
+            })?;
         let mut seen_hosts = std::collections::HashSet::new();
         for r in &spec.registries {
-            reference::validate_domain(&r.host).map_err(|_| PolicyError::Invalid { line: None, message: format!("registries: host {:?} is not host[:port]", r.host) })?;
+            reference::validate_domain(&r.host).map_err(|_| PolicyError::Invalid {
+                line: None,
+                message: format!("registries: host {:?} is not host[:port]", r.host),
+            })?;
             if !seen_hosts.insert(r.host.clone()) {
-                return Err(PolicyError::Invalid { line: None, message: format!("registries: host {:?} is listed twice", r.host) });
+                return Err(PolicyError::Invalid {
+                    line: None,
+                    message: format!("registries: host {:?} is listed twice", r.host),
+                });
             }
             if let Some(a) = &r.auth {
                 let basic = a.username.is_some() || a.password_file.is_some();
                 if basic && a.docker_config.is_some() {
-                    return Err(PolicyError::Invalid { line: None, message: format!("registries: {}: give either username/passwordFile or dockerConfig, not both", r.host) });
+                    return Err(PolicyError::Invalid {
+                        line: None,
+                        message: format!(
+                            "registries: {}: give either username/passwordFile or dockerConfig, not both",
+                            r.host
+                        ),
+                    });
                 }
                 if a.username.is_some() != a.password_file.is_some() {
-                    return Err(PolicyError::Invalid { line: None, message: format!("registries: {}: username and passwordFile go together", r.host) });
+                    return Err(PolicyError::Invalid {
+                        line: None,
+                        message: format!(
+                            "registries: {}: username and passwordFile go together",
+                            r.host
+                        ),
+                    });
                 }
             }
         }
@@ -399,14 +457,23 @@ impl Policy {
                 return Err(invalid(&r.name, "rule name must not be empty"));
             }
             if !names.insert(r.name.value.clone()) {
-                return Err(invalid(&r.name, format!("rule name {:?} is used twice", r.name.value)));
+                return Err(invalid(
+                    &r.name,
+                    format!("rule name {:?} is used twice", r.name.value),
+                ));
             }
             if r.patterns.is_empty() {
-                return Err(invalid(&r.name, format!("rule {:?} has an empty match list", r.name.value)));
+                return Err(invalid(
+                    &r.name,
+                    format!("rule {:?} has an empty match list", r.name.value),
+                ));
             }
             let mut patterns = Vec::with_capacity(r.patterns.len());
             for p in &r.patterns {
-                patterns.push(Pattern::parse(&p.value).map_err(|e: PatternError| invalid(p, e.to_string()))?);
+                patterns.push(
+                    Pattern::parse(&p.value)
+                        .map_err(|e: PatternError| invalid(p, e.to_string()))?,
+                );
             }
             rules.push(Rule {
                 name: r.name.value.clone(),
@@ -426,7 +493,10 @@ impl Policy {
                                 &spec.rules[ri].patterns[pi],
                                 format!(
                                     "rules {:?} ({}) and {:?} ({}) are equally specific and can match the same image; make one more specific",
-                                    a.name, pa.normalized(), b.name, pb.normalized()
+                                    a.name,
+                                    pa.normalized(),
+                                    b.name,
+                                    pb.normalized()
                                 ),
                             ));
                         }
@@ -434,8 +504,16 @@ impl Policy {
                 }
             }
         }
-        let mut order: Vec<(usize, usize)> = rules.iter().enumerate().flat_map(|(ri, r)| (0..r.patterns.len()).map(move |pi| (ri, pi))).collect();
-        order.sort_by(|&(ra, pa), &(rb, pb)| rules[rb].patterns[pb].specificity().cmp(&rules[ra].patterns[pa].specificity()));
+        let mut order: Vec<(usize, usize)> = rules
+            .iter()
+            .enumerate()
+            .flat_map(|(ri, r)| (0..r.patterns.len()).map(move |pi| (ri, pi)))
+            .collect();
+        order.sort_by(|&(ra, pa), &(rb, pb)| {
+            rules[rb].patterns[pb]
+                .specificity()
+                .cmp(&rules[ra].patterns[pa].specificity())
+        });
         Ok(Policy {
             name: doc.metadata.name,
             mirrors,
@@ -456,14 +534,21 @@ impl Policy {
 
     /// The rule governing a normalized origin name, if any.
     pub fn rule_for(&self, origin: &Reference) -> Option<&Rule> {
-        self.order.iter().find(|&&(ri, pi)| self.rules[ri].patterns[pi].matches(origin)).map(|&(ri, _)| &self.rules[ri])
+        self.order
+            .iter()
+            .find(|&&(ri, pi)| self.rules[ri].patterns[pi].matches(origin))
+            .map(|&(ri, _)| &self.rules[ri])
     }
 
     /// Maps a mirrored name back to its origin (longest `to` wins). Names not
     /// under any mirror are their own origin.
     pub fn origin_of(&self, r: &Reference) -> Reference {
         let name = r.name();
-        let best = self.mirrors.iter().filter(|m| under(&name, &m.to)).max_by_key(|m| m.to.len());
+        let best = self
+            .mirrors
+            .iter()
+            .filter(|m| under(&name, &m.to))
+            .max_by_key(|m| m.to.len());
         match best {
             Some(m) => swap_prefix(r, &name, &m.to, &m.from).unwrap_or_else(|| r.clone()),
             None => r.clone(),
@@ -483,7 +568,8 @@ impl Policy {
     /// Decides what must happen to one image string. Pure and idempotent:
     /// planning the output of a previous plan yields `Step::Keep` with the same target.
     pub fn plan(&self, written: &str) -> Result<Plan, Denial> {
-        let reference = Reference::parse(written.trim()).map_err(|e| Denial::InvalidReference { error: e })?;
+        let reference =
+            Reference::parse(written.trim()).map_err(|e| Denial::InvalidReference { error: e })?;
         let origin = self.origin_of(&reference);
         let rule = self.rule_for(&origin).ok_or(Denial::NoRule)?;
         let target = self.mirror_of(&origin);
@@ -493,14 +579,23 @@ impl Policy {
             Action::Pin if target.digest().is_some() => Step::Keep,
             Action::Pin => Step::Resolve,
         };
-        Ok(Plan { written: written.to_owned(), reference, origin, target, rule: rule.name.clone(), mode: rule.mode, step })
+        Ok(Plan {
+            written: written.to_owned(),
+            reference,
+            origin,
+            target,
+            rule: rule.name.clone(),
+            mode: rule.mode,
+            step,
+        })
     }
 }
 
 impl Plan {
     /// Whether the mirror stage changed where the image comes from.
     pub fn rewritten(&self) -> bool {
-        self.target.domain() != self.reference.domain() || self.target.path() != self.reference.path()
+        self.target.domain() != self.reference.domain()
+            || self.target.path() != self.reference.path()
     }
 
     /// The image string to write back, given the digest resolved (if any).
@@ -514,8 +609,15 @@ impl Plan {
                     Some((b, _)) => b,
                     None => w,
                 };
-                let has_tag = base.rsplit('/').next().is_some_and(|last| last.contains(':'));
-                if has_tag { format!("{base}@{d}") } else { format!("{base}:latest@{d}") }
+                let has_tag = base
+                    .rsplit('/')
+                    .next()
+                    .is_some_and(|last| last.contains(':'));
+                if has_tag {
+                    format!("{base}@{d}")
+                } else {
+                    format!("{base}:latest@{d}")
+                }
             }
             None if self.rewritten() => self.target.to_string(),
             None => self.written.clone(),
@@ -525,7 +627,8 @@ impl Plan {
 
 /// `name` is `prefix` or lies below it on a segment boundary.
 fn under(name: &str, prefix: &str) -> bool {
-    name.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    name.strip_prefix(prefix)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 fn swap_prefix(r: &Reference, name: &str, from: &str, to: &str) -> Option<Reference> {
@@ -536,23 +639,42 @@ fn swap_prefix(r: &Reference, name: &str, from: &str, to: &str) -> Option<Refere
 fn compile_mirrors(specs: &[MirrorSpec]) -> Result<Vec<Mirror>, PolicyError> {
     let mut out: Vec<Mirror> = Vec::with_capacity(specs.len());
     for m in specs {
-        let from = normalize_prefix(&m.from.value).map_err(|e| invalid(&m.from, format!("mirror from {:?}: {e}", m.from.value)))?;
-        let to = normalize_prefix(&m.to.value).map_err(|e| invalid(&m.to, format!("mirror to {:?}: {e}", m.to.value)))?;
+        let from = normalize_prefix(&m.from.value)
+            .map_err(|e| invalid(&m.from, format!("mirror from {:?}: {e}", m.from.value)))?;
+        let to = normalize_prefix(&m.to.value)
+            .map_err(|e| invalid(&m.to, format!("mirror to {:?}: {e}", m.to.value)))?;
         if out.iter().any(|o| o.from == from) {
-            return Err(invalid(&m.from, format!("mirror from {from:?} is listed twice")));
+            return Err(invalid(
+                &m.from,
+                format!("mirror from {from:?} is listed twice"),
+            ));
         }
         if out.iter().any(|o| o.to == to) {
-            return Err(invalid(&m.to, format!("mirror to {to:?} is used by two mirrors, so a mirrored name could not be mapped back to one origin")));
+            return Err(invalid(
+                &m.to,
+                format!(
+                    "mirror to {to:?} is used by two mirrors, so a mirrored name could not be mapped back to one origin"
+                ),
+            ));
         }
         out.push(Mirror { from, to });
     }
     for a in &out {
         if let Some(b) = out.iter().find(|b| under(&a.to, &b.from)) {
-            let at = specs.iter().find(|s| normalize_prefix(&s.to.value).ok().as_deref() == Some(a.to.as_str())).map(|s| &s.to);
-            let msg = format!("mirror target {:?} lies under mirror origin {:?}; chained mirrors are not supported", a.to, b.from);
+            let at = specs
+                .iter()
+                .find(|s| normalize_prefix(&s.to.value).ok().as_deref() == Some(a.to.as_str()))
+                .map(|s| &s.to);
+            let msg = format!(
+                "mirror target {:?} lies under mirror origin {:?}; chained mirrors are not supported",
+                a.to, b.from
+            );
             return Err(match at {
                 Some(s) => invalid(s, msg),
-                None => PolicyError::Invalid { line: None, message: msg },
+                None => PolicyError::Invalid {
+                    line: None,
+                    message: msg,
+                },
             });
         }
     }
@@ -567,10 +689,16 @@ fn normalize_prefix(p: &str) -> Result<String, String> {
         Some((h, rest)) => (h, Some(rest)),
         None => (p, None),
     };
-    let host = if host == "index.docker.io" { "docker.io" } else { host };
+    let host = if host == "index.docker.io" {
+        "docker.io"
+    } else {
+        host
+    };
     reference::validate_domain(host).map_err(|e| e.to_string())?;
     if !host.contains(['.', ':']) && host != "localhost" {
-        return Err("the first segment must be a registry host (with a dot or a port, or localhost)".into());
+        return Err(
+            "the first segment must be a registry host (with a dot or a port, or localhost)".into(),
+        );
     }
     if let Some(path) = path {
         if let Some(bad) = path.split('/').find(|c| !reference::is_path_component(c)) {
@@ -623,12 +751,23 @@ spec:
         assert_eq!(p.scope, Scope::Workloads);
         assert_eq!(p.platform, None);
         assert!(p.is_exempt("kube-system"));
-        assert_eq!(p.registries[0].auth.as_ref().unwrap().password_file.as_deref(), Some("/var/run/sigil/pw"));
+        assert_eq!(
+            p.registries[0]
+                .auth
+                .as_ref()
+                .unwrap()
+                .password_file
+                .as_deref(),
+            Some("/var/run/sigil/pw")
+        );
         assert!(p.registries[0].insecure);
 
         let plan = p.plan("nginx:1.25").unwrap();
         assert_eq!(plan.origin.to_string(), "docker.io/library/nginx:1.25");
-        assert_eq!(plan.target.to_string(), "mirror.internal:5000/dockerhub/library/nginx:1.25");
+        assert_eq!(
+            plan.target.to_string(),
+            "mirror.internal:5000/dockerhub/library/nginx:1.25"
+        );
         assert_eq!(plan.rule, "everything-else");
         assert_eq!(plan.mode, Mode::Warn);
         assert_eq!(plan.step, Step::Resolve);
@@ -642,7 +781,9 @@ spec:
         assert_eq!(plan.rule, "blocked");
         assert_eq!(plan.step, Step::Deny);
         // The mirrored spelling of busybox is still busybox.
-        let plan = p.plan("mirror.internal:5000/dockerhub/library/busybox:1").unwrap();
+        let plan = p
+            .plan("mirror.internal:5000/dockerhub/library/busybox:1")
+            .unwrap();
         assert_eq!(plan.rule, "blocked");
     }
 
@@ -656,8 +797,17 @@ spec:
     #[test]
     fn second_pass_is_a_no_op() {
         let p = Policy::from_yaml(ISSUE_EXAMPLE).unwrap();
-        let d = reference::Digest::parse("sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855").unwrap();
-        for img in ["nginx", "nginx:1.25", "docker.io/bitnami/redis:7", "registry.example.com/team/x:1", "quay.io/a/b"] {
+        let d = reference::Digest::parse(
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        )
+        .unwrap();
+        for img in [
+            "nginx",
+            "nginx:1.25",
+            "docker.io/bitnami/redis:7",
+            "registry.example.com/team/x:1",
+            "quay.io/a/b",
+        ] {
             let first = p.plan(img).unwrap();
             let out = first.final_image(Some(&d));
             let second = p.plan(&out).unwrap();
@@ -670,10 +820,22 @@ spec:
     #[test]
     fn final_image_keeps_spelling() {
         let p = Policy::embedded_default();
-        let d = reference::Digest::parse("sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855").unwrap();
-        assert_eq!(p.plan("nginx:1").unwrap().final_image(Some(&d)), format!("nginx:1@{d}"));
-        assert_eq!(p.plan("nginx").unwrap().final_image(Some(&d)), format!("nginx:latest@{d}"));
-        assert_eq!(p.plan("localhost:5000/x").unwrap().final_image(Some(&d)), format!("localhost:5000/x:latest@{d}"));
+        let d = reference::Digest::parse(
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        )
+        .unwrap();
+        assert_eq!(
+            p.plan("nginx:1").unwrap().final_image(Some(&d)),
+            format!("nginx:1@{d}")
+        );
+        assert_eq!(
+            p.plan("nginx").unwrap().final_image(Some(&d)),
+            format!("nginx:latest@{d}")
+        );
+        assert_eq!(
+            p.plan("localhost:5000/x").unwrap().final_image(Some(&d)),
+            format!("localhost:5000/x:latest@{d}")
+        );
     }
 
     #[test]
@@ -687,9 +849,18 @@ spec:
   rules: [{name: all, match: ["**"]}]
 "#;
         let p = Policy::from_yaml(y).unwrap();
-        assert_eq!(p.plan("nginx").unwrap().target.to_string(), "m.local/official/nginx");
-        assert_eq!(p.plan("bitnami/redis").unwrap().target.to_string(), "m.local/hub/bitnami/redis");
-        assert_eq!(p.plan("m.local/official/nginx").unwrap().origin.to_string(), "docker.io/library/nginx");
+        assert_eq!(
+            p.plan("nginx").unwrap().target.to_string(),
+            "m.local/official/nginx"
+        );
+        assert_eq!(
+            p.plan("bitnami/redis").unwrap().target.to_string(),
+            "m.local/hub/bitnami/redis"
+        );
+        assert_eq!(
+            p.plan("m.local/official/nginx").unwrap().origin.to_string(),
+            "docker.io/library/nginx"
+        );
     }
 
     fn err(y: &str) -> String {
@@ -699,17 +870,27 @@ spec:
     #[test]
     fn errors_name_the_line() {
         let head = "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n";
-        let e = err(&format!("{head}    - name: a\n      match: [\"a.com/X\"]\n"));
+        let e = err(&format!(
+            "{head}    - name: a\n      match: [\"a.com/X\"]\n"
+        ));
         assert!(e.starts_with("line 6:"), "{e}");
-        let e = err(&format!("{head}    - name: a\n      match: [\"a.com/**\"]\n    - name: b\n      match: [\"a.com/**\"]\n"));
+        let e = err(&format!(
+            "{head}    - name: a\n      match: [\"a.com/**\"]\n    - name: b\n      match: [\"a.com/**\"]\n"
+        ));
         assert!(e.contains("equally specific"), "{e}");
-        let e = err(&format!("{head}    - name: a\n      match: [\"**\"]\n      mood: warn\n"));
+        let e = err(&format!(
+            "{head}    - name: a\n      match: [\"**\"]\n      mood: warn\n"
+        ));
         assert!(e.contains("mood"), "{e}");
         let e = err("apiVersion: sigil.dev/v1\nkind: ImagePolicy\nspec: {}\n");
         assert!(e.starts_with("line 1:"), "{e}");
-        let e = err("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  pin:\n    cacheTTL: soon\n");
+        let e = err(
+            "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  pin:\n    cacheTTL: soon\n",
+        );
         assert!(e.starts_with("line 5:"), "{e}");
-        let e = err("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  mirrors:\n    - {from: docker.io, to: m.io/a}\n    - {from: quay.io, to: m.io/a}\n");
+        let e = err(
+            "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  mirrors:\n    - {from: docker.io, to: m.io/a}\n    - {from: quay.io, to: m.io/a}\n",
+        );
         assert!(e.contains("line 6") && e.contains("mapped back"), "{e}");
     }
 
@@ -717,6 +898,9 @@ spec:
     fn no_rule_is_a_denial() {
         let p = Policy::from_yaml("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules: [{name: a, match: [\"a.com/**\"]}]\n").unwrap();
         assert_eq!(p.plan("nginx").unwrap_err(), Denial::NoRule);
-        assert!(matches!(p.plan("NGINX").unwrap_err(), Denial::InvalidReference { .. }));
+        assert!(matches!(
+            p.plan("NGINX").unwrap_err(),
+            Denial::InvalidReference { .. }
+        ));
     }
 }

@@ -160,11 +160,10 @@ impl Reference {
         if domain.len() + 1 + path.len() > NAME_TOTAL_LENGTH_MAX {
             return Err(ReferenceError::NameTooLong);
         }
-        if let Some(t) = tag {
-            if !is_tag(t) {
+        if let Some(t) = tag
+            && !is_tag(t) {
                 return Err(ReferenceError::InvalidTag(t.to_owned()));
             }
-        }
         Ok(Reference {
             domain: domain.into_owned(),
             path: path.to_owned(),
@@ -175,16 +174,19 @@ impl Reference {
 
     /// Builds a reference from an already-valid name and parts. Used when a
     /// mirror prefix is swapped: both halves were validated before.
-    pub fn from_parts(name: &str, tag: Option<&str>, digest: Option<Digest>) -> Result<Reference, ReferenceError> {
+    pub fn from_parts(
+        name: &str,
+        tag: Option<&str>,
+        digest: Option<Digest>,
+    ) -> Result<Reference, ReferenceError> {
         let mut r = Reference::parse(name)?;
         if r.tag.is_some() || r.digest.is_some() {
             return Err(ReferenceError::InvalidPath(name.to_owned()));
         }
-        if let Some(t) = tag {
-            if !is_tag(t) {
+        if let Some(t) = tag
+            && !is_tag(t) {
                 return Err(ReferenceError::InvalidTag(t.to_owned()));
             }
-        }
         r.tag = tag.map(str::to_owned);
         r.digest = digest;
         Ok(r)
@@ -239,7 +241,11 @@ impl Reference {
     pub fn familiar(&self) -> String {
         let mut s = String::new();
         if self.domain == DEFAULT_DOMAIN {
-            s.push_str(self.path.strip_prefix(OFFICIAL_REPO_PREFIX).unwrap_or(&self.path));
+            s.push_str(
+                self.path
+                    .strip_prefix(OFFICIAL_REPO_PREFIX)
+                    .unwrap_or(&self.path),
+            );
         } else {
             s.push_str(&self.domain);
             s.push('/');
@@ -280,15 +286,27 @@ impl std::str::FromStr for Reference {
 fn split_docker_domain(s: &str) -> (std::borrow::Cow<'_, str>, std::borrow::Cow<'_, str>) {
     use std::borrow::Cow;
     let (domain, remote): (Cow<'_, str>, Cow<'_, str>) = match s.split_once('/') {
-        None => return (Cow::Borrowed(DEFAULT_DOMAIN), Cow::Owned(format!("{OFFICIAL_REPO_PREFIX}{s}"))),
+        None => {
+            return (
+                Cow::Borrowed(DEFAULT_DOMAIN),
+                Cow::Owned(format!("{OFFICIAL_REPO_PREFIX}{s}")),
+            );
+        }
         Some((d, r)) if d == "localhost" => (Cow::Borrowed(d), Cow::Borrowed(r)),
-        Some((d, r)) if d == LEGACY_DEFAULT_DOMAIN => (Cow::Borrowed(DEFAULT_DOMAIN), Cow::Borrowed(r)),
+        Some((d, r)) if d == LEGACY_DEFAULT_DOMAIN => {
+            (Cow::Borrowed(DEFAULT_DOMAIN), Cow::Borrowed(r))
+        }
         Some((d, r)) if d.contains(['.', ':']) => (Cow::Borrowed(d), Cow::Borrowed(r)),
-        Some((d, r)) if d.bytes().any(|b| b.is_ascii_uppercase()) => (Cow::Borrowed(d), Cow::Borrowed(r)),
+        Some((d, r)) if d.bytes().any(|b| b.is_ascii_uppercase()) => {
+            (Cow::Borrowed(d), Cow::Borrowed(r))
+        }
         Some(_) => (Cow::Borrowed(DEFAULT_DOMAIN), Cow::Borrowed(s)),
     };
     if domain == DEFAULT_DOMAIN && !remote.contains('/') {
-        return (domain, Cow::Owned(format!("{OFFICIAL_REPO_PREFIX}{remote}")));
+        return (
+            domain,
+            Cow::Owned(format!("{OFFICIAL_REPO_PREFIX}{remote}")),
+        );
     }
     (domain, remote)
 }
@@ -314,16 +332,14 @@ pub fn validate_domain(d: &str) -> Result<(), ReferenceError> {
             None => (Some(d), None),
         }
     };
-    if let Some(p) = port {
-        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+    if let Some(p) = port
+        && (p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
             return Err(bad());
         }
-    }
-    if let Some(h) = host {
-        if h.is_empty() || !h.split('.').all(is_domain_component) {
+    if let Some(h) = host
+        && (h.is_empty() || !h.split('.').all(is_domain_component)) {
             return Err(bad());
         }
-    }
     Ok(())
 }
 
@@ -366,7 +382,10 @@ pub fn is_path_component(c: &str) -> bool {
 pub fn is_tag(t: &str) -> bool {
     let b = t.as_bytes();
     let word = |x: u8| x.is_ascii_alphanumeric() || x == b'_';
-    !b.is_empty() && b.len() <= TAG_LENGTH_MAX && word(b[0]) && b.iter().all(|&x| word(x) || x == b'.' || x == b'-')
+    !b.is_empty()
+        && b.len() <= TAG_LENGTH_MAX
+        && word(b[0])
+        && b.iter().all(|&x| word(x) || x == b'.' || x == b'-')
 }
 
 fn is_digest_algorithm(a: &str) -> bool {
@@ -384,7 +403,9 @@ mod tests {
     const D: &str = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
     fn norm(s: &str) -> String {
-        Reference::parse(s).map(|r| r.to_string()).unwrap_or_else(|e| format!("ERR {e}"))
+        Reference::parse(s)
+            .map(|r| r.to_string())
+            .unwrap_or_else(|e| format!("ERR {e}"))
     }
 
     #[test]
@@ -403,7 +424,10 @@ mod tests {
             ("127.0.0.1:5000/a/b:c", "127.0.0.1:5000/a/b:c"),
             ("[::1]:5000/x:tag", "[::1]:5000/x:tag"),
             ("[2001:db8::1]/x", "[2001:db8::1]/x"),
-            ("example.com/a__b/c-d/e--f.g_h", "example.com/a__b/c-d/e--f.g_h"),
+            (
+                "example.com/a__b/c-d/e--f.g_h",
+                "example.com/a__b/c-d/e--f.g_h",
+            ),
             ("Foo/bar", "Foo/bar"),
             ("foo:5000", "docker.io/library/foo:5000"),
         ];
@@ -458,7 +482,10 @@ mod tests {
         let long = format!("example.com/{}", "a".repeat(NAME_TOTAL_LENGTH_MAX));
         assert_eq!(Reference::parse(&long), Err(ReferenceError::NameTooLong));
         let tag = format!("nginx:{}", "t".repeat(TAG_LENGTH_MAX + 1));
-        assert!(matches!(Reference::parse(&tag), Err(ReferenceError::InvalidTag(_))));
+        assert!(matches!(
+            Reference::parse(&tag),
+            Err(ReferenceError::InvalidTag(_))
+        ));
         let tag = format!("nginx:{}", "t".repeat(TAG_LENGTH_MAX));
         assert!(Reference::parse(&tag).is_ok());
     }
@@ -466,13 +493,27 @@ mod tests {
     #[test]
     fn pinned_keeps_tag_for_humans() {
         let d = Digest::parse(D).unwrap();
-        assert_eq!(Reference::parse("nginx").unwrap().pinned(d.clone()).to_string(), format!("docker.io/library/nginx:latest@{D}"));
-        assert_eq!(Reference::parse("nginx:1").unwrap().pinned(d).familiar(), format!("nginx:1@{D}"));
+        assert_eq!(
+            Reference::parse("nginx")
+                .unwrap()
+                .pinned(d.clone())
+                .to_string(),
+            format!("docker.io/library/nginx:latest@{D}")
+        );
+        assert_eq!(
+            Reference::parse("nginx:1").unwrap().pinned(d).familiar(),
+            format!("nginx:1@{D}")
+        );
     }
 
     #[test]
     fn reparse_of_display_is_identity() {
-        for s in ["nginx", "a/b:c", "localhost:5000/x@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", "[::1]:1/a"] {
+        for s in [
+            "nginx",
+            "a/b:c",
+            "localhost:5000/x@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            "[::1]:1/a",
+        ] {
             let r = Reference::parse(s).unwrap();
             assert_eq!(Reference::parse(&r.to_string()).unwrap(), r);
             assert_eq!(Reference::parse(&r.familiar()).unwrap(), r);

@@ -117,14 +117,26 @@ pub fn image_fields(obj: &Value) -> Vec<ImageField> {
         if !found || !cur.is_object() {
             continue;
         }
-        for kind in [FieldKind::InitContainer, FieldKind::Container, FieldKind::EphemeralContainer, FieldKind::ImageVolume] {
-            let Some(Value::Array(items)) = cur.get(kind.list()) else { continue };
+        for kind in [
+            FieldKind::InitContainer,
+            FieldKind::Container,
+            FieldKind::EphemeralContainer,
+            FieldKind::ImageVolume,
+        ] {
+            let Some(Value::Array(items)) = cur.get(kind.list()) else {
+                continue;
+            };
             for (i, item) in items.iter().enumerate() {
                 let (value, tail): (Option<&Value>, &[&str]) = match kind {
-                    FieldKind::ImageVolume => (item.get("image").and_then(|v| v.get("reference")), &["image", "reference"]),
+                    FieldKind::ImageVolume => (
+                        item.get("image").and_then(|v| v.get("reference")),
+                        &["image", "reference"],
+                    ),
                     _ => (item.get("image"), &["image"]),
                 };
-                let Some(Value::String(image)) = value else { continue };
+                let Some(Value::String(image)) = value else {
+                    continue;
+                };
                 let mut path: Vec<String> = prefix.iter().map(|s| (*s).to_owned()).collect();
                 path.push(kind.list().to_owned());
                 path.push(i.to_string());
@@ -161,21 +173,45 @@ mod tests {
             "volumes":[{"name":"v","image":{"reference":"data:1"}},{"name":"cm","configMap":{}}]}});
         let f = image_fields(&pod);
         let ptrs: Vec<_> = f.iter().map(|x| x.pointer.as_str()).collect();
-        assert_eq!(ptrs, ["/spec/initContainers/0/image", "/spec/containers/0/image", "/spec/containers/1/image", "/spec/ephemeralContainers/0/image", "/spec/volumes/0/image/reference"]);
+        assert_eq!(
+            ptrs,
+            [
+                "/spec/initContainers/0/image",
+                "/spec/containers/0/image",
+                "/spec/containers/1/image",
+                "/spec/ephemeralContainers/0/image",
+                "/spec/volumes/0/image/reference"
+            ]
+        );
         assert_eq!(f[4].describe(), "image volume \"v\"");
         assert_eq!(f[2].dotted(), "spec.containers[1].image");
 
         let cron = json!({"kind":"CronJob","spec":{"jobTemplate":{"spec":{"template":{"spec":{"containers":[{"name":"c","image":"x"}]}}}}}});
-        assert_eq!(image_fields(&cron)[0].pointer, "/spec/jobTemplate/spec/template/spec/containers/0/image");
+        assert_eq!(
+            image_fields(&cron)[0].pointer,
+            "/spec/jobTemplate/spec/template/spec/containers/0/image"
+        );
         let pt = json!({"kind":"PodTemplate","template":{"spec":{"containers":[{"name":"c","image":"x"}]}}});
-        assert_eq!(image_fields(&pt)[0].pointer, "/template/spec/containers/0/image");
+        assert_eq!(
+            image_fields(&pt)[0].pointer,
+            "/template/spec/containers/0/image"
+        );
         let ks = json!({"kind":"ContainerSource","spec":{"template":{"spec":{"containers":[{"image":"x"}]}}}});
-        assert_eq!(image_fields(&ks)[0].describe(), "container at spec.template.spec.containers[0].image");
+        assert_eq!(
+            image_fields(&ks)[0].describe(),
+            "container at spec.template.spec.containers[0].image"
+        );
     }
 
     #[test]
     fn ignores_odd_shapes() {
-        for v in [json!(null), json!([]), json!({"spec": 3}), json!({"spec":{"containers": {"a": 1}}}), json!({"spec":{"containers":[{"image": 5}, 7]}})] {
+        for v in [
+            json!(null),
+            json!([]),
+            json!({"spec": 3}),
+            json!({"spec":{"containers": {"a": 1}}}),
+            json!({"spec":{"containers":[{"image": 5}, 7]}}),
+        ] {
             assert!(image_fields(&v).is_empty());
         }
     }

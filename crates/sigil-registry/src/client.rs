@@ -43,17 +43,29 @@ fn tls_config(extra_ca: Option<&str>) -> Result<rustls::ClientConfig, RegistryEr
         let pem = if ca.contains("-----BEGIN") {
             ca.as_bytes().to_vec()
         } else {
-            std::fs::read(ca).map_err(|e| RegistryError::Ca { source_name: ca.to_owned(), detail: e.to_string() })?
+            std::fs::read(ca).map_err(|e| RegistryError::Ca {
+                source_name: ca.to_owned(),
+                detail: e.to_string(),
+            })?
         };
         use rustls_pki_types::pem::PemObject;
         let mut n = 0;
         for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| RegistryError::Ca { source_name: ca_label(ca), detail: e.to_string() })?;
-            roots.add(cert).map_err(|e| RegistryError::Ca { source_name: ca_label(ca), detail: e.to_string() })?;
+            let cert = cert.map_err(|e| RegistryError::Ca {
+                source_name: ca_label(ca),
+                detail: e.to_string(),
+            })?;
+            roots.add(cert).map_err(|e| RegistryError::Ca {
+                source_name: ca_label(ca),
+                detail: e.to_string(),
+            })?;
             n += 1;
         }
         if n == 0 {
-            return Err(RegistryError::Ca { source_name: ca_label(ca), detail: "no PEM certificate found".into() });
+            return Err(RegistryError::Ca {
+                source_name: ca_label(ca),
+                detail: "no PEM certificate found".into(),
+            });
         }
     }
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -81,7 +93,11 @@ fn base_roots() -> &'static rustls::RootCertStore {
 }
 
 fn ca_label(ca: &str) -> String {
-    if ca.contains("-----BEGIN") { "inline PEM".into() } else { ca.to_owned() }
+    if ca.contains("-----BEGIN") {
+        "inline PEM".into()
+    } else {
+        ca.to_owned()
+    }
 }
 
 impl HostClient {
@@ -100,14 +116,22 @@ impl HostClient {
             scheme: if spec.insecure { "http" } else { "https" },
             http,
             creds: CredentialSource::from_spec(spec.auth.as_ref()),
-            permits: Semaphore::new(spec.max_concurrent_requests.unwrap_or(DEFAULT_MAX_CONCURRENT).max(1) as usize),
+            permits: Semaphore::new(
+                spec.max_concurrent_requests
+                    .unwrap_or(DEFAULT_MAX_CONCURRENT)
+                    .max(1) as usize,
+            ),
         })
     }
 }
 
 /// The API endpoint of a registry domain (Docker Hub's API lives elsewhere).
 pub(crate) fn api_host(domain: &str) -> &str {
-    if domain == "docker.io" { "registry-1.docker.io" } else { domain }
+    if domain == "docker.io" {
+        "registry-1.docker.io"
+    } else {
+        domain
+    }
 }
 
 pub(crate) struct Lookup<'a> {
@@ -126,15 +150,31 @@ struct Resp {
 
 impl Lookup<'_> {
     /// Resolves one reference with a tag to the digest its registry serves.
-    pub(crate) async fn resolve(&self, target: &Reference, platform: Option<&Platform>) -> Result<Digest, ResolveFailure> {
+    pub(crate) async fn resolve(
+        &self,
+        target: &Reference,
+        platform: Option<&Platform>,
+    ) -> Result<Digest, ResolveFailure> {
         let domain = target.domain();
-        let url = format!("{}://{}/v2/{}/manifests/{}", self.host.scheme, api_host(domain), target.path(), target.tag_or_latest());
+        let url = format!(
+            "{}://{}/v2/{}/manifests/{}",
+            self.host.scheme,
+            api_host(domain),
+            target.path(),
+            target.tag_or_latest()
+        );
         let scope = format!("repository:{}:pull", target.path());
         if platform.is_none() {
             let r = self.send(Method::HEAD, &url, domain, &scope).await?;
             if r.status == StatusCode::OK {
-                if let Some(d) = r.headers.get("docker-content-digest").and_then(|v| v.to_str().ok()) {
-                    return Digest::parse(d.trim()).map_err(|e| ResolveFailure::BadResponse { detail: format!("Docker-Content-Digest {d:?}: {e}") });
+                if let Some(d) = r
+                    .headers
+                    .get("docker-content-digest")
+                    .and_then(|v| v.to_str().ok())
+                {
+                    return Digest::parse(d.trim()).map_err(|e| ResolveFailure::BadResponse {
+                        detail: format!("Docker-Content-Digest {d:?}: {e}"),
+                    });
                 }
             } else if r.status != StatusCode::NOT_FOUND {
                 return Err(failure_for(&r));
@@ -148,30 +188,54 @@ impl Lookup<'_> {
             return Err(failure_for(&r));
         }
         let computed = Digest::from_sha256(&Sha256::digest(&r.body).into());
-        if let Some(h) = r.headers.get("docker-content-digest").and_then(|v| v.to_str().ok()) {
-            if h.trim().starts_with("sha256:") && h.trim() != computed.as_str() {
-                return Err(ResolveFailure::BadResponse { detail: format!("Docker-Content-Digest {h} does not match the manifest's sha256 {computed}") });
+        if let Some(h) = r
+            .headers
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok())
+            && h.trim().starts_with("sha256:") && h.trim() != computed.as_str() {
+                return Err(ResolveFailure::BadResponse {
+                    detail: format!(
+                        "Docker-Content-Digest {h} does not match the manifest's sha256 {computed}"
+                    ),
+                });
             }
-        }
         match platform {
             None => Ok(computed),
             Some(p) => pick_platform(&r.body, p, computed),
         }
     }
 
-    async fn send(&self, method: Method, url: &str, domain: &str, scope: &str) -> Result<Resp, ResolveFailure> {
+    async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        domain: &str,
+        scope: &str,
+    ) -> Result<Resp, ResolveFailure> {
         let _permit = tokio::time::timeout_at(self.deadline.into(), self.host.permits.acquire())
             .await
-            .map_err(|_| ResolveFailure::Timeout { budget: self.budget })?
-            .map_err(|_| ResolveFailure::Config { detail: "registry client is shutting down".into() })?;
-        let mut auth = self.tokens.get(domain, scope).map(|t| format!("Bearer {t}"));
+            .map_err(|_| ResolveFailure::Timeout {
+                budget: self.budget,
+            })?
+            .map_err(|_| ResolveFailure::Config {
+                detail: "registry client is shutting down".into(),
+            })?;
+        let mut auth = self
+            .tokens
+            .get(domain, scope)
+            .map(|t| format!("Bearer {t}"));
         let mut authed_once = false;
         let mut rate_limited_once = false;
         let mut conn_retried = false;
         loop {
-            let r = match self.once(method.clone(), url, domain, auth.as_deref()).await {
+            let r = match self
+                .once(method.clone(), url, domain, auth.as_deref())
+                .await
+            {
                 Ok(r) => r,
-                Err(ResolveFailure::Unreachable { detail }) if !conn_retried && self.remaining() > Duration::from_millis(50) => {
+                Err(ResolveFailure::Unreachable { detail })
+                    if !conn_retried && self.remaining() > Duration::from_millis(50) =>
+                {
                     tracing::debug!(url, %detail, "registry connection failed; retrying once");
                     conn_retried = true;
                     continue;
@@ -180,16 +244,30 @@ impl Lookup<'_> {
             };
             if r.status == StatusCode::UNAUTHORIZED && !authed_once {
                 authed_once = true;
-                let challenge = r.headers.get(header::WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).and_then(parse_challenge);
-                let creds = self.host.creds.load(domain).map_err(|detail| ResolveFailure::Config { detail })?;
+                let challenge = r
+                    .headers
+                    .get(header::WWW_AUTHENTICATE)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(parse_challenge);
+                let creds = self
+                    .host
+                    .creds
+                    .load(domain)
+                    .map_err(|detail| ResolveFailure::Config { detail })?;
                 auth = match challenge {
                     Some(Challenge::Basic) => match &creds {
                         Some(c) => Some(c.basic_header()),
                         None => return Err(failure_for(&r)),
                     },
-                    Some(Challenge::Bearer { realm, service, scope: ch_scope }) => {
+                    Some(Challenge::Bearer {
+                        realm,
+                        service,
+                        scope: ch_scope,
+                    }) => {
                         let sc = ch_scope.unwrap_or_else(|| scope.to_owned());
-                        let token = self.fetch_token(&realm, service.as_deref(), &sc, creds.as_ref()).await?;
+                        let token = self
+                            .fetch_token(&realm, service.as_deref(), &sc, creds.as_ref())
+                            .await?;
                         self.tokens.put(domain, scope, token.0.clone(), token.1);
                         Some(format!("Bearer {}", token.0))
                     }
@@ -199,7 +277,12 @@ impl Lookup<'_> {
             }
             if r.status == StatusCode::TOO_MANY_REQUESTS && !rate_limited_once {
                 rate_limited_once = true;
-                let wait = r.headers.get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|s| s.trim().parse::<u64>().ok()).map(Duration::from_secs);
+                let wait = r
+                    .headers
+                    .get(header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .map(Duration::from_secs);
                 match wait {
                     Some(w) if w + Duration::from_millis(100) < self.remaining() => {
                         tokio::time::sleep(w).await;
@@ -216,14 +299,29 @@ impl Lookup<'_> {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
-    async fn once(&self, method: Method, url: &str, domain: &str, auth: Option<&str>) -> Result<Resp, ResolveFailure> {
+    async fn once(
+        &self,
+        method: Method,
+        url: &str,
+        domain: &str,
+        auth: Option<&str>,
+    ) -> Result<Resp, ResolveFailure> {
         let remaining = self.remaining();
         if remaining.is_zero() {
-            return Err(ResolveFailure::Timeout { budget: self.budget });
+            return Err(ResolveFailure::Timeout {
+                budget: self.budget,
+            });
         }
-        let mut req = self.host.http.request(method.clone(), url).header(header::ACCEPT, MANIFEST_ACCEPT).timeout(remaining);
+        let mut req = self
+            .host
+            .http
+            .request(method.clone(), url)
+            .header(header::ACCEPT, MANIFEST_ACCEPT)
+            .timeout(remaining);
         if let Some(a) = auth {
-            let mut v = HeaderValue::from_str(a).map_err(|_| ResolveFailure::Config { detail: "credentials contain characters not allowed in a header".into() })?;
+            let mut v = HeaderValue::from_str(a).map_err(|_| ResolveFailure::Config {
+                detail: "credentials contain characters not allowed in a header".into(),
+            })?;
             v.set_sensitive(true);
             req = req.header(header::AUTHORIZATION, v);
         }
@@ -232,19 +330,41 @@ impl Lookup<'_> {
         let res = match res {
             Ok(r) => r,
             Err(e) => {
-                self.observer.request(domain, method.as_str(), if e.is_timeout() { "timeout" } else { "error" }, started.elapsed());
+                self.observer.request(
+                    domain,
+                    method.as_str(),
+                    if e.is_timeout() { "timeout" } else { "error" },
+                    started.elapsed(),
+                );
                 return Err(transport_failure(&e, self.budget));
             }
         };
         let status = res.status();
         let headers = res.headers().clone();
-        let body = if method == Method::HEAD { Vec::new() } else { read_limited(res, self.budget).await? };
-        self.observer.request(domain, method.as_str(), status.as_str(), started.elapsed());
-        Ok(Resp { status, headers, body })
+        let body = if method == Method::HEAD {
+            Vec::new()
+        } else {
+            read_limited(res, self.budget).await?
+        };
+        self.observer
+            .request(domain, method.as_str(), status.as_str(), started.elapsed());
+        Ok(Resp {
+            status,
+            headers,
+            body,
+        })
     }
 
-    async fn fetch_token(&self, realm: &str, service: Option<&str>, scope: &str, creds: Option<&crate::auth::Credentials>) -> Result<(String, Duration), ResolveFailure> {
-        let mut url = reqwest::Url::parse(realm).map_err(|e| ResolveFailure::BadResponse { detail: format!("token realm {realm:?} is not a URL: {e}") })?;
+    async fn fetch_token(
+        &self,
+        realm: &str,
+        service: Option<&str>,
+        scope: &str,
+        creds: Option<&crate::auth::Credentials>,
+    ) -> Result<(String, Duration), ResolveFailure> {
+        let mut url = reqwest::Url::parse(realm).map_err(|e| ResolveFailure::BadResponse {
+            detail: format!("token realm {realm:?} is not a URL: {e}"),
+        })?;
         {
             let mut q = url.query_pairs_mut();
             if let Some(s) = service {
@@ -254,26 +374,40 @@ impl Lookup<'_> {
         }
         let mut req = self.host.http.get(url.clone()).timeout(self.remaining());
         if let Some(c) = creds {
-            let mut v = HeaderValue::from_str(&c.basic_header()).map_err(|_| ResolveFailure::Config { detail: "credentials contain characters not allowed in a header".into() })?;
+            let mut v =
+                HeaderValue::from_str(&c.basic_header()).map_err(|_| ResolveFailure::Config {
+                    detail: "credentials contain characters not allowed in a header".into(),
+                })?;
             v.set_sensitive(true);
             req = req.header(header::AUTHORIZATION, v);
         }
         let started = Instant::now();
         let host = url.host_str().unwrap_or_default().to_owned();
         let res = req.send().await.map_err(|e| {
-            self.observer.request(&host, "GET", "error", started.elapsed());
+            self.observer
+                .request(&host, "GET", "error", started.elapsed());
             transport_failure(&e, self.budget)
         })?;
         let status = res.status();
-        self.observer.request(&host, "GET", status.as_str(), started.elapsed());
+        self.observer
+            .request(&host, "GET", status.as_str(), started.elapsed());
         let body = read_limited(res, self.budget).await?;
         if !status.is_success() {
-            let detail = error_detail(&body).unwrap_or_else(|| status.canonical_reason().unwrap_or("").to_owned());
-            return Err(if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
-                ResolveFailure::Unauthorized { status: status.as_u16(), detail: format!("token service refused: {detail}") }
-            } else {
-                ResolveFailure::Status { status: status.as_u16(), detail: format!("token service: {detail}") }
-            });
+            let detail = error_detail(&body)
+                .unwrap_or_else(|| status.canonical_reason().unwrap_or("").to_owned());
+            return Err(
+                if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+                    ResolveFailure::Unauthorized {
+                        status: status.as_u16(),
+                        detail: format!("token service refused: {detail}"),
+                    }
+                } else {
+                    ResolveFailure::Status {
+                        status: status.as_u16(),
+                        detail: format!("token service: {detail}"),
+                    }
+                },
+            );
         }
         #[derive(serde::Deserialize)]
         struct TokenResp {
@@ -281,22 +415,44 @@ impl Lookup<'_> {
             access_token: Option<String>,
             expires_in: Option<u64>,
         }
-        let t: TokenResp = serde_json::from_slice(&body).map_err(|e| ResolveFailure::BadResponse { detail: format!("token response is not JSON: {e}") })?;
-        let token = t.token.or(t.access_token).filter(|t| !t.is_empty()).ok_or_else(|| ResolveFailure::BadResponse { detail: "token response has no token".into() })?;
-        Ok((token, Duration::from_secs(t.expires_in.unwrap_or(60).clamp(1, 3600))))
+        let t: TokenResp =
+            serde_json::from_slice(&body).map_err(|e| ResolveFailure::BadResponse {
+                detail: format!("token response is not JSON: {e}"),
+            })?;
+        let token = t
+            .token
+            .or(t.access_token)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| ResolveFailure::BadResponse {
+                detail: "token response has no token".into(),
+            })?;
+        Ok((
+            token,
+            Duration::from_secs(t.expires_in.unwrap_or(60).clamp(1, 3600)),
+        ))
     }
 }
 
-async fn read_limited(mut res: reqwest::Response, budget: Duration) -> Result<Vec<u8>, ResolveFailure> {
-    if res.content_length().is_some_and(|n| n > MAX_MANIFEST_BYTES as u64) {
-        return Err(ResolveFailure::BadResponse { detail: format!("response larger than {MAX_MANIFEST_BYTES} bytes") });
+async fn read_limited(
+    mut res: reqwest::Response,
+    budget: Duration,
+) -> Result<Vec<u8>, ResolveFailure> {
+    if res
+        .content_length()
+        .is_some_and(|n| n > MAX_MANIFEST_BYTES as u64)
+    {
+        return Err(ResolveFailure::BadResponse {
+            detail: format!("response larger than {MAX_MANIFEST_BYTES} bytes"),
+        });
     }
     let mut out = Vec::new();
     loop {
         match res.chunk().await {
             Ok(Some(c)) => {
                 if out.len() + c.len() > MAX_MANIFEST_BYTES {
-                    return Err(ResolveFailure::BadResponse { detail: format!("response larger than {MAX_MANIFEST_BYTES} bytes") });
+                    return Err(ResolveFailure::BadResponse {
+                        detail: format!("response larger than {MAX_MANIFEST_BYTES} bytes"),
+                    });
                 }
                 out.extend_from_slice(&c);
             }
@@ -333,14 +489,30 @@ fn error_detail(body: &[u8]) -> Option<String> {
 }
 
 fn failure_for(r: &Resp) -> ResolveFailure {
-    let detail = error_detail(&r.body).unwrap_or_else(|| r.status.canonical_reason().unwrap_or("no reason given").to_lowercase());
+    let detail = error_detail(&r.body).unwrap_or_else(|| {
+        r.status
+            .canonical_reason()
+            .unwrap_or("no reason given")
+            .to_lowercase()
+    });
     match r.status {
         StatusCode::NOT_FOUND => ResolveFailure::NotFound { detail },
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => ResolveFailure::Unauthorized { status: r.status.as_u16(), detail },
-        StatusCode::TOO_MANY_REQUESTS => ResolveFailure::RateLimited {
-            retry_after: r.headers.get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|s| s.trim().parse().ok()).map(Duration::from_secs),
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => ResolveFailure::Unauthorized {
+            status: r.status.as_u16(),
+            detail,
         },
-        s => ResolveFailure::Status { status: s.as_u16(), detail },
+        StatusCode::TOO_MANY_REQUESTS => ResolveFailure::RateLimited {
+            retry_after: r
+                .headers
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|s| s.trim().parse().ok())
+                .map(Duration::from_secs),
+        },
+        s => ResolveFailure::Status {
+            status: s.as_u16(),
+            detail,
+        },
     }
 }
 
@@ -364,8 +536,12 @@ pub fn pick_platform(body: &[u8], p: &Platform, own: Digest) -> Result<Digest, R
         architecture: String,
         variant: Option<String>,
     }
-    let idx: Index = serde_json::from_slice(body).map_err(|e| ResolveFailure::BadResponse { detail: format!("manifest is not JSON: {e}") })?;
-    let Some(entries) = idx.manifests else { return Ok(own) };
+    let idx: Index = serde_json::from_slice(body).map_err(|e| ResolveFailure::BadResponse {
+        detail: format!("manifest is not JSON: {e}"),
+    })?;
+    let Some(entries) = idx.manifests else {
+        return Ok(own);
+    };
     let _ = idx.media_type;
     let norm_variant = |arch: &str, v: Option<&str>| -> Option<String> {
         // containerd's normalization: arm64 defaults to v8, arm to v7.
@@ -387,11 +563,19 @@ pub fn pick_platform(body: &[u8], p: &Platform, own: Digest) -> Result<Digest, R
             Some(v) => format!("{}/{}/{v}", ep.os, ep.architecture),
             None => format!("{}/{}", ep.os, ep.architecture),
         });
-        if ep.os == p.os && ep.architecture == p.architecture && norm_variant(&ep.architecture, ep.variant.as_deref()) == want_v {
-            return Digest::parse(&e.digest).map_err(|err| ResolveFailure::BadResponse { detail: format!("index entry digest {:?}: {err}", e.digest) });
+        if ep.os == p.os
+            && ep.architecture == p.architecture
+            && norm_variant(&ep.architecture, ep.variant.as_deref()) == want_v
+        {
+            return Digest::parse(&e.digest).map_err(|err| ResolveFailure::BadResponse {
+                detail: format!("index entry digest {:?}: {err}", e.digest),
+            });
         }
     }
-    Err(ResolveFailure::PlatformNotFound { platform: p.to_string(), available: seen })
+    Err(ResolveFailure::PlatformNotFound {
+        platform: p.to_string(),
+        available: seen,
+    })
 }
 
 /// Clients for every configured host plus a default for the rest.
@@ -407,7 +591,10 @@ impl Hosts {
         for s in specs {
             configured.insert(s.host.clone(), HostClient::new(s)?);
         }
-        Ok(Hosts { configured, default: HostClient::new(&RegistrySpec::default())? })
+        Ok(Hosts {
+            configured,
+            default: HostClient::new(&RegistrySpec::default())?,
+        })
     }
 
     pub(crate) fn get(&self, domain: &str) -> &HostClient {
@@ -425,12 +612,22 @@ mod tests {
           {"digest":"sha256:1111111111111111111111111111111111111111111111111111111111111111","platform":{"os":"linux","architecture":"amd64"}},
           {"digest":"sha256:2222222222222222222222222222222222222222222222222222222222222222","platform":{"os":"linux","architecture":"arm64","variant":"v8"}},
           {"digest":"sha256:3333333333333333333333333333333333333333333333333333333333333333","platform":{"os":"unknown","architecture":"unknown"}}]}"#;
-        let own = Digest::parse("sha256:0000000000000000000000000000000000000000000000000000000000000000").unwrap();
+        let own = Digest::parse(
+            "sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        )
+        .unwrap();
         let arm = Platform::parse("linux/arm64").unwrap();
-        assert!(pick_platform(idx, &arm, own.clone()).unwrap().as_str().starts_with("sha256:2222"));
+        assert!(
+            pick_platform(idx, &arm, own.clone())
+                .unwrap()
+                .as_str()
+                .starts_with("sha256:2222")
+        );
         let s390 = Platform::parse("linux/s390x").unwrap();
         match pick_platform(idx, &s390, own.clone()) {
-            Err(ResolveFailure::PlatformNotFound { available, .. }) => assert_eq!(available, ["linux/amd64", "linux/arm64/v8"]),
+            Err(ResolveFailure::PlatformNotFound { available, .. }) => {
+                assert_eq!(available, ["linux/amd64", "linux/arm64/v8"])
+            }
             other => panic!("{other:?}"),
         }
         let single = br#"{"schemaVersion":2,"config":{}}"#;
@@ -440,7 +637,13 @@ mod tests {
 
     #[test]
     fn error_bodies() {
-        assert_eq!(error_detail(br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}"#).unwrap(), "MANIFEST_UNKNOWN: manifest unknown");
+        assert_eq!(
+            error_detail(
+                br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}"#
+            )
+            .unwrap(),
+            "MANIFEST_UNKNOWN: manifest unknown"
+        );
         assert_eq!(error_detail(b"<html>"), None);
     }
 }

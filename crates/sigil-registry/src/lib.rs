@@ -66,7 +66,11 @@ pub struct CacheConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { ttl: Duration::from_secs(300), negative_ttl: Duration::from_secs(10), capacity: 100_000 }
+        CacheConfig {
+            ttl: Duration::from_secs(300),
+            negative_ttl: Duration::from_secs(10),
+            capacity: 100_000,
+        }
     }
 }
 
@@ -109,18 +113,28 @@ struct Inner {
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registry").field("hosts", &self.inner.hosts).field("cached", &self.inner.cache.entry_count()).finish()
+        f.debug_struct("Registry")
+            .field("hosts", &self.inner.hosts)
+            .field("cached", &self.inner.cache.entry_count())
+            .finish()
     }
 }
 
 impl Registry {
     /// Builds clients for the policy's registries.
-    pub fn new(specs: &[RegistrySpec], cache: CacheConfig, observer: Arc<dyn Observer>) -> Result<Registry, RegistryError> {
+    pub fn new(
+        specs: &[RegistrySpec],
+        cache: CacheConfig,
+        observer: Arc<dyn Observer>,
+    ) -> Result<Registry, RegistryError> {
         Ok(Registry {
             inner: Arc::new(Inner {
                 hosts: client::Hosts::new(specs)?,
                 tokens: auth::TokenCache::default(),
-                cache: Cache::builder().max_capacity(cache.capacity).expire_after(TtlByAnswer(cache)).build(),
+                cache: Cache::builder()
+                    .max_capacity(cache.capacity)
+                    .expire_after(TtlByAnswer(cache))
+                    .build(),
                 observer,
                 lookups: AtomicU64::new(0),
             }),
@@ -138,7 +152,12 @@ impl Registry {
     }
 
     /// Resolves without the cache: one fresh lookup.
-    pub async fn resolve_uncached(&self, target: &Reference, platform: Option<&Platform>, deadline: Instant) -> Result<Digest, ResolveFailure> {
+    pub async fn resolve_uncached(
+        &self,
+        target: &Reference,
+        platform: Option<&Platform>,
+        deadline: Instant,
+    ) -> Result<Digest, ResolveFailure> {
         let budget = deadline.saturating_duration_since(Instant::now());
         let lookup = client::Lookup {
             host: self.inner.hosts.get(target.domain()),
@@ -155,17 +174,31 @@ impl Registry {
 }
 
 impl DigestResolver for Registry {
-    async fn resolve(&self, target: &Reference, platform: Option<&Platform>, deadline: Instant) -> Result<Digest, ResolveFailure> {
+    async fn resolve(
+        &self,
+        target: &Reference,
+        platform: Option<&Platform>,
+        deadline: Instant,
+    ) -> Result<Digest, ResolveFailure> {
         if let Some(d) = target.digest() {
             return Ok(d.clone());
         }
-        let key = Key { domain: target.domain().to_owned(), path: target.path().to_owned(), tag: target.tag_or_latest().to_owned(), platform: platform.cloned() };
+        let key = Key {
+            domain: target.domain().to_owned(),
+            path: target.path().to_owned(),
+            tag: target.tag_or_latest().to_owned(),
+            platform: platform.cloned(),
+        };
         let budget = deadline.saturating_duration_since(Instant::now());
         let load = async {
             self.inner.lookups.fetch_add(1, Ordering::Relaxed);
             Arc::new(self.resolve_uncached(target, platform, deadline).await)
         };
-        let entry = tokio::time::timeout_at(deadline.into(), self.inner.cache.entry(key).or_insert_with(load)).await;
+        let entry = tokio::time::timeout_at(
+            deadline.into(),
+            self.inner.cache.entry(key).or_insert_with(load),
+        )
+        .await;
         match entry {
             Ok(e) => {
                 self.inner.observer.cache(!e.is_fresh());

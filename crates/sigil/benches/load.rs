@@ -35,8 +35,23 @@ fn main() {
         return echo_server();
     }
     let full = args.iter().any(|a| a == "--bench");
-    let size = if full { Size { concurrency: 16, requests: 40_000, cold_pods: 100 } } else { Size { concurrency: 4, requests: 200, cold_pods: 5 } };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let size = if full {
+        Size {
+            concurrency: 16,
+            requests: 40_000,
+            cold_pods: 100,
+        }
+    } else {
+        Size {
+            concurrency: 4,
+            requests: 200,
+            cold_pods: 5,
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(run(size, full));
 }
 
@@ -58,7 +73,12 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|n| n.parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -71,7 +91,10 @@ impl Drop for Proc {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port")
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port")
 }
 
 async fn run(size: Size, full: bool) {
@@ -87,16 +110,29 @@ async fn run(size: Size, full: bool) {
         ),
     )
     .expect("write registry config");
-    let _registry = Proc(Command::new("docker-registry").arg("serve").arg(&reg_cfg).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("docker-registry (apt install docker-registry)"));
+    let _registry = Proc(
+        Command::new("docker-registry")
+            .arg("serve")
+            .arg(&reg_cfg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("docker-registry (apt install docker-registry)"),
+    );
     let reg = format!("127.0.0.1:{reg_port}");
     let http = reqwest::Client::new();
     wait_http(&http, &format!("http://{reg}/v2/")).await;
-    let warm: Vec<String> = futures_util::future::join_all((0..3).map(|i| push_image(&http, &reg, "bench/app", format!("warm{i}")))).await;
+    let warm: Vec<String> = futures_util::future::join_all(
+        (0..3).map(|i| push_image(&http, &reg, "bench/app", format!("warm{i}"))),
+    )
+    .await;
     let _ = warm;
     let cold_tags = size.cold_pods * 3;
     let mut pushed = 0;
     while pushed < cold_tags {
-        let batch: Vec<_> = (pushed..(pushed + 32).min(cold_tags)).map(|i| push_image(&http, &reg, "bench/cold", format!("c{i}"))).collect();
+        let batch: Vec<_> = (pushed..(pushed + 32).min(cold_tags))
+            .map(|i| push_image(&http, &reg, "bench/cold", format!("c{i}")))
+            .collect();
         futures_util::future::join_all(batch).await;
         pushed = (pushed + 32).min(cold_tags);
     }
@@ -110,7 +146,15 @@ async fn run(size: Size, full: bool) {
     let started = Instant::now();
     let sigil = Proc(
         Command::new(env!("CARGO_BIN_EXE_sigil"))
-            .args(["serve", "--shutdown-delay", "0s", "--listen", &format!("127.0.0.1:{port}"), "--admin-listen", &format!("127.0.0.1:{admin_port}")])
+            .args([
+                "serve",
+                "--shutdown-delay",
+                "0s",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--admin-listen",
+                &format!("127.0.0.1:{admin_port}"),
+            ])
             .arg("--policy")
             .arg(&policy)
             .arg("--ca-bundle-out")
@@ -128,14 +172,32 @@ async fn run(size: Size, full: bool) {
     let sigil_addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
     let tls = client_tls(&std::fs::read(&ca).expect("ca"));
 
-    let warm_body = Arc::new(review(&[&format!("{reg}/bench/app:warm0"), &format!("{reg}/bench/app:warm1"), &format!("{reg}/bench/app:warm2")]));
+    let warm_body = Arc::new(review(&[
+        &format!("{reg}/bench/app:warm0"),
+        &format!("{reg}/bench/app:warm1"),
+        &format!("{reg}/bench/app:warm2"),
+    ]));
     let same = |b: &Arc<Vec<u8>>| {
         let b = b.clone();
         move |_| (*b).clone()
     };
-    let warmup = drive(sigil_addr, tls.clone(), size.concurrency, (size.requests / 10).max(50), same(&warm_body)).await;
+    let warmup = drive(
+        sigil_addr,
+        tls.clone(),
+        size.concurrency,
+        (size.requests / 10).max(50),
+        same(&warm_body),
+    )
+    .await;
     let _ = warmup;
-    let cached = drive(sigil_addr, tls.clone(), size.concurrency, size.requests, same(&warm_body)).await;
+    let cached = drive(
+        sigil_addr,
+        tls.clone(),
+        size.concurrency,
+        size.requests,
+        same(&warm_body),
+    )
+    .await;
     let loaded_rss = rss_kib(sigil.0.id());
 
     // Echo server with the same client and body.
@@ -160,8 +222,22 @@ async fn run(size: Size, full: bool) {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let echo_tls = client_tls(&std::fs::read(&echo_ca).expect("echo ca"));
     let echo_addr: SocketAddr = format!("127.0.0.1:{echo_port}").parse().expect("addr");
-    drive(echo_addr, echo_tls.clone(), size.concurrency, (size.requests / 10).max(50), same(&warm_body)).await;
-    let echo_stats = drive(echo_addr, echo_tls, size.concurrency, size.requests, same(&warm_body)).await;
+    drive(
+        echo_addr,
+        echo_tls.clone(),
+        size.concurrency,
+        (size.requests / 10).max(50),
+        same(&warm_body),
+    )
+    .await;
+    let echo_stats = drive(
+        echo_addr,
+        echo_tls,
+        size.concurrency,
+        size.requests,
+        same(&warm_body),
+    )
+    .await;
     let echo_rss = rss_kib(echo.0.id());
     drop(echo);
 
@@ -170,7 +246,10 @@ async fn run(size: Size, full: bool) {
     for i in 0..50 {
         let t = Instant::now();
         let _ = http
-            .head(format!("http://{reg}/v2/bench/cold/manifests/c{}", i % cold_tags.max(1)))
+            .head(format!(
+                "http://{reg}/v2/bench/cold/manifests/c{}",
+                i % cold_tags.max(1)
+            ))
             .header("accept", "application/vnd.oci.image.manifest.v1+json")
             .send()
             .await;
@@ -180,33 +259,93 @@ async fn run(size: Size, full: bool) {
 
     // Cold: every pod has 3 images never seen before.
     let before = registry_requests(&http, admin_port).await;
-    let cold_bodies: Vec<Vec<u8>> = (0..size.cold_pods).map(|p| review(&[&format!("{reg}/bench/cold:c{}", p * 3), &format!("{reg}/bench/cold:c{}", p * 3 + 1), &format!("{reg}/bench/cold:c{}", p * 3 + 2)])).collect();
+    let cold_bodies: Vec<Vec<u8>> = (0..size.cold_pods)
+        .map(|p| {
+            review(&[
+                &format!("{reg}/bench/cold:c{}", p * 3),
+                &format!("{reg}/bench/cold:c{}", p * 3 + 1),
+                &format!("{reg}/bench/cold:c{}", p * 3 + 2),
+            ])
+        })
+        .collect();
     let cold_bodies = Arc::new(cold_bodies);
     let cb = cold_bodies.clone();
-    let cold = drive(sigil_addr, tls.clone(), 1, size.cold_pods, move |i| cb[i].clone()).await;
+    let cold = drive(sigil_addr, tls.clone(), 1, size.cold_pods, move |i| {
+        cb[i].clone()
+    })
+    .await;
     let after = registry_requests(&http, admin_port).await;
     let cold_requests = after - before;
 
     println!();
-    println!("sigil load benchmark ({} mode, {} cores)", if full { "full" } else { "smoke" }, std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    println!(
+        "sigil load benchmark ({} mode, {} cores)",
+        if full { "full" } else { "smoke" },
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    );
     println!("| run | requests | concurrency | req/s | p50 | p99 | p99.9 | server RSS |");
     println!("|---|---|---|---|---|---|---|---|");
     let row = |name: &str, n: usize, c: usize, s: &Stats, rss: u64| {
-        println!("| {name} | {n} | {c} | {:.0} | {:.3} ms | {:.3} ms | {:.3} ms | {:.1} MiB |", s.rps, ms(s.p50), ms(s.p99), ms(s.p999), rss as f64 / 1024.0);
+        println!(
+            "| {name} | {n} | {c} | {:.0} | {:.3} ms | {:.3} ms | {:.3} ms | {:.1} MiB |",
+            s.rps,
+            ms(s.p50),
+            ms(s.p99),
+            ms(s.p999),
+            rss as f64 / 1024.0
+        );
     };
-    row("sigil /mutate, cached, 3-container Pod", size.requests, size.concurrency, &cached, loaded_rss);
-    row("bare hyper+rustls echo, same client/body", size.requests, size.concurrency, &echo_stats, echo_rss);
-    row("sigil /mutate, cold (3 new images/pod)", size.cold_pods, 1, &cold, rss_kib(sigil.0.id()));
+    row(
+        "sigil /mutate, cached, 3-container Pod",
+        size.requests,
+        size.concurrency,
+        &cached,
+        loaded_rss,
+    );
+    row(
+        "bare hyper+rustls echo, same client/body",
+        size.requests,
+        size.concurrency,
+        &echo_stats,
+        echo_rss,
+    );
+    row(
+        "sigil /mutate, cold (3 new images/pod)",
+        size.cold_pods,
+        1,
+        &cold,
+        rss_kib(sigil.0.id()),
+    );
     println!();
     println!("| figure | value | target |");
     println!("|---|---|---|");
-    println!("| throughput vs echo | {:.1} % | ≥ 80 % |", 100.0 * cached.rps / echo_stats.rps);
+    println!(
+        "| throughput vs echo | {:.1} % | ≥ 80 % |",
+        100.0 * cached.rps / echo_stats.rps
+    );
     println!("| cached p99 | {:.3} ms | ≤ 1 ms |", ms(cached.p99));
-    println!("| idle RSS | {:.1} MiB | ≤ 20 MiB |", idle_rss as f64 / 1024.0);
-    println!("| start to Ready | {:.1} ms | ≤ 200 ms |", start_to_ready.as_secs_f64() * 1000.0);
-    println!("| cold: registry requests / unique references | {cold_requests} / {cold_tags} | equal (single-flight) |");
-    println!("| cold pod p50 vs registry HEAD p50 | {:.3} ms vs {:.3} ms | tracks the max, not 3× |", ms(cold.p50), ms(pct(&reg_lat, 0.5)));
-    assert_eq!(cold_requests as usize, cold_tags, "one registry request per unique reference");
+    println!(
+        "| idle RSS | {:.1} MiB | ≤ 20 MiB |",
+        idle_rss as f64 / 1024.0
+    );
+    println!(
+        "| start to Ready | {:.1} ms | ≤ 200 ms |",
+        start_to_ready.as_secs_f64() * 1000.0
+    );
+    println!(
+        "| cold: registry requests / unique references | {cold_requests} / {cold_tags} | equal (single-flight) |"
+    );
+    println!(
+        "| cold pod p50 vs registry HEAD p50 | {:.3} ms vs {:.3} ms | tracks the max, not 3× |",
+        ms(cold.p50),
+        ms(pct(&reg_lat, 0.5))
+    );
+    assert_eq!(
+        cold_requests as usize, cold_tags,
+        "one registry request per unique reference"
+    );
 }
 
 fn ms(d: Duration) -> f64 {
@@ -214,34 +353,65 @@ fn ms(d: Duration) -> f64 {
 }
 
 async fn registry_requests(http: &reqwest::Client, admin: u16) -> u64 {
-    let text = http.get(format!("http://127.0.0.1:{admin}/metrics")).send().await.expect("metrics").text().await.expect("metrics body");
-    text.lines().filter(|l| l.starts_with("sigil_registry_requests_total")).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>() as u64
+    let text = http
+        .get(format!("http://127.0.0.1:{admin}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics body");
+    text.lines()
+        .filter(|l| l.starts_with("sigil_registry_requests_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
 
 async fn wait_http(http: &reqwest::Client, url: &str) {
     let until = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Ok(r) = http.get(url).send().await {
-            if r.status().is_success() {
+        if let Ok(r) = http.get(url).send().await
+            && r.status().is_success() {
                 return;
             }
-        }
         assert!(Instant::now() < until, "{url} never came up");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
 fn sha256(b: &[u8]) -> String {
-    format!("sha256:{}", Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect::<String>())
+    format!(
+        "sha256:{}",
+        Sha256::digest(b)
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect::<String>()
+    )
 }
 
 async fn push_blob(http: &reqwest::Client, reg: &str, repo: &str, data: Vec<u8>) -> String {
     let d = sha256(&data);
-    let r = http.post(format!("http://{reg}/v2/{repo}/blobs/uploads/")).send().await.expect("upload");
-    let loc = r.headers()["location"].to_str().expect("location").to_string();
-    let url = if loc.starts_with("http") { loc } else { format!("http://{reg}{loc}") };
+    let r = http
+        .post(format!("http://{reg}/v2/{repo}/blobs/uploads/"))
+        .send()
+        .await
+        .expect("upload");
+    let loc = r.headers()["location"]
+        .to_str()
+        .expect("location")
+        .to_string();
+    let url = if loc.starts_with("http") {
+        loc
+    } else {
+        format!("http://{reg}{loc}")
+    };
     let sep = if url.contains('?') { '&' } else { '?' };
-    let r = http.put(format!("{url}{sep}digest={d}")).body(data).send().await.expect("put blob");
+    let r = http
+        .put(format!("{url}{sep}digest={d}"))
+        .body(data)
+        .send()
+        .await
+        .expect("put blob");
     assert_eq!(r.status(), 201);
     d
 }
@@ -257,7 +427,13 @@ async fn push_image(http: &reqwest::Client, reg: &str, repo: &str, tag: String) 
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": cl},
         "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": ld, "size": ll}]}))
     .expect("json");
-    let r = http.put(format!("http://{reg}/v2/{repo}/manifests/{tag}")).header("content-type", "application/vnd.oci.image.manifest.v1+json").body(m.clone()).send().await.expect("put manifest");
+    let r = http
+        .put(format!("http://{reg}/v2/{repo}/manifests/{tag}"))
+        .header("content-type", "application/vnd.oci.image.manifest.v1+json")
+        .body(m.clone())
+        .send()
+        .await
+        .expect("put manifest");
     assert_eq!(r.status(), 201);
     sha256(&m)
 }
@@ -276,16 +452,24 @@ fn client_tls(ca_pem: &[u8]) -> Arc<rustls::ClientConfig> {
     for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem) {
         roots.add(c.expect("pem")).expect("root");
     }
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
     Arc::new(cfg)
 }
 
 /// `concurrency` workers, each on its own keep-alive HTTPS connection.
-async fn drive(addr: SocketAddr, tls: Arc<rustls::ClientConfig>, concurrency: usize, total: usize, body: impl Fn(usize) -> Vec<u8> + Send + Sync + 'static) -> Stats {
+async fn drive(
+    addr: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    concurrency: usize,
+    total: usize,
+    body: impl Fn(usize) -> Vec<u8> + Send + Sync + 'static,
+) -> Stats {
     let body = Arc::new(body);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let started = Instant::now();
@@ -295,8 +479,16 @@ async fn drive(addr: SocketAddr, tls: Arc<rustls::ClientConfig>, concurrency: us
         tasks.push(tokio::spawn(async move {
             let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
             tcp.set_nodelay(true).expect("nodelay");
-            let stream = tokio_rustls::TlsConnector::from(tls).connect(rustls::pki_types::ServerName::try_from("localhost").expect("name"), tcp).await.expect("tls");
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.expect("handshake");
+            let stream = tokio_rustls::TlsConnector::from(tls)
+                .connect(
+                    rustls::pki_types::ServerName::try_from("localhost").expect("name"),
+                    tcp,
+                )
+                .await
+                .expect("tls");
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .expect("handshake");
             tokio::spawn(conn);
             let mut lat = Vec::new();
             loop {
@@ -325,16 +517,27 @@ async fn drive(addr: SocketAddr, tls: Arc<rustls::ClientConfig>, concurrency: us
     }
     let elapsed = started.elapsed();
     all.sort();
-    Stats { rps: all.len() as f64 / elapsed.as_secs_f64(), p50: pct(&all, 0.5), p99: pct(&all, 0.99), p999: pct(&all, 0.999) }
+    Stats {
+        rps: all.len() as f64 / elapsed.as_secs_f64(),
+        p50: pct(&all, 0.5),
+        p99: pct(&all, 0.99),
+        p999: pct(&all, 0.999),
+    }
 }
 
 /// The baseline: hyper + rustls answering every POST with its own body.
 fn echo_server() {
-    let addr: SocketAddr = std::env::var("ECHO_ADDR").expect("ECHO_ADDR").parse().expect("addr");
+    let addr: SocketAddr = std::env::var("ECHO_ADDR")
+        .expect("ECHO_ADDR")
+        .parse()
+        .expect("addr");
     let dir = std::path::PathBuf::from(std::env::var("ECHO_DIR").expect("ECHO_DIR"));
     let cert = sigil::tls::self_signed(&["localhost".into()]).expect("cert");
     let cfg = sigil::tls::server_config(&cert).expect("tls");
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("rt");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
     rt.block_on(async move {
         let l = tokio::net::TcpListener::bind(addr).await.expect("bind");
         std::fs::write(dir.join("ca.pem"), cert.ca_pem.unwrap_or_default()).expect("ca");
@@ -344,12 +547,25 @@ fn echo_server() {
             let _ = tcp.set_nodelay(true);
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                let Ok(s) = acceptor.accept(tcp).await else { return };
-                let svc = hyper::service::service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
-                    let b = req.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
-                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(b)))
-                });
-                let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new()).serve_connection(TokioIo::new(s), svc).await;
+                let Ok(s) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(
+                    |req: hyper::Request<hyper::body::Incoming>| async move {
+                        let b = req
+                            .into_body()
+                            .collect()
+                            .await
+                            .map(|c| c.to_bytes())
+                            .unwrap_or_default();
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(b)))
+                    },
+                );
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(TokioIo::new(s), svc)
+                .await;
             });
         }
     });

@@ -34,7 +34,9 @@ pub enum BadReview {
     #[error("body is not an AdmissionReview: {0}")]
     Malformed(String),
     /// `apiVersion` other than admission.k8s.io/v1 or v1beta1.
-    #[error("unsupported AdmissionReview apiVersion {0:?} (sigil speaks admission.k8s.io/v1 and v1beta1)")]
+    #[error(
+        "unsupported AdmissionReview apiVersion {0:?} (sigil speaks admission.k8s.io/v1 and v1beta1)"
+    )]
     Version(String),
     /// No `request`, or a request without `uid` or `operation`.
     #[error("AdmissionReview has no request{0}")]
@@ -160,10 +162,14 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
     let mut total = 0f64;
     let mut rest = s;
     while !rest.is_empty() {
-        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         let n: f64 = rest[..num_end].parse().ok()?;
         rest = &rest[num_end..];
-        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let mult = match &rest[..unit_end] {
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,
@@ -176,7 +182,7 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
         total += n * mult;
         rest = &rest[unit_end..];
     }
-    (total.is_finite() && total >= 0.0 && total < 86_400.0).then(|| Duration::from_secs_f64(total))
+    (total.is_finite() && (0.0..86_400.0).contains(&total)).then(|| Duration::from_secs_f64(total))
 }
 
 /// When to stop waiting for registries: the API server's timeout minus a
@@ -198,21 +204,52 @@ impl<R: DigestResolver> Webhook<R> {
     }
 
     /// Answers one AdmissionReview body. `Err` means HTTP 400.
-    pub async fn review(&self, body: &[u8], deadline: Instant) -> Result<(Vec<u8>, Verdict), BadReview> {
-        let review: ReviewIn = serde_json::from_slice(body).map_err(|e| BadReview::Malformed(e.to_string()))?;
+    pub async fn review(
+        &self,
+        body: &[u8],
+        deadline: Instant,
+    ) -> Result<(Vec<u8>, Verdict), BadReview> {
+        let review: ReviewIn =
+            serde_json::from_slice(body).map_err(|e| BadReview::Malformed(e.to_string()))?;
         let api_version = review.api_version.unwrap_or_default();
         if api_version != "admission.k8s.io/v1" && api_version != "admission.k8s.io/v1beta1" {
             return Err(BadReview::Version(api_version));
         }
-        if review.kind.as_deref().is_some_and(|k| k != "AdmissionReview") {
-            return Err(BadReview::Malformed(format!("kind is {:?}, expected AdmissionReview", review.kind.unwrap_or_default())));
+        if review
+            .kind
+            .as_deref()
+            .is_some_and(|k| k != "AdmissionReview")
+        {
+            return Err(BadReview::Malformed(format!(
+                "kind is {:?}, expected AdmissionReview",
+                review.kind.unwrap_or_default()
+            )));
         }
         let req = review.request.ok_or(BadReview::MissingRequest(""))?;
-        let uid = req.uid.clone().filter(|u| !u.is_empty()).ok_or(BadReview::MissingRequest(" uid"))?;
-        let operation = req.operation.clone().filter(|o| !o.is_empty()).ok_or(BadReview::MissingRequest(" operation"))?;
-        let kind = req.kind.as_ref().map(|k| k.kind.clone()).unwrap_or_default();
+        let uid = req
+            .uid
+            .clone()
+            .filter(|u| !u.is_empty())
+            .ok_or(BadReview::MissingRequest(" uid"))?;
+        let operation = req
+            .operation
+            .clone()
+            .filter(|o| !o.is_empty())
+            .ok_or(BadReview::MissingRequest(" operation"))?;
+        let kind = req
+            .kind
+            .as_ref()
+            .map(|k| k.kind.clone())
+            .unwrap_or_default();
         let object = object_ref(&req, &kind);
-        let mut verdict = Verdict { decision: "allowed", operation: operation.clone(), kind: kind.clone(), object, skipped: None, images: Vec::new() };
+        let mut verdict = Verdict {
+            decision: "allowed",
+            operation: operation.clone(),
+            kind: kind.clone(),
+            object,
+            skipped: None,
+            images: Vec::new(),
+        };
         let mut resp = ResponseOut {
             uid,
             allowed: true,
@@ -225,8 +262,19 @@ impl<R: DigestResolver> Webhook<R> {
 
         let skip = match operation.as_str() {
             "DELETE" | "CONNECT" => Some("operation"),
-            "UPDATE" if is_terminating(req.old_object.as_ref()) || is_terminating(req.object.as_ref()) => Some("terminating"),
-            _ if req.namespace.as_deref().is_some_and(|ns| self.engine.policy.is_exempt(ns)) => Some("exempt-namespace"),
+            "UPDATE"
+                if is_terminating(req.old_object.as_ref())
+                    || is_terminating(req.object.as_ref()) =>
+            {
+                Some("terminating")
+            }
+            _ if req
+                .namespace
+                .as_deref()
+                .is_some_and(|ns| self.engine.policy.is_exempt(ns)) =>
+            {
+                Some("exempt-namespace")
+            }
             "CREATE" | "UPDATE" => None,
             _ => Some("operation"),
         };
@@ -248,12 +296,24 @@ impl<R: DigestResolver> Webhook<R> {
                 self.apply(&decision, patchable, old, &object, &mut resp, &mut verdict)?;
             }
         }
-        let out = ReviewOut { api_version: &api_version, kind: "AdmissionReview", response: resp };
+        let out = ReviewOut {
+            api_version: &api_version,
+            kind: "AdmissionReview",
+            response: resp,
+        };
         let bytes = serde_json::to_vec(&out).map_err(|e| BadReview::Malformed(e.to_string()))?;
         Ok((bytes, verdict))
     }
 
-    fn apply(&self, d: &ObjectDecision, patchable: bool, old: Option<&Value>, object: &ObjectRef, resp: &mut ResponseOut, verdict: &mut Verdict) -> Result<(), BadReview> {
+    fn apply(
+        &self,
+        d: &ObjectDecision,
+        patchable: bool,
+        old: Option<&Value>,
+        object: &ObjectRef,
+        resp: &mut ResponseOut,
+        verdict: &mut Verdict,
+    ) -> Result<(), BadReview> {
         let mut denials: Vec<String> = Vec::new();
         let mut audit: Vec<AuditChange<'_>> = Vec::new();
         for (field, outcome) in d.fields.iter().zip(&d.outcomes) {
@@ -262,13 +322,21 @@ impl<R: DigestResolver> Webhook<R> {
                     self.metrics.image("unchanged");
                 }
                 Outcome::Changed { new, rewritten, .. } => {
-                    self.metrics.image(if *rewritten { "rewritten" } else { "pinned" });
+                    self.metrics
+                        .image(if *rewritten { "rewritten" } else { "pinned" });
                     verdict.images.push(format!("{} -> {new}", field.value));
-                    audit.push(AuditChange { field: field.dotted(), container: field.name.as_deref(), from: &field.value, to: new });
+                    audit.push(AuditChange {
+                        field: field.dotted(),
+                        container: field.name.as_deref(),
+                        from: &field.value,
+                        to: new,
+                    });
                 }
                 Outcome::Failed(f) => {
                     let f = downgrade_unchanged(f, old);
-                    verdict.images.push(format!("{}: {}", field.value, f.denial.kind()));
+                    verdict
+                        .images
+                        .push(format!("{}: {}", field.value, f.denial.kind()));
                     match f.mode {
                         Mode::Enforce => {
                             self.metrics.image("denied");
@@ -284,17 +352,25 @@ impl<R: DigestResolver> Webhook<R> {
         }
         if !denials.is_empty() {
             resp.allowed = false;
-            resp.status = Some(StatusOut { code: 403, reason: "Forbidden", message: format!("sigil denied the request: {}", denials.join("; ")) });
+            resp.status = Some(StatusOut {
+                code: 403,
+                reason: "Forbidden",
+                message: format!("sigil denied the request: {}", denials.join("; ")),
+            });
             verdict.decision = "denied";
             return Ok(());
         }
         let changes = d.changes();
         if patchable && !changes.is_empty() {
             let patch = sigil_core::patch::build_patch(&changes);
-            let bytes = serde_json::to_vec(&patch).map_err(|e| BadReview::Malformed(e.to_string()))?;
+            let bytes =
+                serde_json::to_vec(&patch).map_err(|e| BadReview::Malformed(e.to_string()))?;
             resp.patch_type = Some("JSONPatch");
             resp.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
-            resp.audit_annotations.insert("images".into(), serde_json::to_string(&audit).unwrap_or_default());
+            resp.audit_annotations.insert(
+                "images".into(),
+                serde_json::to_string(&audit).unwrap_or_default(),
+            );
             verdict.decision = "patched";
         } else if !changes.is_empty() {
             resp.warnings.push(format!("sigil: {} image(s) would be pinned or rewritten, but spec.pin.scope is pods: {} is checked, not patched", changes.len(), object.kind));
@@ -307,7 +383,8 @@ impl<R: DigestResolver> Webhook<R> {
 
     /// Records the verdict in metrics and the decision log (one line per review).
     pub fn record(&self, v: &Verdict, elapsed: Duration) {
-        self.metrics.admission(&v.operation, &v.kind, v.decision, elapsed);
+        self.metrics
+            .admission(&v.operation, &v.kind, v.decision, elapsed);
         tracing::info!(
             decision = v.decision,
             operation = %v.operation,
@@ -323,16 +400,26 @@ impl<R: DigestResolver> Webhook<R> {
 /// Marked for deletion: only finalizer removal and status changes remain, and
 /// blocking them keeps the object alive forever (Connaisseur #2053).
 fn is_terminating(obj: Option<&Value>) -> bool {
-    obj.and_then(|o| o.pointer("/metadata/deletionTimestamp")).is_some_and(|t| !t.is_null())
+    obj.and_then(|o| o.pointer("/metadata/deletionTimestamp"))
+        .is_some_and(|t| !t.is_null())
 }
 
 /// On UPDATE, an image that the old object already had is not new to the
 /// cluster: failing to resolve it again warns instead of blocking unrelated
 /// edits (labels, replicas) of a running workload. Static denials still block.
 fn downgrade_unchanged(f: &Finding, old: Option<&Value>) -> Finding {
-    let unchanged = old.and_then(|o| o.pointer(&f.field.pointer)).and_then(Value::as_str) == Some(f.field.value.as_str());
-    if unchanged && matches!(f.denial, sigil_core::Denial::Unresolved { .. }) && f.mode == Mode::Enforce {
-        return Finding { mode: Mode::Warn, ..f.clone() };
+    let unchanged = old
+        .and_then(|o| o.pointer(&f.field.pointer))
+        .and_then(Value::as_str)
+        == Some(f.field.value.as_str());
+    if unchanged
+        && matches!(f.denial, sigil_core::Denial::Unresolved { .. })
+        && f.mode == Mode::Enforce
+    {
+        return Finding {
+            mode: Mode::Warn,
+            ..f.clone()
+        };
     }
     f.clone()
 }
@@ -343,10 +430,22 @@ fn object_ref(req: &RequestIn, kind: &str) -> ObjectRef {
         .name
         .clone()
         .filter(|n| !n.is_empty())
-        .or_else(|| meta.and_then(|m| m.get("name")).and_then(Value::as_str).map(str::to_owned))
-        .or_else(|| meta.and_then(|m| m.get("generateName")).and_then(Value::as_str).map(|g| format!("{g}*")))
+        .or_else(|| {
+            meta.and_then(|m| m.get("name"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .or_else(|| {
+            meta.and_then(|m| m.get("generateName"))
+                .and_then(Value::as_str)
+                .map(|g| format!("{g}*"))
+        })
         .unwrap_or_default();
-    ObjectRef { kind: kind.to_owned(), namespace: req.namespace.clone().unwrap_or_default(), name }
+    ObjectRef {
+        kind: kind.to_owned(),
+        namespace: req.namespace.clone().unwrap_or_default(),
+        name,
+    }
 }
 
 /// Builds the AdmissionReview `request` for a synthetic self-check.
@@ -379,7 +478,10 @@ mod tests {
         assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
         assert_eq!(parse_go_duration("5"), None);
         assert_eq!(parse_go_duration("1e400s"), None);
-        assert_eq!(timeout_from_query(Some("timeout=5s")), Duration::from_secs(5));
+        assert_eq!(
+            timeout_from_query(Some("timeout=5s")),
+            Duration::from_secs(5)
+        );
         assert_eq!(timeout_from_query(Some("timeout=99s")), MAX_TIMEOUT);
         assert_eq!(timeout_from_query(None), DEFAULT_TIMEOUT);
     }
@@ -387,8 +489,17 @@ mod tests {
     #[test]
     fn deadline_keeps_a_margin() {
         let t0 = Instant::now();
-        assert_eq!(deadline_for(Duration::from_secs(10), t0), t0 + Duration::from_secs(9));
-        assert_eq!(deadline_for(Duration::from_secs(1), t0), t0 + Duration::from_millis(900));
-        assert_eq!(deadline_for(Duration::from_secs(30), t0), t0 + Duration::from_secs(29));
+        assert_eq!(
+            deadline_for(Duration::from_secs(10), t0),
+            t0 + Duration::from_secs(9)
+        );
+        assert_eq!(
+            deadline_for(Duration::from_secs(1), t0),
+            t0 + Duration::from_millis(900)
+        );
+        assert_eq!(
+            deadline_for(Duration::from_secs(30), t0),
+            t0 + Duration::from_secs(29)
+        );
     }
 }

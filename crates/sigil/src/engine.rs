@@ -13,7 +13,10 @@ use futures_util::future::join_all;
 use serde_json::Value;
 use sigil_core::decision::decide;
 use sigil_core::walker::image_fields;
-use sigil_core::{Denial, Digest, DigestResolver, ImageField, Outcome, Plan, Policy, Reference, ResolveFailure, Step};
+use sigil_core::{
+    Denial, Digest, DigestResolver, ImageField, Outcome, Plan, Policy, Reference, ResolveFailure,
+    Step,
+};
 
 /// What the engine decided for one object.
 #[derive(Debug, Clone, Default)]
@@ -31,7 +34,10 @@ impl ObjectDecision {
             .iter()
             .zip(&self.outcomes)
             .filter_map(|(f, o)| match o {
-                Outcome::Changed { new, .. } => Some(sigil_core::patch::Replacement { field: f, new: new.as_str() }),
+                Outcome::Changed { new, .. } => Some(sigil_core::patch::Replacement {
+                    field: f,
+                    new: new.as_str(),
+                }),
                 _ => None,
             })
             .collect()
@@ -60,13 +66,20 @@ impl<R: DigestResolver> Engine<R> {
         if fields.is_empty() {
             return ObjectDecision::default();
         }
-        let plans: Vec<Result<Plan, Denial>> = fields.iter().map(|f| self.policy.plan(&f.value)).collect();
-        let answers = self.resolve_all(plans.iter().filter_map(|p| p.as_ref().ok()), deadline).await;
+        let plans: Vec<Result<Plan, Denial>> =
+            fields.iter().map(|f| self.policy.plan(&f.value)).collect();
+        let answers = self
+            .resolve_all(plans.iter().filter_map(|p| p.as_ref().ok()), deadline)
+            .await;
         let outcomes = fields
             .iter()
             .zip(&plans)
             .map(|(f, p)| {
-                let answer = p.as_ref().ok().filter(|p| p.step == Step::Resolve).and_then(|p| answers.get(&p.target));
+                let answer = p
+                    .as_ref()
+                    .ok()
+                    .filter(|p| p.step == Step::Resolve)
+                    .and_then(|p| answers.get(&p.target));
                 decide(f, p.as_ref(), answer)
             })
             .collect();
@@ -74,7 +87,11 @@ impl<R: DigestResolver> Engine<R> {
     }
 
     /// Resolves each distinct target of the plans that need a lookup.
-    pub async fn resolve_all<'p>(&self, plans: impl Iterator<Item = &'p Plan>, deadline: Instant) -> HashMap<Reference, Result<Digest, ResolveFailure>> {
+    pub async fn resolve_all<'p>(
+        &self,
+        plans: impl Iterator<Item = &'p Plan>,
+        deadline: Instant,
+    ) -> HashMap<Reference, Result<Digest, ResolveFailure>> {
         let mut targets: Vec<&Reference> = Vec::new();
         for p in plans {
             if p.step == Step::Resolve && !targets.contains(&&p.target) {
@@ -82,7 +99,12 @@ impl<R: DigestResolver> Engine<R> {
             }
         }
         let platform = self.policy.platform.as_ref();
-        let answers = join_all(targets.iter().map(|t| self.resolver.resolve(t, platform, deadline))).await;
+        let answers = join_all(
+            targets
+                .iter()
+                .map(|t| self.resolver.resolve(t, platform, deadline)),
+        )
+        .await;
         targets.into_iter().cloned().zip(answers).collect()
     }
 }

@@ -18,7 +18,11 @@ use sigil_core::policy::{Action, Scope};
 use sigil_registry::{CacheConfig, Registry};
 
 #[derive(Parser, Debug)]
-#[command(name = "sigil", version, about = "Rewrite, pin and verify every container image that enters a Kubernetes cluster")]
+#[command(
+    name = "sigil",
+    version,
+    about = "Rewrite, pin and verify every container image that enters a Kubernetes cluster"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -80,8 +84,11 @@ enum LogFormat {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SIGIL_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SIGIL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => b.json().flatten_event(true).with_current_span(false).init(),
         LogFormat::Text => b.init(),
@@ -92,7 +99,8 @@ fn load_policy(path: Option<&PathBuf>) -> Result<Policy> {
     match path {
         None => Ok(Policy::embedded_default()),
         Some(p) => {
-            let text = std::fs::read_to_string(p).with_context(|| format!("reading policy {}", p.display()))?;
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading policy {}", p.display()))?;
             Policy::from_yaml(&text).with_context(|| format!("policy {}", p.display()))
         }
     }
@@ -102,7 +110,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
-        Command::Policy { command: PolicyCommand::Check { file } } => policy_check(&file),
+        Command::Policy {
+            command: PolicyCommand::Check { file },
+        } => policy_check(&file),
     };
     match result {
         Ok(code) => code,
@@ -121,7 +131,9 @@ fn run_serve(args: ServeArgs) -> Result<ExitCode> {
         _ => {
             let names = sigil::tls::default_names();
             let cert = sigil::tls::self_signed(&names)?;
-            let out = args.ca_bundle_out.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("sigil-ca-{}.pem", std::process::id())));
+            let out = args.ca_bundle_out.clone().unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("sigil-ca-{}.pem", std::process::id()))
+            });
             let pem = cert.ca_pem.as_deref().unwrap_or_default();
             sigil::tls::write_atomic(&out, pem.as_bytes())?;
             tracing::info!(ca_bundle = %out.display(), names = ?names, "no --tls-cert given: minted a CA and serving certificate in memory; clients must trust the CA bundle");
@@ -136,12 +148,27 @@ fn run_serve(args: ServeArgs) -> Result<ExitCode> {
         "policy loaded"
     );
     let metrics = Arc::new(Metrics::default());
-    let cache = CacheConfig { ttl: policy.cache_ttl, ..CacheConfig::default() };
-    let registry = Registry::new(&policy.registries, cache, metrics.clone()).context("setting up registry clients")?;
-    let webhook = Arc::new(Webhook::new(Engine::new(policy, registry.clone()), metrics.clone()));
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting runtime")?;
+    let cache = CacheConfig {
+        ttl: policy.cache_ttl,
+        ..CacheConfig::default()
+    };
+    let registry = Registry::new(&policy.registries, cache, metrics.clone())
+        .context("setting up registry clients")?;
+    let webhook = Arc::new(Webhook::new(
+        Engine::new(policy, registry.clone()),
+        metrics.clone(),
+    ));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting runtime")?;
     rt.block_on(serve(
-        ServeConfig { listen: args.listen, admin_listen: args.admin_listen, cert, shutdown_delay: args.shutdown_delay },
+        ServeConfig {
+            listen: args.listen,
+            admin_listen: args.admin_listen,
+            cert,
+            shutdown_delay: args.shutdown_delay,
+        },
         webhook,
         registry,
         metrics,
@@ -150,7 +177,8 @@ fn run_serve(args: ServeArgs) -> Result<ExitCode> {
 }
 
 fn policy_check(file: &PathBuf) -> Result<ExitCode> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let p = match Policy::from_yaml(&text) {
         Ok(p) => p,
         Err(e) => bail!("{}: {e}", file.display()),
@@ -163,26 +191,55 @@ fn policy_check(file: &PathBuf) -> Result<ExitCode> {
 fn describe(p: &Policy) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let name = if p.name.is_empty() { "(unnamed)" } else { &p.name };
+    let name = if p.name.is_empty() {
+        "(unnamed)"
+    } else {
+        &p.name
+    };
     let _ = writeln!(s, "policy {name:?} is valid.\n");
     if p.mirrors.is_empty() {
         let _ = writeln!(s, "mirrors: none; images are pulled from where they name.");
     } else {
-        let _ = writeln!(s, "mirrors (applied first; the longest matching origin wins):");
+        let _ = writeln!(
+            s,
+            "mirrors (applied first; the longest matching origin wins):"
+        );
         for m in &p.mirrors {
-            let _ = writeln!(s, "  {}/… is pulled from {}/… (and {}/… is read back as {}/… for rule matching)", m.from, m.to, m.to, m.from);
+            let _ = writeln!(
+                s,
+                "  {}/… is pulled from {}/… (and {}/… is read back as {}/… for rule matching)",
+                m.from, m.to, m.to, m.from
+            );
         }
     }
     if !p.registries.is_empty() {
         let _ = writeln!(s, "registries:");
         for r in &p.registries {
-            let mut parts = vec![if r.insecure { "plain HTTP (insecure: true)".to_owned() } else { "HTTPS".to_owned() }];
+            let mut parts = vec![if r.insecure {
+                "plain HTTP (insecure: true)".to_owned()
+            } else {
+                "HTTPS".to_owned()
+            }];
             if let Some(ca) = &r.ca {
-                parts.push(format!("extra CA {}", if ca.contains("-----BEGIN") { "(inline PEM)" } else { ca }));
+                parts.push(format!(
+                    "extra CA {}",
+                    if ca.contains("-----BEGIN") {
+                        "(inline PEM)"
+                    } else {
+                        ca
+                    }
+                ));
             }
             match &r.auth {
-                Some(a) if a.docker_config.is_some() => parts.push(format!("credentials from docker config {}", a.docker_config.as_deref().unwrap_or_default())),
-                Some(a) => parts.push(format!("user {} with password from {}", a.username.as_deref().unwrap_or_default(), a.password_file.as_deref().unwrap_or_default())),
+                Some(a) if a.docker_config.is_some() => parts.push(format!(
+                    "credentials from docker config {}",
+                    a.docker_config.as_deref().unwrap_or_default()
+                )),
+                Some(a) => parts.push(format!(
+                    "user {} with password from {}",
+                    a.username.as_deref().unwrap_or_default(),
+                    a.password_file.as_deref().unwrap_or_default()
+                )),
                 None => parts.push("anonymous".into()),
             }
             let _ = writeln!(s, "  {}: {}", r.host, parts.join(", "));
@@ -192,17 +249,37 @@ fn describe(p: &Policy) -> String {
         Scope::Workloads => "every object with pod-spec image fields is patched",
         Scope::Pods => "only Pods are patched; other workloads are checked but left as written",
     };
-    let platform = p.platform.as_ref().map(|x| format!("the {x} manifest's digest")).unwrap_or_else(|| "the index digest (all platforms)".into());
-    let _ = writeln!(s, "pinning: {scope}; tags are pinned to {platform}; digests are cached for {}.", humantime::format_duration(p.cache_ttl));
+    let platform = p
+        .platform
+        .as_ref()
+        .map(|x| format!("the {x} manifest's digest"))
+        .unwrap_or_else(|| "the index digest (all platforms)".into());
+    let _ = writeln!(
+        s,
+        "pinning: {scope}; tags are pinned to {platform}; digests are cached for {}.",
+        humantime::format_duration(p.cache_ttl)
+    );
     let _ = writeln!(s, "rules (the most specific matching pattern wins):");
     for r in &p.rules {
         let pats: Vec<&str> = r.patterns.iter().map(|x| x.normalized()).collect();
         let what = match r.action {
             Action::Deny => "are denied".to_owned(),
             Action::Allow => "are admitted as written, without pinning".to_owned(),
-            Action::Pin => format!("are pinned to a digest; if that fails they are {}", if r.mode == sigil_core::Mode::Enforce { "denied (enforce)" } else { "admitted unchanged with a warning (warn)" }),
+            Action::Pin => format!(
+                "are pinned to a digest; if that fails they are {}",
+                if r.mode == sigil_core::Mode::Enforce {
+                    "denied (enforce)"
+                } else {
+                    "admitted unchanged with a warning (warn)"
+                }
+            ),
         };
-        let _ = writeln!(s, "  {}: images matching {} {what}", r.name, pats.join(", "));
+        let _ = writeln!(
+            s,
+            "  {}: images matching {} {what}",
+            r.name,
+            pats.join(", ")
+        );
         if let Some(d) = &r.description {
             let _ = writeln!(s, "    {d}");
         }
@@ -211,7 +288,11 @@ fn describe(p: &Policy) -> String {
     if p.exempt_namespaces.is_empty() {
         let _ = writeln!(s, "exempt namespaces: none");
     } else {
-        let _ = writeln!(s, "exempt namespaces (requests pass untouched): {}", p.exempt_namespaces.join(", "));
+        let _ = writeln!(
+            s,
+            "exempt namespaces (requests pass untouched): {}",
+            p.exempt_namespaces.join(", ")
+        );
     }
     s
 }

@@ -83,15 +83,51 @@ impl Default for Metrics {
             ready: Gauge::default(),
             registry: Registry::default(),
         };
-        registry.register("admission_requests", "Admission requests by operation, kind and decision", m.admissions.clone());
-        registry.register("admission_duration_seconds", "Time to answer an admission request", m.latency.clone());
-        registry.register("images", "Image fields by outcome (pinned, rewritten, unchanged, denied, warned)", m.images.clone());
-        registry.register("registry_requests", "HTTP requests to registries by host, method and status", m.registry_requests.clone());
-        registry.register("registry_request_duration_seconds", "Registry request latency by host", m.registry_latency.clone());
-        registry.register("digest_cache_lookups", "Digest cache lookups by result (hit, miss)", m.cache_lookups.clone());
-        registry.register("digest_cache_entries", "Entries in the digest cache", m.cache_entries.clone());
-        registry.register("admission_inflight_requests", "Admission requests being handled", m.inflight.clone());
-        registry.register("draining", "1 while the server drains after SIGTERM", m.draining.clone());
+        registry.register(
+            "admission_requests",
+            "Admission requests by operation, kind and decision",
+            m.admissions.clone(),
+        );
+        registry.register(
+            "admission_duration_seconds",
+            "Time to answer an admission request",
+            m.latency.clone(),
+        );
+        registry.register(
+            "images",
+            "Image fields by outcome (pinned, rewritten, unchanged, denied, warned)",
+            m.images.clone(),
+        );
+        registry.register(
+            "registry_requests",
+            "HTTP requests to registries by host, method and status",
+            m.registry_requests.clone(),
+        );
+        registry.register(
+            "registry_request_duration_seconds",
+            "Registry request latency by host",
+            m.registry_latency.clone(),
+        );
+        registry.register(
+            "digest_cache_lookups",
+            "Digest cache lookups by result (hit, miss)",
+            m.cache_lookups.clone(),
+        );
+        registry.register(
+            "digest_cache_entries",
+            "Entries in the digest cache",
+            m.cache_entries.clone(),
+        );
+        registry.register(
+            "admission_inflight_requests",
+            "Admission requests being handled",
+            m.inflight.clone(),
+        );
+        registry.register(
+            "draining",
+            "1 while the server drains after SIGTERM",
+            m.draining.clone(),
+        );
         registry.register("ready", "1 while /readyz answers 200", m.ready.clone());
         Metrics { registry, ..m }
     }
@@ -99,8 +135,20 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Records one answered admission request.
-    pub fn admission(&self, operation: &str, kind: &str, decision: &'static str, elapsed: Duration) {
-        self.admissions.get_or_create(&AdmissionLabels { operation: operation.to_owned(), kind: kind.to_owned(), decision }).inc();
+    pub fn admission(
+        &self,
+        operation: &str,
+        kind: &str,
+        decision: &'static str,
+        elapsed: Duration,
+    ) {
+        self.admissions
+            .get_or_create(&AdmissionLabels {
+                operation: operation.to_owned(),
+                kind: kind.to_owned(),
+                decision,
+            })
+            .inc();
         self.latency.observe(elapsed.as_secs_f64());
     }
 
@@ -120,11 +168,25 @@ impl Metrics {
 
 impl sigil_registry::Observer for Metrics {
     fn request(&self, host: &str, method: &str, status: &str, elapsed: Duration) {
-        self.registry_requests.get_or_create(&RegistryLabels { host: host.to_owned(), method: method.to_owned(), status: status.to_owned() }).inc();
-        self.registry_latency.get_or_create(&HostLabels { host: host.to_owned() }).observe(elapsed.as_secs_f64());
+        self.registry_requests
+            .get_or_create(&RegistryLabels {
+                host: host.to_owned(),
+                method: method.to_owned(),
+                status: status.to_owned(),
+            })
+            .inc();
+        self.registry_latency
+            .get_or_create(&HostLabels {
+                host: host.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
     }
 
     fn cache(&self, hit: bool) {
-        self.cache_lookups.get_or_create(&CacheLabels { result: if hit { "hit" } else { "miss" } }).inc();
+        self.cache_lookups
+            .get_or_create(&CacheLabels {
+                result: if hit { "hit" } else { "miss" },
+            })
+            .inc();
     }
 }

@@ -27,50 +27,98 @@ struct PinnedLeaf {
 }
 
 impl ServerCertVerifier for PinnedLeaf {
-    fn verify_server_cert(&self, end_entity: &CertificateDer<'_>, _: &[CertificateDer<'_>], _: &ServerName<'_>, _: &[u8], _: UnixTime) -> Result<ServerCertVerified, rustls::Error> {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
         match &self.leaf {
             Some(l) if l.as_ref() == end_entity.as_ref() => Ok(ServerCertVerified::assertion()),
-            _ => Err(rustls::Error::General("served certificate is not the one sigil loaded".into())),
+            _ => Err(rustls::Error::General(
+                "served certificate is not the one sigil loaded".into(),
+            )),
         }
     }
 
-    fn verify_tls12_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
-    fn verify_tls13_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
 /// One self-check round trip.
 pub async fn check(addr: SocketAddr, leaf: Option<&CertificateDer<'static>>) -> Result<()> {
-    tokio::time::timeout(CHECK_TIMEOUT, check_inner(addr, leaf)).await.map_err(|_| anyhow!("no answer within {CHECK_TIMEOUT:?}"))?
+    tokio::time::timeout(CHECK_TIMEOUT, check_inner(addr, leaf))
+        .await
+        .map_err(|_| anyhow!("no answer within {CHECK_TIMEOUT:?}"))?
 }
 
 async fn check_inner(addr: SocketAddr, leaf: Option<&CertificateDer<'static>>) -> Result<()> {
     let provider = crate::tls::provider();
-    let verifier = Arc::new(PinnedLeaf { leaf: leaf.cloned(), provider: provider.clone() });
+    let verifier = Arc::new(PinnedLeaf {
+        leaf: leaf.cloned(),
+        provider: provider.clone(),
+    });
     let cfg = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
-    let tcp = tokio::net::TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
-    let tls = connector.connect(ServerName::try_from("localhost")?, tcp).await.context("TLS handshake")?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.context("HTTP handshake")?;
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
+    let tls = connector
+        .connect(ServerName::try_from("localhost")?, tcp)
+        .await
+        .context("TLS handshake")?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .context("HTTP handshake")?;
     tokio::spawn(conn);
     let uid = format!("sigil-self-check-{}", std::process::id());
     let req = http::Request::post("/mutate?timeout=2s")
         .header(http::header::HOST, "localhost")
         .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(crate::admission::synthetic_review(&uid))))?;
-    let resp = sender.send_request(req).await.context("sending synthetic AdmissionReview")?;
+        .body(Full::new(Bytes::from(crate::admission::synthetic_review(
+            &uid,
+        ))))?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .context("sending synthetic AdmissionReview")?;
     let status = resp.status();
     let body = resp.into_body().collect().await?.to_bytes();
     if !status.is_success() {

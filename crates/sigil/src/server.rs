@@ -59,7 +59,11 @@ pub struct Health {
 
 impl Health {
     fn new() -> Self {
-        Health { ready: AtomicBool::new(false), draining: AtomicBool::new(false), reason: Mutex::new("starting: self-check has not passed yet".into()) }
+        Health {
+            ready: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            reason: Mutex::new("starting: self-check has not passed yet".into()),
+        }
     }
 
     fn set_ready(&self, metrics: &Metrics) {
@@ -80,7 +84,11 @@ impl Health {
         if self.ready.load(Ordering::SeqCst) {
             Ok(())
         } else {
-            Err(self.reason.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            Err(self
+                .reason
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone())
         }
     }
 }
@@ -90,14 +98,26 @@ type Body = Full<Bytes>;
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain; charset=utf-8"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     r
 }
 
 /// Runs the server until SIGTERM/SIGINT and the drain complete.
-pub async fn serve(cfg: ServeConfig, webhook: Arc<Webhook<Registry>>, registry: Registry, metrics: Arc<Metrics>) -> Result<()> {
-    let listener = TcpListener::bind(cfg.listen).await.with_context(|| format!("binding webhook listener {}", cfg.listen))?;
-    let admin = TcpListener::bind(cfg.admin_listen).await.with_context(|| format!("binding admin listener {}", cfg.admin_listen))?;
+pub async fn serve(
+    cfg: ServeConfig,
+    webhook: Arc<Webhook<Registry>>,
+    registry: Registry,
+    metrics: Arc<Metrics>,
+) -> Result<()> {
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("binding webhook listener {}", cfg.listen))?;
+    let admin = TcpListener::bind(cfg.admin_listen)
+        .await
+        .with_context(|| format!("binding admin listener {}", cfg.admin_listen))?;
     let addr = listener.local_addr()?;
     let admin_addr = admin.local_addr()?;
     tracing::info!(%addr, "webhook listening (HTTPS, POST /mutate)");
@@ -108,7 +128,12 @@ pub async fn serve(cfg: ServeConfig, webhook: Arc<Webhook<Registry>>, registry: 
     let acceptor = TlsAcceptor::from(tls);
     let graceful = Arc::new(hyper_util::server::graceful::GracefulShutdown::new());
 
-    tokio::spawn(admin_loop(admin, health.clone(), metrics.clone(), registry.clone()));
+    tokio::spawn(admin_loop(
+        admin,
+        health.clone(),
+        metrics.clone(),
+        registry.clone(),
+    ));
 
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let accept = {
@@ -138,27 +163,41 @@ pub async fn serve(cfg: ServeConfig, webhook: Arc<Webhook<Registry>>, registry: 
                 let webhook = webhook.clone();
                 let metrics = metrics.clone();
                 tokio::spawn(async move {
-                    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(s)) => s,
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!(%peer, "TLS handshake timed out");
-                            return;
-                        }
-                    };
+                    let stream =
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                                return;
+                            }
+                        };
                     let svc = service_fn(move |req| {
                         let webhook = webhook.clone();
                         let health = health.clone();
                         let metrics = metrics.clone();
-                        async move { Ok::<_, Infallible>(handle_webhook(req, &webhook, &health, &metrics).await) }
+                        async move {
+                            Ok::<_, Infallible>(
+                                handle_webhook(req, &webhook, &health, &metrics).await,
+                            )
+                        }
                     });
                     let mut builder = auto::Builder::new(TokioExecutor::new());
-                    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).keep_alive(true);
-                    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(256);
-                    let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+                    builder
+                        .http1()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(HEADER_READ_TIMEOUT)
+                        .keep_alive(true);
+                    builder
+                        .http2()
+                        .timer(TokioTimer::new())
+                        .max_concurrent_streams(256);
+                    let conn = builder
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .into_owned();
                     if let Err(e) = graceful.watch(conn).await {
                         tracing::debug!(%peer, error = %e, "connection ended with error");
                     }
@@ -169,7 +208,11 @@ pub async fn serve(cfg: ServeConfig, webhook: Arc<Webhook<Registry>>, registry: 
 
     // Ready only once a real TLS client gets a real answer from our own port.
     let leaf = cfg.cert.chain.first().cloned();
-    let check_addr = if addr.ip().is_unspecified() { SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port()) } else { addr };
+    let check_addr = if addr.ip().is_unspecified() {
+        SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port())
+    } else {
+        addr
+    };
     {
         let health = health.clone();
         let metrics = metrics.clone();
@@ -183,7 +226,10 @@ pub async fn serve(cfg: ServeConfig, webhook: Arc<Webhook<Registry>>, registry: 
                 match crate::selfcheck::check(check_addr, leaf.as_ref()).await {
                     Ok(()) => {
                         health.set_ready(&metrics);
-                        tracing::info!(elapsed_ms = started.elapsed().as_secs_f64() * 1000.0, "self-check passed; ready");
+                        tracing::info!(
+                            elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+                            "self-check passed; ready"
+                        );
                         return;
                     }
                     Err(e) => {
@@ -192,15 +238,18 @@ pub async fn serve(cfg: ServeConfig, webhook: Arc<Webhook<Registry>>, registry: 
                         if attempt % 20 == 1 {
                             tracing::warn!(error = %format!("{e:#}"), "self-check failed; not ready");
                         }
-                        tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt.min(20)))).await;
+                        tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt.min(20))))
+                            .await;
                     }
                 }
             }
         });
     }
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("installing SIGTERM handler")?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).context("installing SIGINT handler")?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing SIGTERM handler")?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("installing SIGINT handler")?;
     tokio::select! {
         _ = term.recv() => {},
         _ = int.recv() => {},
@@ -208,7 +257,10 @@ pub async fn serve(cfg: ServeConfig, webhook: Arc<Webhook<Registry>>, registry: 
     health.draining.store(true, Ordering::SeqCst);
     health.set_not_ready("draining: shutting down", &metrics);
     metrics.draining.set(1);
-    tracing::info!(delay_ms = cfg.shutdown_delay.as_millis() as u64, "signal received: not ready; still serving until endpoints are removed");
+    tracing::info!(
+        delay_ms = cfg.shutdown_delay.as_millis() as u64,
+        "signal received: not ready; still serving until endpoints are removed"
+    );
     let second = async {
         tokio::select! {
             _ = term.recv() => {},
@@ -225,7 +277,8 @@ pub async fn serve(cfg: ServeConfig, webhook: Arc<Webhook<Registry>>, registry: 
     let _ = stop_tx.send(true);
     let _ = accept.await;
     tracing::info!("listener closed; finishing in-flight requests");
-    let graceful = Arc::try_unwrap(graceful).unwrap_or_else(|_| hyper_util::server::graceful::GracefulShutdown::new());
+    let graceful = Arc::try_unwrap(graceful)
+        .unwrap_or_else(|_| hyper_util::server::graceful::GracefulShutdown::new());
     match tokio::time::timeout(FINISH_TIMEOUT, graceful.shutdown()).await {
         Ok(()) => tracing::info!("drained; exiting"),
         Err(_) => tracing::warn!("in-flight requests did not finish in time; exiting"),
@@ -233,37 +286,74 @@ pub async fn serve(cfg: ServeConfig, webhook: Arc<Webhook<Registry>>, registry: 
     Ok(())
 }
 
-async fn handle_webhook(req: Request<Incoming>, webhook: &Webhook<Registry>, health: &Health, metrics: &Metrics) -> Response<Body> {
+async fn handle_webhook(
+    req: Request<Incoming>,
+    webhook: &Webhook<Registry>,
+    health: &Health,
+    metrics: &Metrics,
+) -> Response<Body> {
     let mut resp = webhook_response(req, webhook, metrics).await;
     if health.draining.load(Ordering::SeqCst) {
         // HTTP/1.1 clients reconnect (to another replica) for their next request.
-        resp.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        resp.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
     }
     resp
 }
 
-async fn webhook_response(req: Request<Incoming>, webhook: &Webhook<Registry>, metrics: &Metrics) -> Response<Body> {
+async fn webhook_response(
+    req: Request<Incoming>,
+    webhook: &Webhook<Registry>,
+    metrics: &Metrics,
+) -> Response<Body> {
     let start = Instant::now();
     if req.uri().path() != "/mutate" {
-        return text(StatusCode::NOT_FOUND, "not found: sigil serves POST /mutate\n");
+        return text(
+            StatusCode::NOT_FOUND,
+            "not found: sigil serves POST /mutate\n",
+        );
     }
     if req.method() != Method::POST {
-        let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed: use POST\n");
-        r.headers_mut().insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+        let mut r = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed: use POST\n",
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
         return r;
     }
-    let too_big = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()).is_some_and(|n| n > MAX_BODY_BYTES as u64);
+    let too_big = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n > MAX_BODY_BYTES as u64);
     if too_big {
-        return text(StatusCode::PAYLOAD_TOO_LARGE, format!("request body larger than {MAX_BODY_BYTES} bytes\n"));
+        return text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body larger than {MAX_BODY_BYTES} bytes\n"),
+        );
     }
     let timeout = timeout_from_query(req.uri().query());
     let deadline = deadline_for(timeout, start);
     metrics.inflight.inc();
     let _guard = InflightGuard(metrics);
-    let body = match Limited::new(req.into_body(), MAX_BODY_BYTES).collect().await {
+    let body = match Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
         Ok(b) => b.to_bytes(),
         Err(e) => {
-            let status = if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() { StatusCode::PAYLOAD_TOO_LARGE } else { StatusCode::BAD_REQUEST };
+            let status = if e
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                StatusCode::PAYLOAD_TOO_LARGE
+            } else {
+                StatusCode::BAD_REQUEST
+            };
             return text(status, format!("reading request body: {e}\n"));
         }
     };
@@ -271,7 +361,10 @@ async fn webhook_response(req: Request<Incoming>, webhook: &Webhook<Registry>, m
         Ok((bytes, verdict)) => {
             webhook.record(&verdict, start.elapsed());
             let mut r = Response::new(Full::new(Bytes::from(bytes)));
-            r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
             r
         }
         Err(e) => {
@@ -290,7 +383,12 @@ impl Drop for InflightGuard<'_> {
     }
 }
 
-async fn admin_loop(listener: TcpListener, health: Arc<Health>, metrics: Arc<Metrics>, registry: Registry) {
+async fn admin_loop(
+    listener: TcpListener,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+    registry: Registry,
+) {
     loop {
         let (tcp, _) = match listener.accept().await {
             Ok(c) => c,
@@ -312,17 +410,28 @@ async fn admin_loop(listener: TcpListener, health: Arc<Health>, metrics: Arc<Met
                         Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
                     },
                     (&Method::GET, "/metrics") => {
-                        metrics.cache_entries.set(i64::try_from(registry.cache_size()).unwrap_or(i64::MAX));
+                        metrics
+                            .cache_entries
+                            .set(i64::try_from(registry.cache_size()).unwrap_or(i64::MAX));
                         let mut r = text(StatusCode::OK, metrics.encode());
-                        r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"));
+                        r.headers_mut().insert(
+                            header::CONTENT_TYPE,
+                            header::HeaderValue::from_static(
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            ),
+                        );
                         r
                     }
-                    _ => text(StatusCode::NOT_FOUND, "not found: /livez /readyz /metrics\n"),
+                    _ => text(
+                        StatusCode::NOT_FOUND,
+                        "not found: /livez /readyz /metrics\n",
+                    ),
                 };
                 async move { Ok::<_, Infallible>(r) }
             });
             let mut b = hyper::server::conn::http1::Builder::new();
-            b.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+            b.timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT);
             let _ = b.serve_connection(TokioIo::new(tcp), svc).await;
         });
     }

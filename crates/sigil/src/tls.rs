@@ -8,7 +8,10 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -33,8 +36,13 @@ pub fn load_files(cert: &std::path::Path, key: &std::path::Path) -> Result<Servi
     if chain.is_empty() {
         bail!("{} holds no PEM certificate", cert.display());
     }
-    let key = PrivateKeyDer::from_pem_file(key).with_context(|| format!("reading TLS private key {}", key.display()))?;
-    Ok(ServingCert { chain, key, ca_pem: None })
+    let key = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("reading TLS private key {}", key.display()))?;
+    Ok(ServingCert {
+        chain,
+        key,
+        ca_pem: None,
+    })
 }
 
 /// Mints a CA and a serving certificate for `names` (DNS names or IPs).
@@ -44,7 +52,11 @@ pub fn self_signed(names: &[String]) -> Result<ServingCert> {
     let ca_key = KeyPair::generate().context("generating CA key")?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).context("CA params")?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, "sigil self-signed CA");
     ca_params.distinguished_name = dn;
@@ -54,20 +66,35 @@ pub fn self_signed(names: &[String]) -> Result<ServingCert> {
     let leaf_key = KeyPair::generate().context("generating serving key")?;
     let mut params = CertificateParams::new(Vec::<String>::new()).context("serving cert params")?;
     for n in names {
-        params.subject_alt_names.push(match n.parse::<std::net::IpAddr>() {
-            Ok(ip) => SanType::IpAddress(ip),
-            Err(_) => SanType::DnsName(n.clone().try_into().with_context(|| format!("{n:?} is not a valid DNS name"))?),
-        });
+        params
+            .subject_alt_names
+            .push(match n.parse::<std::net::IpAddr>() {
+                Ok(ip) => SanType::IpAddress(ip),
+                Err(_) => SanType::DnsName(
+                    n.clone()
+                        .try_into()
+                        .with_context(|| format!("{n:?} is not a valid DNS name"))?,
+                ),
+            });
     }
     let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, names.first().cloned().unwrap_or_else(|| "sigil".into()));
+    dn.push(
+        DnType::CommonName,
+        names.first().cloned().unwrap_or_else(|| "sigil".into()),
+    );
     params.distinguished_name = dn;
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-    let leaf = params.signed_by(&leaf_key, &issuer).context("signing serving cert")?;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    let leaf = params
+        .signed_by(&leaf_key, &issuer)
+        .context("signing serving cert")?;
     Ok(ServingCert {
         chain: vec![leaf.der().clone(), ca_cert.der().clone()],
-        key: PrivateKeyDer::try_from(leaf_key.serialize_der()).map_err(|e| anyhow::anyhow!("serving key: {e}"))?,
+        key: PrivateKeyDer::try_from(leaf_key.serialize_der())
+            .map_err(|e| anyhow::anyhow!("serving key: {e}"))?,
         ca_pem: Some(ca_cert.pem()),
     })
 }
@@ -92,7 +119,11 @@ pub fn server_config(cert: &ServingCert) -> Result<Arc<ServerConfig>> {
 /// The names a self-signed serving certificate covers: localhost, loopback
 /// and this host's name.
 pub fn default_names() -> Vec<String> {
-    let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
+    let mut names = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "::1".to_owned(),
+    ];
     if let Ok(h) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
         let h = h.trim();
         if !h.is_empty() && !names.iter().any(|n| n == h) {
@@ -105,12 +136,22 @@ pub fn default_names() -> Vec<String> {
 /// Writes `contents` to `path` atomically (temp file in the same directory, then rename).
 pub fn write_atomic(path: &std::path::Path, contents: &[u8]) -> Result<()> {
     use std::io::Write;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    f.write_all(contents).and_then(|_| f.sync_all()).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    let mut f =
+        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(contents)
+        .and_then(|_| f.sync_all())
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     Ok(())
 }
 
@@ -129,11 +170,20 @@ mod tests {
         for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
             roots.add(cert.unwrap()).unwrap();
         }
-        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider()).build().unwrap();
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider(),
+        )
+        .build()
+        .unwrap();
         let now = rustls::pki_types::UnixTime::now();
         let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-        verifier.verify_server_cert(&c.chain[0], &c.chain[1..], &name, &[], now).unwrap();
+        verifier
+            .verify_server_cert(&c.chain[0], &c.chain[1..], &name, &[], now)
+            .unwrap();
         let ip = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-        verifier.verify_server_cert(&c.chain[0], &c.chain[1..], &ip, &[], now).unwrap();
+        verifier
+            .verify_server_cert(&c.chain[0], &c.chain[1..], &ip, &[], now)
+            .unwrap();
     }
 }

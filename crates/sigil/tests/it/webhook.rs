@@ -13,7 +13,9 @@ use crate::support::{fixture, fixture_bytes};
 const T: Duration = Duration::from_secs(10);
 
 fn policy(body: &str) -> String {
-    format!("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {{name: test}}\nspec:\n{body}")
+    format!(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {{name: test}}\nspec:\n{body}"
+    )
 }
 
 fn images_of(obj: &Value) -> Vec<String> {
@@ -27,17 +29,40 @@ async fn every_fixture_kind_is_pinned_and_reinvocation_is_a_no_op() {
     let reg = TestRegistry::start(Mode::Plain).await;
     let h = reg.host();
     let app = reg.push_image("fixtures/app", "v1").await;
-    let (multi, _) = reg.push_index("fixtures/multi", "v2", &[("linux", "amd64", None), ("linux", "arm64", Some("v8"))]).await;
+    let (multi, _) = reg
+        .push_index(
+            "fixtures/multi",
+            "v2",
+            &[("linux", "amd64", None), ("linux", "arm64", Some("v8"))],
+        )
+        .await;
     let sigil = Sigil::start(Some(&policy(&format!(
         "  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n    - {{name: local, match: [\"{h}/**\"], mode: enforce}}\n    - {{name: rest, match: [\"**\"], mode: warn}}\n"
     ))), &[])
     .await;
     let api = sigil.apiserver();
     let with_images = [
-        "01_deployment.json", "02_pod.json", "03_replicaset.json", "04_cronjob.json", "05_replication_controller.json", "06_daemonset.json",
-        "07_statefulset.json", "08_job.json", "09_dply_multi_image.json", "10_update.json", "13_unknown_parent.json", "14_deny_me_job.json",
-        "15_allow_me_job.json", "16_mismatch_uid.json", "17_deny_me_pod.json", "18_allow_me_pod.json", "19_pod_initcontainer.json",
-        "20_pod_ephemeralcontainer.json", "22_allow_me_with_index_docker_io.json", "23_alice_digest_dpl.json", "24_alice_tag_digest_dpl.json",
+        "01_deployment.json",
+        "02_pod.json",
+        "03_replicaset.json",
+        "04_cronjob.json",
+        "05_replication_controller.json",
+        "06_daemonset.json",
+        "07_statefulset.json",
+        "08_job.json",
+        "09_dply_multi_image.json",
+        "10_update.json",
+        "13_unknown_parent.json",
+        "14_deny_me_job.json",
+        "15_allow_me_job.json",
+        "16_mismatch_uid.json",
+        "17_deny_me_pod.json",
+        "18_allow_me_pod.json",
+        "19_pod_initcontainer.json",
+        "20_pod_ephemeralcontainer.json",
+        "22_allow_me_with_index_docker_io.json",
+        "23_alice_digest_dpl.json",
+        "24_alice_tag_digest_dpl.json",
     ];
     for name in with_images {
         let mut rev = fixture(name);
@@ -46,7 +71,11 @@ async fn every_fixture_kind_is_pinned_and_reinvocation_is_a_no_op() {
         assert!(!fields.is_empty(), "{name} has no images");
         let mut want = Vec::new();
         for (i, f) in fields.iter().enumerate() {
-            let (img, d) = if i % 2 == 0 { (format!("{h}/fixtures/app:v1"), &app) } else { (format!("{h}/fixtures/multi:v2"), &multi) };
+            let (img, d) = if i % 2 == 0 {
+                (format!("{h}/fixtures/app:v1"), &app)
+            } else {
+                (format!("{h}/fixtures/multi:v2"), &multi)
+            };
             *obj.pointer_mut(&f.pointer).unwrap() = json!(img);
             want.push(format!("{img}@{d}"));
         }
@@ -55,12 +84,23 @@ async fn every_fixture_kind_is_pinned_and_reinvocation_is_a_no_op() {
         assert!(got.patched, "{name} was not patched");
         assert_eq!(images_of(&got.object), want, "{name}");
         let again = got.reinvoked.expect("reinvoked");
-        assert!(again.allowed && !again.patched, "{name}: reinvocation must be a no-op: {:?}", again.response);
-        let audit = got.response["response"]["auditAnnotations"]["images"].as_str().unwrap_or_default();
-        assert!(audit.contains(&format!("{h}/fixtures/app:v1")), "{name}: audit annotation {audit}");
+        assert!(
+            again.allowed && !again.patched,
+            "{name}: reinvocation must be a no-op: {:?}",
+            again.response
+        );
+        let audit = got.response["response"]["auditAnnotations"]["images"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            audit.contains(&format!("{h}/fixtures/app:v1")),
+            "{name}: audit annotation {audit}"
+        );
     }
     // One registry lookup per distinct tag, however many objects used it.
-    let heads = sigil.counter("sigil_registry_requests_total", &[("method", "HEAD")]).await;
+    let heads = sigil
+        .counter("sigil_registry_requests_total", &[("method", "HEAD")])
+        .await;
     assert_eq!(heads, 2.0, "{}", sigil.metrics().await);
 }
 
@@ -68,22 +108,68 @@ async fn every_fixture_kind_is_pinned_and_reinvocation_is_a_no_op() {
 async fn multi_arch_index_pins_index_or_platform_manifest() {
     let reg = TestRegistry::start(Mode::Plain).await;
     let h = reg.host();
-    let (index, per) = reg.push_index("multi/app", "1.0", &[("linux", "amd64", None), ("linux", "arm64", Some("v8")), ("linux", "arm", Some("v7"))]).await;
-    let base = format!("  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"], mode: enforce}}\n");
+    let (index, per) = reg
+        .push_index(
+            "multi/app",
+            "1.0",
+            &[
+                ("linux", "amd64", None),
+                ("linux", "arm64", Some("v8")),
+                ("linux", "arm", Some("v7")),
+            ],
+        )
+        .await;
+    let base = format!(
+        "  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"], mode: enforce}}\n"
+    );
     let img = format!("{h}/multi/app:1.0");
     let s = Sigil::start(Some(&policy(&base)), &[]).await;
-    let got = s.apiserver().admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
+    let got = s
+        .apiserver()
+        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
+        .await;
     assert_eq!(images_of(&got.object), [format!("{img}@{index}")]);
     drop(s);
-    for (platform, want) in [("linux/arm64", &per[1].1), ("linux/amd64", &per[0].1), ("linux/arm/v7", &per[2].1)] {
-        let s = Sigil::start(Some(&policy(&format!("{base}  pin: {{platform: \"{platform}\"}}\n"))), &[]).await;
-        let got = s.apiserver().admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
-        assert_eq!(images_of(&got.object), [format!("{img}@{want}")], "{platform}");
+    for (platform, want) in [
+        ("linux/arm64", &per[1].1),
+        ("linux/amd64", &per[0].1),
+        ("linux/arm/v7", &per[2].1),
+    ] {
+        let s = Sigil::start(
+            Some(&policy(&format!(
+                "{base}  pin: {{platform: \"{platform}\"}}\n"
+            ))),
+            &[],
+        )
+        .await;
+        let got = s
+            .apiserver()
+            .admit(&review("CREATE", "default", pod("p", &[&img])), T)
+            .await;
+        assert_eq!(
+            images_of(&got.object),
+            [format!("{img}@{want}")],
+            "{platform}"
+        );
     }
-    let s = Sigil::start(Some(&policy(&format!("{base}  pin: {{platform: \"linux/s390x\"}}\n"))), &[]).await;
-    let got = s.apiserver().admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
+    let s = Sigil::start(
+        Some(&policy(&format!(
+            "{base}  pin: {{platform: \"linux/s390x\"}}\n"
+        ))),
+        &[],
+    )
+    .await;
+    let got = s
+        .apiserver()
+        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
+        .await;
     assert!(!got.allowed);
-    assert!(got.message.contains("no manifest for linux/s390x") && got.message.contains("linux/arm64/v8"), "{}", got.message);
+    assert!(
+        got.message.contains("no manifest for linux/s390x")
+            && got.message.contains("linux/arm64/v8"),
+        "{}",
+        got.message
+    );
 }
 
 /// origin → mirror on the way in; mirror → origin for rule matching; the
@@ -98,24 +184,51 @@ async fn mirror_round_trip_is_idempotent() {
     ));
     let s = Sigil::start(Some(&p), &[]).await;
     let api = s.apiserver();
-    let got = api.admit(&review("CREATE", "default", pod("p", &["nginx:1.25"])), T).await;
+    let got = api
+        .admit(&review("CREATE", "default", pod("p", &["nginx:1.25"])), T)
+        .await;
     assert!(got.allowed, "{}", got.message);
-    assert_eq!(images_of(&got.object), [format!("{h}/mirror/hub/library/nginx:1.25@{d}")]);
+    assert_eq!(
+        images_of(&got.object),
+        [format!("{h}/mirror/hub/library/nginx:1.25@{d}")]
+    );
     let again = got.reinvoked.unwrap();
-    assert!(again.allowed && !again.patched, "rule must match the origin on the second pass: {}", again.message);
+    assert!(
+        again.allowed && !again.patched,
+        "rule must match the origin on the second pass: {}",
+        again.message
+    );
     // The mirrored spelling of a blocked origin is still blocked.
-    let got = api.admit(&review("CREATE", "default", pod("p", &[&format!("{h}/mirror/hub/library/busybox:1")])), T).await;
-    assert!(!got.allowed && got.message.contains("rule \"blocked\""), "{}", got.message);
+    let got = api
+        .admit(
+            &review(
+                "CREATE",
+                "default",
+                pod("p", &[&format!("{h}/mirror/hub/library/busybox:1")]),
+            ),
+            T,
+        )
+        .await;
+    assert!(
+        !got.allowed && got.message.contains("rule \"blocked\""),
+        "{}",
+        got.message
+    );
 }
 
 /// The finalizer / DELETE / exempt rules hold even when the registry is down
 /// and the rule enforces; dryRun gets the same answer as a real request.
 #[tokio::test]
 async fn never_blocks_delete_finalizers_or_exempt_namespaces() {
-    let p = policy("  rules:\n    - {name: all, match: [\"**\"], mode: enforce}\n  exemptNamespaces: [kube-system, sigil-system]\n  registries:\n    - {host: \"127.0.0.1:9\", insecure: true}\n");
+    let p = policy(
+        "  rules:\n    - {name: all, match: [\"**\"], mode: enforce}\n  exemptNamespaces: [kube-system, sigil-system]\n  registries:\n    - {host: \"127.0.0.1:9\", insecure: true}\n",
+    );
     let s = Sigil::start(Some(&p), &[]).await;
     let api = s.apiserver();
-    for name in ["28_deleted_deployment_updated.json", "29_deleted_deployment_update_for_delete.json"] {
+    for name in [
+        "28_deleted_deployment_updated.json",
+        "29_deleted_deployment_update_for_delete.json",
+    ] {
         let rev = fixture(name);
         let got = api.admit(&rev, T).await;
         assert!(got.allowed && !got.patched, "{name}: {}", got.message);
@@ -128,16 +241,32 @@ async fn never_blocks_delete_finalizers_or_exempt_namespaces() {
     del["request"]["oldObject"] = del["request"]["object"].take();
     let got = api.admit(&del, T).await;
     assert!(got.allowed && !got.patched);
-    let got = api.admit(&review("CONNECT", "default", pod("p", &["127.0.0.1:9/x:1"])), T).await;
+    let got = api
+        .admit(
+            &review("CONNECT", "default", pod("p", &["127.0.0.1:9/x:1"])),
+            T,
+        )
+        .await;
     assert!(got.allowed && !got.patched);
-    let got = api.admit(&review("CREATE", "kube-system", pod("p", &["127.0.0.1:9/x:1"])), T).await;
+    let got = api
+        .admit(
+            &review("CREATE", "kube-system", pod("p", &["127.0.0.1:9/x:1"])),
+            T,
+        )
+        .await;
     assert!(got.allowed && !got.patched);
     // Not exempt, registry down: enforce denies, and says what the registry did.
     let mut dry = review("CREATE", "default", pod("p", &["127.0.0.1:9/x:1"]));
     dry["request"]["dryRun"] = json!(true);
     let got = api.admit(&dry, T).await;
     assert!(!got.allowed);
-    assert!(got.message.contains("127.0.0.1:9/x:1") && got.message.contains("unreachable") && got.message.contains("container \"c0\""), "{}", got.message);
+    assert!(
+        got.message.contains("127.0.0.1:9/x:1")
+            && got.message.contains("unreachable")
+            && got.message.contains("container \"c0\""),
+        "{}",
+        got.message
+    );
 }
 
 #[tokio::test]
@@ -155,32 +284,95 @@ async fn deny_and_warn_paths_say_what_why_and_how_to_fix() {
         "spec": {"template": {"spec": {"containers": [{"name": "api", "image": format!("{h}/team/missing:v9")}]}}}});
     let got = api.admit(&review("CREATE", "shop", d.clone()), T).await;
     assert!(!got.allowed);
-    for want in [&format!("{h}/team/missing:v9"), "container \"api\"", "Deployment shop/web", "404", "MANIFEST_UNKNOWN", "to fix:"] {
-        assert!(got.message.contains(want), "missing {want:?} in: {}", got.message);
+    for want in [
+        &format!("{h}/team/missing:v9"),
+        "container \"api\"",
+        "Deployment shop/web",
+        "404",
+        "MANIFEST_UNKNOWN",
+        "to fix:",
+    ] {
+        assert!(
+            got.message.contains(want),
+            "missing {want:?} in: {}",
+            got.message
+        );
     }
     assert_eq!(got.response["response"]["status"]["code"], 403);
     // warn: admitted unchanged with a warning.
     d["spec"]["template"]["spec"]["containers"][0]["image"] = json!(format!("{h}/soft/missing:v9"));
     let got = api.admit(&review("CREATE", "shop", d.clone()), T).await;
     assert!(got.allowed && !got.patched);
-    assert!(got.warnings.iter().any(|w| w.contains("soft/missing:v9") && w.contains("404")), "{:?}", got.warnings);
+    assert!(
+        got.warnings
+            .iter()
+            .any(|w| w.contains("soft/missing:v9") && w.contains("404")),
+        "{:?}",
+        got.warnings
+    );
     // static deny, allow without pinning, no rule, invalid reference.
-    let got = api.admit(&review("CREATE", "shop", pod("p", &[&format!("{h}/blocked/x:1")])), T).await;
-    assert!(!got.allowed && got.message.contains("denied by rule \"nope\""), "{}", got.message);
-    let got = api.admit(&review("CREATE", "shop", pod("p", &[&format!("{h}/free/x:1")])), T).await;
+    let got = api
+        .admit(
+            &review("CREATE", "shop", pod("p", &[&format!("{h}/blocked/x:1")])),
+            T,
+        )
+        .await;
+    assert!(
+        !got.allowed && got.message.contains("denied by rule \"nope\""),
+        "{}",
+        got.message
+    );
+    let got = api
+        .admit(
+            &review("CREATE", "shop", pod("p", &[&format!("{h}/free/x:1")])),
+            T,
+        )
+        .await;
     assert!(got.allowed && !got.patched);
-    let got = api.admit(&review("CREATE", "shop", pod("p", &["quay.io/x/y:1"])), T).await;
-    assert!(!got.allowed && got.message.contains("matches no rule"), "{}", got.message);
-    let got = api.admit(&review("CREATE", "shop", pod("p", &["Not/A:Valid:Ref"])), T).await;
-    assert!(!got.allowed && got.message.contains("not a valid image reference"), "{}", got.message);
+    let got = api
+        .admit(&review("CREATE", "shop", pod("p", &["quay.io/x/y:1"])), T)
+        .await;
+    assert!(
+        !got.allowed && got.message.contains("matches no rule"),
+        "{}",
+        got.message
+    );
+    let got = api
+        .admit(&review("CREATE", "shop", pod("p", &["Not/A:Valid:Ref"])), T)
+        .await;
+    assert!(
+        !got.allowed && got.message.contains("not a valid image reference"),
+        "{}",
+        got.message
+    );
     // Mixed: one good, one bad in enforce → whole object denied, nothing patched.
-    let got = api.admit(&review("CREATE", "shop", pod("p", &[&format!("{h}/team/app:v1"), &format!("{h}/team/missing:v9")])), T).await;
+    let got = api
+        .admit(
+            &review(
+                "CREATE",
+                "shop",
+                pod(
+                    "p",
+                    &[&format!("{h}/team/app:v1"), &format!("{h}/team/missing:v9")],
+                ),
+            ),
+            T,
+        )
+        .await;
     assert!(!got.allowed && !got.patched);
     // An UPDATE that keeps an already-present unresolvable image is not blocked.
-    let mut upd = review("UPDATE", "shop", pod("p", &[&format!("{h}/team/missing:v9")]));
+    let mut upd = review(
+        "UPDATE",
+        "shop",
+        pod("p", &[&format!("{h}/team/missing:v9")]),
+    );
     upd["request"]["oldObject"] = upd["request"]["object"].clone();
     let got = api.admit(&upd, T).await;
-    assert!(got.allowed && got.warnings.iter().any(|w| w.contains("missing:v9")), "{:?}", got.response);
+    assert!(
+        got.allowed && got.warnings.iter().any(|w| w.contains("missing:v9")),
+        "{:?}",
+        got.response
+    );
 }
 
 #[tokio::test]
@@ -192,25 +384,45 @@ async fn scope_pods_checks_workloads_but_patches_only_pods() {
     let api = s.apiserver();
     let img = format!("{h}/a/b:1");
     let dep = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}, "spec": {"template": {"spec": {"containers": [{"name": "c", "image": img}]}}}});
-    let got = api.admit(&review("CREATE", "default", dep.clone()), T).await;
+    let got = api
+        .admit(&review("CREATE", "default", dep.clone()), T)
+        .await;
     assert!(got.allowed && !got.patched);
     let mut bad = dep;
     bad["spec"]["template"]["spec"]["containers"][0]["image"] = json!(format!("{h}/a/missing:1"));
-    assert!(!api.admit(&review("CREATE", "default", bad), T).await.allowed, "checked even when not patched");
-    let got = api.admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
+    assert!(
+        !api.admit(&review("CREATE", "default", bad), T)
+            .await
+            .allowed,
+        "checked even when not patched"
+    );
+    let got = api
+        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
+        .await;
     assert_eq!(images_of(&got.object), [format!("{img}@{d}")]);
 }
 
 #[tokio::test]
 async fn htpasswd_registry_needs_the_policy_credentials_and_secrets_stay_out_of_logs() {
-    let reg = TestRegistry::start(Mode::Htpasswd { user: "robot", password: "s3cr3t-pa55" }).await;
+    let reg = TestRegistry::start(Mode::Htpasswd {
+        user: "robot",
+        password: "s3cr3t-pa55",
+    })
+    .await;
     let h = reg.host();
     let d = reg.push_image("private/app", "v1").await;
     let img = format!("{h}/private/app:v1");
     // No credentials: the registry's 401 is reported.
     let s = Sigil::start(Some(&policy(&format!("  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n"))), &[]).await;
-    let got = s.apiserver().admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
-    assert!(!got.allowed && got.message.contains("401") && got.message.contains("credentials"), "{}", got.message);
+    let got = s
+        .apiserver()
+        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
+        .await;
+    assert!(
+        !got.allowed && got.message.contains("401") && got.message.contains("credentials"),
+        "{}",
+        got.message
+    );
     drop(s);
     // Credentials from a password file.
     let dir = tempfile::tempdir().unwrap();
@@ -221,22 +433,48 @@ async fn htpasswd_registry_needs_the_policy_credentials_and_secrets_stay_out_of_
         &[],
     )
     .await;
-    let got = s.apiserver().admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
-    assert_eq!(images_of(&got.object), [format!("{img}@{d}")], "{}", got.message);
+    let got = s
+        .apiserver()
+        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
+        .await;
+    assert_eq!(
+        images_of(&got.object),
+        [format!("{img}@{d}")],
+        "{}",
+        got.message
+    );
     drop(s);
     // Credentials from a docker config.json.
-    let auth = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "robot:s3cr3t-pa55");
+    let auth = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        "robot:s3cr3t-pa55",
+    );
     let cfg = dir.path().join("config.json");
-    std::fs::write(&cfg, format!(r#"{{"auths":{{"{h}":{{"auth":"{auth}"}}}}}}"#)).unwrap();
+    std::fs::write(
+        &cfg,
+        format!(r#"{{"auths":{{"{h}":{{"auth":"{auth}"}}}}}}"#),
+    )
+    .unwrap();
     let s = Sigil::start(
         Some(&policy(&format!("  registries:\n    - host: \"{h}\"\n      insecure: true\n      auth: {{dockerConfig: \"{}\"}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n", cfg.display()))),
         &[],
     )
     .await;
-    let got = s.apiserver().admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
-    assert_eq!(images_of(&got.object), [format!("{img}@{d}")], "{}", got.message);
+    let got = s
+        .apiserver()
+        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
+        .await;
+    assert_eq!(
+        images_of(&got.object),
+        [format!("{img}@{d}")],
+        "{}",
+        got.message
+    );
     let logs = s.logs();
-    assert!(!logs.contains("s3cr3t-pa55") && !logs.contains(&auth), "a secret reached the logs");
+    assert!(
+        !logs.contains("s3cr3t-pa55") && !logs.contains(&auth),
+        "a secret reached the logs"
+    );
 }
 
 /// The real registry in token mode: sigil follows the Bearer challenge to the
@@ -244,15 +482,26 @@ async fn htpasswd_registry_needs_the_policy_credentials_and_secrets_stay_out_of_
 #[tokio::test]
 async fn bearer_token_registry_is_resolved_through_the_token_service() {
     let ts = crate::support::token::TokenServer::start("robot", "t0ken-pa55").await;
-    let mut reg = TestRegistry::start(Mode::Token { realm: format!("http://{}/token", ts.addr), cert_pem: ts.cert_pem.clone() }).await;
+    let mut reg = TestRegistry::start(Mode::Token {
+        realm: format!("http://{}/token", ts.addr),
+        cert_pem: ts.cert_pem.clone(),
+    })
+    .await;
     reg.bearer = Some(ts.push_token("tok/app"));
     let h = reg.host();
     let d = reg.push_image("tok/app", "v1").await;
     let img = format!("{h}/tok/app:v1");
     // Anonymous: the token service refuses and the denial says so.
     let s = Sigil::start(Some(&policy(&format!("  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n"))), &[]).await;
-    let got = s.apiserver().admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
-    assert!(!got.allowed && got.message.contains("token service refused"), "{}", got.message);
+    let got = s
+        .apiserver()
+        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
+        .await;
+    assert!(
+        !got.allowed && got.message.contains("token service refused"),
+        "{}",
+        got.message
+    );
     drop(s);
     let dir = tempfile::tempdir().unwrap();
     let pw = dir.path().join("pw");
@@ -263,14 +512,27 @@ async fn bearer_token_registry_is_resolved_through_the_token_service() {
     )
     .await;
     let api = s.apiserver();
-    let got = api.admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
-    assert_eq!(images_of(&got.object), [format!("{img}@{d}")], "{}", got.message);
+    let got = api
+        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
+        .await;
+    assert_eq!(
+        images_of(&got.object),
+        [format!("{img}@{d}")],
+        "{}",
+        got.message
+    );
     let hits = ts.hits.load(std::sync::atomic::Ordering::SeqCst);
     // Digest cache expired (1ms TTL), token still valid: no new token request.
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let got = api.admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
+    let got = api
+        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
+        .await;
     assert!(got.patched);
-    assert_eq!(ts.hits.load(std::sync::atomic::Ordering::SeqCst), hits, "token is reused until it expires");
+    assert_eq!(
+        ts.hits.load(std::sync::atomic::Ordering::SeqCst),
+        hits,
+        "token is reused until it expires"
+    );
     assert!(!s.logs().contains("t0ken-pa55"));
 }
 
@@ -280,19 +542,41 @@ async fn tls_registry_is_trusted_only_with_the_policy_ca() {
     let h = reg.host();
     let d = reg.push_image("secure/app", "v1").await;
     let img = format!("{h}/secure/app:v1");
-    let s = Sigil::start(Some(&policy("  rules:\n    - {name: all, match: [\"**\"]}\n")), &[]).await;
-    let got = s.apiserver().admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
-    assert!(!got.allowed && got.message.contains("unreachable"), "{}", got.message);
+    let s = Sigil::start(
+        Some(&policy("  rules:\n    - {name: all, match: [\"**\"]}\n")),
+        &[],
+    )
+    .await;
+    let got = s
+        .apiserver()
+        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
+        .await;
+    assert!(
+        !got.allowed && got.message.contains("unreachable"),
+        "{}",
+        got.message
+    );
     drop(s);
     let ca = reg.dir.path().join("ca.pem");
     std::fs::write(&ca, reg.ca_pem.as_ref().unwrap()).unwrap();
     let s = Sigil::start(Some(&policy(&format!("  registries:\n    - {{host: \"{h}\", ca: \"{}\"}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n", ca.display()))), &[]).await;
-    let got = s.apiserver().admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
-    assert_eq!(images_of(&got.object), [format!("{img}@{d}")], "{}", got.message);
+    let got = s
+        .apiserver()
+        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
+        .await;
+    assert_eq!(
+        images_of(&got.object),
+        [format!("{img}@{d}")],
+        "{}",
+        got.message
+    );
     // insecure: true means plain HTTP, which a TLS registry refuses.
     drop(s);
     let s = Sigil::start(Some(&policy(&format!("  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n"))), &[]).await;
-    let got = s.apiserver().admit(&review("CREATE", "default", pod("p", &[&img])), T).await;
+    let got = s
+        .apiserver()
+        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
+        .await;
     assert!(!got.allowed, "{:?}", got.response);
 }
 
@@ -304,17 +588,51 @@ async fn slow_registry_is_cut_at_the_apiserver_deadline() {
     let fh = fast_reg.host();
     let d = fast_reg.push_image("x/fast", "1").await;
     let sh = slow.addr.to_string();
-    let p = policy(&format!("  registries:\n    - {{host: \"{sh}\", insecure: true}}\n    - {{host: \"{fh}\", insecure: true}}\n  rules:\n    - {{name: slow, match: [\"{sh}/**\"], mode: enforce}}\n    - {{name: soft, match: [\"{sh}/soft/**\"], mode: warn}}\n    - {{name: fast, match: [\"{fh}/**\"]}}\n"));
+    let p = policy(&format!(
+        "  registries:\n    - {{host: \"{sh}\", insecure: true}}\n    - {{host: \"{fh}\", insecure: true}}\n  rules:\n    - {{name: slow, match: [\"{sh}/**\"], mode: enforce}}\n    - {{name: soft, match: [\"{sh}/soft/**\"], mode: warn}}\n    - {{name: fast, match: [\"{fh}/**\"]}}\n"
+    ));
     let s = Sigil::start(Some(&p), &[]).await;
     let api = s.apiserver();
     let started = Instant::now();
-    let got = api.admit(&review("CREATE", "default", pod("p", &[&format!("{sh}/x/slow:1"), &format!("{fh}/x/fast:1")])), Duration::from_secs(2)).await;
+    let got = api
+        .admit(
+            &review(
+                "CREATE",
+                "default",
+                pod("p", &[&format!("{sh}/x/slow:1"), &format!("{fh}/x/fast:1")]),
+            ),
+            Duration::from_secs(2),
+        )
+        .await;
     let took = started.elapsed();
-    assert!(took < Duration::from_millis(1950), "answer must come before the 2 s deadline, took {took:?}");
-    assert!(!got.allowed && got.message.contains("deadline") && got.message.contains("x/slow:1"), "{}", got.message);
+    assert!(
+        took < Duration::from_millis(1950),
+        "answer must come before the 2 s deadline, took {took:?}"
+    );
+    assert!(
+        !got.allowed && got.message.contains("deadline") && got.message.contains("x/slow:1"),
+        "{}",
+        got.message
+    );
     // In warn mode the same timeout admits unchanged with a warning.
-    let got = api.admit(&review("CREATE", "default", pod("p", &[&format!("{sh}/soft/slow:1"), &format!("{fh}/x/fast:1")])), Duration::from_secs(2)).await;
-    assert!(got.allowed && got.warnings.iter().any(|w| w.contains("deadline")), "{:?}", got.response);
+    let got = api
+        .admit(
+            &review(
+                "CREATE",
+                "default",
+                pod(
+                    "p",
+                    &[&format!("{sh}/soft/slow:1"), &format!("{fh}/x/fast:1")],
+                ),
+            ),
+            Duration::from_secs(2),
+        )
+        .await;
+    assert!(
+        got.allowed && got.warnings.iter().any(|w| w.contains("deadline")),
+        "{:?}",
+        got.response
+    );
     assert_eq!(images_of(&got.object)[1], format!("{fh}/x/fast:1@{d}"));
 }
 
@@ -323,19 +641,57 @@ async fn registry_5xx_and_429_are_reported_or_retried() {
     let e503 = FaultServer::start(Fault::Status(503)).await;
     let rl = FaultServer::start(Fault::RateLimitOnce(1)).await;
     let rl_long = FaultServer::start(Fault::RateLimitOnce(60)).await;
-    let (a, b, c) = (e503.addr.to_string(), rl.addr.to_string(), rl_long.addr.to_string());
-    let p = policy(&format!("  registries:\n    - {{host: \"{a}\", insecure: true}}\n    - {{host: \"{b}\", insecure: true}}\n    - {{host: \"{c}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n"));
+    let (a, b, c) = (
+        e503.addr.to_string(),
+        rl.addr.to_string(),
+        rl_long.addr.to_string(),
+    );
+    let p = policy(&format!(
+        "  registries:\n    - {{host: \"{a}\", insecure: true}}\n    - {{host: \"{b}\", insecure: true}}\n    - {{host: \"{c}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n"
+    ));
     let s = Sigil::start(Some(&p), &[]).await;
     let api = s.apiserver();
-    let got = api.admit(&review("CREATE", "default", pod("p", &[&format!("{a}/x:1")])), T).await;
-    assert!(!got.allowed && got.message.contains("503"), "{}", got.message);
-    let got = api.admit(&review("CREATE", "default", pod("p", &[&format!("{b}/x:1")])), T).await;
-    assert_eq!(images_of(&got.object), [format!("{b}/x:1@{DIGEST}")], "Retry-After 1s fits the deadline: {}", got.message);
-    let got = api.admit(&review("CREATE", "default", pod("p", &[&format!("{c}/x:1")])), T).await;
-    assert!(!got.allowed && got.message.contains("429"), "{}", got.message);
+    let got = api
+        .admit(
+            &review("CREATE", "default", pod("p", &[&format!("{a}/x:1")])),
+            T,
+        )
+        .await;
+    assert!(
+        !got.allowed && got.message.contains("503"),
+        "{}",
+        got.message
+    );
+    let got = api
+        .admit(
+            &review("CREATE", "default", pod("p", &[&format!("{b}/x:1")])),
+            T,
+        )
+        .await;
+    assert_eq!(
+        images_of(&got.object),
+        [format!("{b}/x:1@{DIGEST}")],
+        "Retry-After 1s fits the deadline: {}",
+        got.message
+    );
+    let got = api
+        .admit(
+            &review("CREATE", "default", pod("p", &[&format!("{c}/x:1")])),
+            T,
+        )
+        .await;
+    assert!(
+        !got.allowed && got.message.contains("429"),
+        "{}",
+        got.message
+    );
     // Transient failures are not cached: the 503 host is asked again.
     let before = e503.hits.load(std::sync::atomic::Ordering::SeqCst);
-    api.admit(&review("CREATE", "default", pod("p", &[&format!("{a}/x:1")])), T).await;
+    api.admit(
+        &review("CREATE", "default", pod("p", &[&format!("{a}/x:1")])),
+        T,
+    )
+    .await;
     assert!(e503.hits.load(std::sync::atomic::Ordering::SeqCst) > before);
 }
 
@@ -350,7 +706,18 @@ async fn concurrent_lookups_are_coalesced_into_one_request() {
     for i in 0..50 {
         let api = api.clone();
         let a = a.clone();
-        tasks.push(tokio::spawn(async move { api.admit(&review("CREATE", "default", pod(&format!("p{i}"), &[&format!("{a}/same:1")])), T).await.patched }));
+        tasks.push(tokio::spawn(async move {
+            api.admit(
+                &review(
+                    "CREATE",
+                    "default",
+                    pod(&format!("p{i}"), &[&format!("{a}/same:1")]),
+                ),
+                T,
+            )
+            .await
+            .patched
+        }));
     }
     for t in tasks {
         assert!(t.await.unwrap());
@@ -397,11 +764,27 @@ async fn serves_given_certificate_files() {
     let c = dir.path().join("tls.crt").display().to_string();
     let k = dir.path().join("tls.key").display().to_string();
     let s = Sigil::start(None, &["--tls-cert", &c, "--tls-key", &k]).await;
-    let got = s.api(&ca).admit(&review("CREATE", "default", json!({"kind": "ConfigMap", "metadata": {"name": "x"}})), T).await;
+    let got = s
+        .api(&ca)
+        .admit(
+            &review(
+                "CREATE",
+                "default",
+                json!({"kind": "ConfigMap", "metadata": {"name": "x"}}),
+            ),
+            T,
+        )
+        .await;
     assert!(got.allowed);
     // A client trusting another CA must fail the handshake.
     let (other, _, _) = crate::support::registry::test_ca();
-    let r = s.api(&other).client.post(s.api(&other).url).body("{}").send().await;
+    let r = s
+        .api(&other)
+        .client
+        .post(s.api(&other).url)
+        .body("{}")
+        .send()
+        .await;
     assert!(r.is_err());
 }
 
@@ -409,10 +792,29 @@ async fn serves_given_certificate_files() {
 async fn readyz_livez_and_metrics() {
     let s = Sigil::start(None, &[]).await;
     let base = format!("http://{}", s.admin);
-    assert_eq!(reqwest::get(format!("{base}/livez")).await.unwrap().status(), 200);
-    assert_eq!(reqwest::get(format!("{base}/readyz")).await.unwrap().status(), 200);
+    assert_eq!(
+        reqwest::get(format!("{base}/livez"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        reqwest::get(format!("{base}/readyz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     let m = s.metrics().await;
-    for name in ["sigil_admission_requests_total", "sigil_admission_duration_seconds", "sigil_ready 1", "sigil_draining 0", "sigil_admission_inflight_requests", "sigil_digest_cache_entries"] {
+    for name in [
+        "sigil_admission_requests_total",
+        "sigil_admission_duration_seconds",
+        "sigil_ready 1",
+        "sigil_draining 0",
+        "sigil_admission_inflight_requests",
+        "sigil_digest_cache_entries",
+    ] {
         assert!(m.contains(name), "missing {name} in\n{m}");
     }
 }

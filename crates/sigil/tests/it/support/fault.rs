@@ -44,7 +44,9 @@ impl FaultServer {
         let h = hits.clone();
         let task = tokio::spawn(async move {
             loop {
-                let Ok((tcp, _)) = l.accept().await else { return };
+                let Ok((tcp, _)) = l.accept().await else {
+                    return;
+                };
                 let h = h.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |_req: hyper::Request<hyper::body::Incoming>| {
@@ -64,12 +66,19 @@ impl FaultServer {
                                 Fault::RateLimitOnce(_) => 200,
                             };
                             if status == 200 {
-                                b = b.header("docker-content-digest", DIGEST).header("content-type", "application/vnd.oci.image.manifest.v1+json");
+                                b = b.header("docker-content-digest", DIGEST).header(
+                                    "content-type",
+                                    "application/vnd.oci.image.manifest.v1+json",
+                                );
                             }
-                            Ok::<_, Infallible>(b.status(status).body(Full::new(Bytes::new())).unwrap())
+                            Ok::<_, Infallible>(
+                                b.status(status).body(Full::new(Bytes::new())).unwrap(),
+                            )
                         }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tcp), svc).await;
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), svc)
+                        .await;
                 });
             }
         });

@@ -1,6 +1,6 @@
 //! Test harness: real registry, sigil as a child process, an apiserver-like
 //! client, and a loopback fault server.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 pub mod fault;
 pub mod registry;
@@ -13,12 +13,17 @@ use std::path::PathBuf;
 pub fn fixtures_dir() -> PathBuf {
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let local = here.join("tests/fixtures/admission_requests");
-    if local.is_dir() { local } else { here.join("../../../shared/vectors/connaisseur/admission_requests") }
+    if local.is_dir() {
+        local
+    } else {
+        here.join("../../../shared/vectors/connaisseur/admission_requests")
+    }
 }
 
 pub fn fixture(name: &str) -> serde_json::Value {
     let p = fixtures_dir().join(name);
-    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
+    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .unwrap()
 }
 
 pub fn fixture_bytes(name: &str) -> Vec<u8> {

@@ -14,9 +14,15 @@ use sha2::{Digest as _, Sha256};
 pub enum Mode {
     Plain,
     Tls,
-    Htpasswd { user: &'static str, password: &'static str },
+    Htpasswd {
+        user: &'static str,
+        password: &'static str,
+    },
     /// Bearer tokens from this token service (realm), verified with its certificate.
-    Token { realm: String, cert_pem: String },
+    Token {
+        realm: String,
+        cert_pem: String,
+    },
 }
 
 pub struct TestRegistry {
@@ -39,7 +45,10 @@ impl Drop for TestRegistry {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }
 
 /// A CA and a leaf for 127.0.0.1/localhost, PEM.
@@ -51,14 +60,16 @@ pub fn test_ca() -> (String, String, String) {
     let issuer = Issuer::new(ca, ca_key);
     let key = KeyPair::generate().unwrap();
     let mut leaf = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    leaf.subject_alt_names.push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    leaf.subject_alt_names
+        .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
     let cert = leaf.signed_by(&key, &issuer).unwrap();
     (ca_cert.pem(), cert.pem(), key.serialize_pem())
 }
 
 impl TestRegistry {
     pub async fn start(mode: Mode) -> TestRegistry {
-        let bin = which("docker-registry").expect("docker-registry not installed: run scripts/test.sh (it installs it)");
+        let bin = which("docker-registry")
+            .expect("docker-registry not installed: run scripts/test.sh (it installs it)");
         for _attempt in 0..5 {
             let dir = tempfile::tempdir().unwrap();
             let port = free_port();
@@ -74,15 +85,25 @@ impl TestRegistry {
                     let (ca, cert, key) = test_ca();
                     std::fs::write(dir.path().join("cert.pem"), &cert).unwrap();
                     std::fs::write(dir.path().join("key.pem"), &key).unwrap();
-                    http_cfg.push_str(&format!("  tls:\n    certificate: {}\n    key: {}\n", dir.path().join("cert.pem").display(), dir.path().join("key.pem").display()));
+                    http_cfg.push_str(&format!(
+                        "  tls:\n    certificate: {}\n    key: {}\n",
+                        dir.path().join("cert.pem").display(),
+                        dir.path().join("key.pem").display()
+                    ));
                     ca_pem = Some(ca);
                     scheme = "https";
                 }
                 Mode::Htpasswd { user, password } => {
-                    let out = Command::new("htpasswd").args(["-Bbn", user, password]).output().expect("htpasswd (apache2-utils) not installed");
+                    let out = Command::new("htpasswd")
+                        .args(["-Bbn", user, password])
+                        .output()
+                        .expect("htpasswd (apache2-utils) not installed");
                     assert!(out.status.success());
                     std::fs::write(dir.path().join("htpasswd"), &out.stdout).unwrap();
-                    auth_cfg = format!("auth:\n  htpasswd:\n    realm: sigil-test\n    path: {}\n", dir.path().join("htpasswd").display());
+                    auth_cfg = format!(
+                        "auth:\n  htpasswd:\n    realm: sigil-test\n    path: {}\n",
+                        dir.path().join("htpasswd").display()
+                    );
                     basic = Some((user.to_string(), password.to_string()));
                 }
                 Mode::Token { realm, cert_pem } => {
@@ -101,12 +122,27 @@ impl TestRegistry {
             );
             let cfg_path = dir.path().join("config.yml");
             std::fs::write(&cfg_path, config).unwrap();
-            let child = Command::new(&bin).arg("serve").arg(&cfg_path).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn docker-registry");
+            let child = Command::new(&bin)
+                .arg("serve")
+                .arg(&cfg_path)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn docker-registry");
             let mut b = reqwest::Client::builder().timeout(Duration::from_secs(10));
             if let Some(ca) = &ca_pem {
                 b = b.tls_certs_only([reqwest::Certificate::from_pem(ca.as_bytes()).unwrap()]);
             }
-            let mut reg = TestRegistry { child, addr, dir, ca_pem, basic, bearer: None, http: b.build().unwrap(), scheme };
+            let mut reg = TestRegistry {
+                child,
+                addr,
+                dir,
+                ca_pem,
+                basic,
+                bearer: None,
+                http: b.build().unwrap(),
+                scheme,
+            };
             if reg.wait_up().await {
                 return reg;
             }
@@ -121,11 +157,10 @@ impl TestRegistry {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false;
             }
-            if let Ok(r) = self.http.get(format!("{}/v2/", self.base())).send().await {
-                if r.status().is_success() || r.status() == 401 {
+            if let Ok(r) = self.http.get(format!("{}/v2/", self.base())).send().await
+                && (r.status().is_success() || r.status() == 401) {
                     return true;
                 }
-            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         false
@@ -149,10 +184,21 @@ impl TestRegistry {
 
     pub async fn push_blob(&self, repo: &str, data: &[u8]) -> String {
         let digest = sha256(data);
-        let r = self.auth(self.http.post(format!("{}/v2/{repo}/blobs/uploads/", self.base()))).send().await.unwrap();
+        let r = self
+            .auth(
+                self.http
+                    .post(format!("{}/v2/{repo}/blobs/uploads/", self.base())),
+            )
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 202, "start upload: {:?}", r.text().await);
         let loc = r.headers()["location"].to_str().unwrap().to_string();
-        let url = if loc.starts_with("http") { loc } else { format!("{}{loc}", self.base()) };
+        let url = if loc.starts_with("http") {
+            loc
+        } else {
+            format!("{}{loc}", self.base())
+        };
         let sep = if url.contains('?') { '&' } else { '?' };
         let r = self
             .auth(self.http.put(format!("{url}{sep}digest={digest}")))
@@ -165,24 +211,47 @@ impl TestRegistry {
         digest
     }
 
-    pub async fn push_manifest(&self, repo: &str, reference: &str, media_type: &str, body: &[u8]) -> String {
+    pub async fn push_manifest(
+        &self,
+        repo: &str,
+        reference: &str,
+        media_type: &str,
+        body: &[u8],
+    ) -> String {
         let r = self
-            .auth(self.http.put(format!("{}/v2/{repo}/manifests/{reference}", self.base())))
+            .auth(
+                self.http
+                    .put(format!("{}/v2/{repo}/manifests/{reference}", self.base())),
+            )
             .header("content-type", media_type)
             .body(body.to_vec())
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), 201, "push manifest {repo}:{reference}: {:?}", r.text().await);
+        assert_eq!(
+            r.status(),
+            201,
+            "push manifest {repo}:{reference}: {:?}",
+            r.text().await
+        );
         sha256(body)
     }
 
     /// Pushes a small single-platform OCI image and returns its manifest digest.
     pub async fn push_image(&self, repo: &str, tag: &str) -> String {
-        self.push_image_for(repo, tag, "linux", "amd64", None).await.0
+        self.push_image_for(repo, tag, "linux", "amd64", None)
+            .await
+            .0
     }
 
-    async fn push_image_for(&self, repo: &str, tag: &str, os: &str, arch: &str, variant: Option<&str>) -> (String, usize) {
+    async fn push_image_for(
+        &self,
+        repo: &str,
+        tag: &str,
+        os: &str,
+        arch: &str,
+        variant: Option<&str>,
+    ) -> (String, usize) {
         let config = json!({"architecture": arch, "os": os, "variant": variant, "rootfs": {"type": "layers", "diff_ids": []}, "config": {}, "created": format!("{repo}:{tag}:{os}/{arch}")});
         let config = serde_json::to_vec(&config).unwrap();
         let layer = format!("layer of {repo}:{tag} {os}/{arch} {}", uniq()).into_bytes();
@@ -195,40 +264,81 @@ impl TestRegistry {
             "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": ld, "size": layer.len()}]
         }))
         .unwrap();
-        let d = self.push_manifest(repo, tag, "application/vnd.oci.image.manifest.v1+json", &manifest).await;
+        let d = self
+            .push_manifest(
+                repo,
+                tag,
+                "application/vnd.oci.image.manifest.v1+json",
+                &manifest,
+            )
+            .await;
         (d, manifest.len())
     }
 
     /// Pushes a multi-arch OCI index; returns (index digest, [(platform, manifest digest)]).
-    pub async fn push_index(&self, repo: &str, tag: &str, platforms: &[(&str, &str, Option<&str>)]) -> (String, Vec<(String, String)>) {
+    pub async fn push_index(
+        &self,
+        repo: &str,
+        tag: &str,
+        platforms: &[(&str, &str, Option<&str>)],
+    ) -> (String, Vec<(String, String)>) {
         let mut entries = Vec::new();
         let mut out = Vec::new();
         for (os, arch, variant) in platforms {
-            let (d, size) = self.push_image_for(repo, &format!("{tag}-{arch}{}", variant.unwrap_or("")), os, arch, *variant).await;
+            let (d, size) = self
+                .push_image_for(
+                    repo,
+                    &format!("{tag}-{arch}{}", variant.unwrap_or("")),
+                    os,
+                    arch,
+                    *variant,
+                )
+                .await;
             let mut p = json!({"os": os, "architecture": arch});
             if let Some(v) = variant {
                 p["variant"] = json!(v);
             }
             entries.push(json!({"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": d, "size": size, "platform": p}));
-            out.push((format!("{os}/{arch}{}", variant.map(|v| format!("/{v}")).unwrap_or_default()), d));
+            out.push((
+                format!(
+                    "{os}/{arch}{}",
+                    variant.map(|v| format!("/{v}")).unwrap_or_default()
+                ),
+                d,
+            ));
         }
         let index = serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": entries})).unwrap();
-        let d = self.push_manifest(repo, tag, "application/vnd.oci.image.index.v1+json", &index).await;
+        let d = self
+            .push_manifest(repo, tag, "application/vnd.oci.image.index.v1+json", &index)
+            .await;
         (d, out)
     }
 }
 
 pub fn sha256(data: &[u8]) -> String {
-    format!("sha256:{}", Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect::<String>())
+    format!(
+        "sha256:{}",
+        Sha256::digest(data)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    )
 }
 
 pub fn uniq() -> u128 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     t ^ u128::from(N.fetch_add(1, Ordering::Relaxed))
 }
 
 pub fn which(bin: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(bin)).find(|p| p.is_file()))
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(bin))
+            .find(|p| p.is_file())
+    })
 }

@@ -39,7 +39,17 @@ impl Sigil {
         let dir = tempfile::tempdir().unwrap();
         let ca_out = dir.path().join("ca.pem");
         let mut cmd = Command::new(bin());
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--shutdown-delay", "0s", "--log-format", "json"]);
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--shutdown-delay",
+            "0s",
+            "--log-format",
+            "json",
+        ]);
         cmd.arg("--ca-bundle-out").arg(&ca_out);
         if let Some(p) = policy {
             let path = dir.path().join("policy.yaml");
@@ -48,7 +58,11 @@ impl Sigil {
         }
         cmd.args(extra);
         cmd.env("SIGIL_LOG", "info");
-        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn sigil");
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sigil");
         let stderr = child.stderr.take().unwrap();
         let logs = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel::<(String, SocketAddr)>();
@@ -74,14 +88,24 @@ impl Sigil {
                 Ok((m, a)) if m.starts_with("webhook") => addr = Some(a),
                 Ok((m, a)) if m.starts_with("admin") => admin = Some(a),
                 Ok(_) => {}
-                Err(_) => panic!("sigil did not log its listen addresses; logs: {:?}", logs.lock().unwrap()),
+                Err(_) => panic!(
+                    "sigil did not log its listen addresses; logs: {:?}",
+                    logs.lock().unwrap()
+                ),
             }
         }
         let ca_pem = match extra.iter().position(|a| *a == "--tls-cert") {
             Some(_) => String::new(),
             None => std::fs::read_to_string(&ca_out).unwrap(),
         };
-        let s = Sigil { child, addr: addr.unwrap(), admin: admin.unwrap(), ca_pem, logs, _dir: dir };
+        let s = Sigil {
+            child,
+            addr: addr.unwrap(),
+            admin: admin.unwrap(),
+            ca_pem,
+            logs,
+            _dir: dir,
+        };
         s.wait_ready().await;
         s
     }
@@ -89,18 +113,22 @@ impl Sigil {
     pub async fn wait_ready(&self) {
         let until = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(r) = reqwest::get(format!("http://{}/readyz", self.admin)).await {
-                if r.status() == 200 {
+            if let Ok(r) = reqwest::get(format!("http://{}/readyz", self.admin)).await
+                && r.status() == 200 {
                     return;
                 }
-            }
             assert!(Instant::now() < until, "sigil never became ready");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
     pub async fn metrics(&self) -> String {
-        reqwest::get(format!("http://{}/metrics", self.admin)).await.unwrap().text().await.unwrap()
+        reqwest::get(format!("http://{}/metrics", self.admin))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
     }
 
     /// Sum of a counter's samples whose labels contain every `filter` pair.
@@ -108,7 +136,11 @@ impl Sigil {
         let text = self.metrics().await;
         text.lines()
             .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-            .filter(|l| filter.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+            .filter(|l| {
+                filter
+                    .iter()
+                    .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+            })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     }
@@ -122,7 +154,10 @@ impl Sigil {
             .tls_certs_only([reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap()])
             .build()
             .unwrap();
-        ApiServer { client, url: format!("https://localhost:{}/mutate", self.addr.port()) }
+        ApiServer {
+            client,
+            url: format!("https://localhost:{}/mutate", self.addr.port()),
+        }
     }
 
     pub fn apiserver(&self) -> ApiServer {
@@ -165,12 +200,21 @@ impl ApiServer {
         self.admit_inner(review, timeout, true).await
     }
 
-    fn admit_inner<'a>(&'a self, review: &'a Value, timeout: Duration, reinvoke: bool) -> std::pin::Pin<Box<dyn std::future::Future<Output = Admitted> + Send + 'a>> {
+    fn admit_inner<'a>(
+        &'a self,
+        review: &'a Value,
+        timeout: Duration,
+        reinvoke: bool,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Admitted> + Send + 'a>> {
         Box::pin(async move {
             let resp = self.raw(serde_json::to_vec(review).unwrap(), timeout).await;
             assert_eq!(resp.status(), 200, "webhook answered {}", resp.status());
-            let out: Value = serde_json::from_slice(&resp.bytes().await.expect("body")).expect("answer is JSON");
-            assert_eq!(out["apiVersion"], review["apiVersion"], "answer must use the request's AdmissionReview version");
+            let out: Value =
+                serde_json::from_slice(&resp.bytes().await.expect("body")).expect("answer is JSON");
+            assert_eq!(
+                out["apiVersion"], review["apiVersion"],
+                "answer must use the request's AdmissionReview version"
+            );
             assert_eq!(out["kind"], "AdmissionReview");
             let r = &out["response"];
             assert_eq!(r["uid"], review["request"]["uid"], "uid must be echoed");
@@ -179,8 +223,11 @@ impl ApiServer {
             let mut patched = false;
             if let Some(p) = r.get("patch").and_then(Value::as_str) {
                 assert_eq!(r["patchType"], "JSONPatch");
-                let bytes = base64::engine::general_purpose::STANDARD.decode(p).expect("patch is base64");
-                let patch: json_patch::Patch = serde_json::from_slice(&bytes).expect("patch is a JSONPatch");
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(p)
+                    .expect("patch is base64");
+                let patch: json_patch::Patch =
+                    serde_json::from_slice(&bytes).expect("patch is a JSONPatch");
                 let decoded_before = decodes(&object).is_ok();
                 json_patch::patch(&mut object, &patch).expect("patch applies");
                 patched = true;
@@ -188,17 +235,38 @@ impl ApiServer {
                     assert_decodes(&object);
                 }
             }
-            let warnings = r["warnings"].as_array().map(|w| w.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default();
-            let message = r["status"]["message"].as_str().unwrap_or_default().to_string();
+            let warnings = r["warnings"]
+                .as_array()
+                .map(|w| {
+                    w.iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let message = r["status"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             let reinvoked = if patched && reinvoke && allowed {
                 let mut again = review.clone();
-                again["request"]["uid"] = json!(format!("{}-reinvoke", review["request"]["uid"].as_str().unwrap_or("x")));
+                again["request"]["uid"] = json!(format!(
+                    "{}-reinvoke",
+                    review["request"]["uid"].as_str().unwrap_or("x")
+                ));
                 again["request"]["object"] = object.clone();
                 Some(Box::new(self.admit_inner(&again, timeout, false).await))
             } else {
                 None
             };
-            Admitted { response: out, allowed, object, patched, warnings, message, reinvoked }
+            Admitted {
+                response: out,
+                allowed,
+                object,
+                patched,
+                warnings,
+                message,
+                reinvoked,
+            }
         })
     }
 }
@@ -217,10 +285,13 @@ pub fn decodes(obj: &Value) -> Result<(), serde_json::Error> {
     let kind = obj["kind"].as_str().unwrap_or_default();
     let mut o = obj.clone();
     let fix = |o: &mut Value, av: &str| o["apiVersion"] = json!(av);
-    let r = match kind {
+    
+    match kind {
         "Pod" => serde_json::from_value::<core::Pod>(o).map(|_| ()),
         "PodTemplate" => serde_json::from_value::<core::PodTemplate>(o).map(|_| ()),
-        "ReplicationController" => serde_json::from_value::<core::ReplicationController>(o).map(|_| ()),
+        "ReplicationController" => {
+            serde_json::from_value::<core::ReplicationController>(o).map(|_| ())
+        }
         "Deployment" => {
             fix(&mut o, "apps/v1");
             serde_json::from_value::<apps::Deployment>(o).map(|_| ())
@@ -237,8 +308,7 @@ pub fn decodes(obj: &Value) -> Result<(), serde_json::Error> {
             serde_json::from_value::<batch::CronJob>(o).map(|_| ())
         }
         _ => Ok(()),
-    };
-    r
+    }
 }
 
 /// A v1 AdmissionReview for `object`.
@@ -261,6 +331,10 @@ pub fn review(operation: &str, namespace: &str, object: Value) -> Value {
 }
 
 pub fn pod(name: &str, images: &[&str]) -> Value {
-    let containers: Vec<Value> = images.iter().enumerate().map(|(i, im)| json!({"name": format!("c{i}"), "image": im})).collect();
+    let containers: Vec<Value> = images
+        .iter()
+        .enumerate()
+        .map(|(i, im)| json!({"name": format!("c{i}"), "image": im}))
+        .collect();
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": {"containers": containers}})
 }

@@ -38,11 +38,20 @@ impl Drop for TokenServer {
 }
 
 fn sign(key: &EcdsaKeyPair, cert_der: &[u8], subject: &str, access: serde_json::Value) -> String {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     let header = json!({"typ": "JWT", "alg": "ES256", "x5c": [STANDARD.encode(cert_der)]});
     let claims = json!({"iss": ISSUER, "sub": subject, "aud": SERVICE, "exp": now + 300, "nbf": now - 10, "iat": now, "jti": format!("{}", super::registry::uniq()), "access": access});
-    let input = format!("{}.{}", URL_SAFE_NO_PAD.encode(header.to_string()), URL_SAFE_NO_PAD.encode(claims.to_string()));
-    let sig = key.sign(&aws_lc_rs::rand::SystemRandom::new(), input.as_bytes()).unwrap();
+    let input = format!(
+        "{}.{}",
+        URL_SAFE_NO_PAD.encode(header.to_string()),
+        URL_SAFE_NO_PAD.encode(claims.to_string())
+    );
+    let sig = key
+        .sign(&aws_lc_rs::rand::SystemRandom::new(), input.as_bytes())
+        .unwrap();
     format!("{input}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref()))
 }
 
@@ -53,7 +62,10 @@ impl TokenServer {
         let mut params = CertificateParams::new(vec!["token-issuer".to_string()]).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         let cert = params.self_signed(&kp).unwrap();
-        let key = Arc::new(EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &kp.serialize_der()).unwrap());
+        let key = Arc::new(
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &kp.serialize_der())
+                .unwrap(),
+        );
         let cert_der = cert.der().to_vec();
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
@@ -62,36 +74,69 @@ impl TokenServer {
         let want = format!("Basic {}", STANDARD.encode(format!("{user}:{password}")));
         let task = tokio::spawn(async move {
             loop {
-                let Ok((tcp, _)) = l.accept().await else { return };
+                let Ok((tcp, _)) = l.accept().await else {
+                    return;
+                };
                 let (k, c, h, want) = (k.clone(), c.clone(), h.clone(), want.clone());
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                         h.fetch_add(1, Ordering::SeqCst);
-                        let authed = req.headers().get("authorization").and_then(|v| v.to_str().ok()) == Some(want.as_str());
+                        let authed = req
+                            .headers()
+                            .get("authorization")
+                            .and_then(|v| v.to_str().ok())
+                            == Some(want.as_str());
                         let q = req.uri().query().unwrap_or_default().to_string();
-                        let scope = q.split('&').find_map(|kv| kv.strip_prefix("scope=")).map(|s| s.replace("%3A", ":").replace("%2F", "/")).unwrap_or_default();
+                        let scope = q
+                            .split('&')
+                            .find_map(|kv| kv.strip_prefix("scope="))
+                            .map(|s| s.replace("%3A", ":").replace("%2F", "/"))
+                            .unwrap_or_default();
                         let (k, c) = (k.clone(), c.clone());
                         async move {
                             let resp = if !authed {
                                 hyper::Response::builder().status(401).body(Full::new(Bytes::from_static(br#"{"errors":[{"code":"UNAUTHORIZED","message":"bad credentials"}]}"#)))
                             } else {
                                 let parts: Vec<&str> = scope.split(':').collect();
-                                let access = if parts.len() == 3 { json!([{"type": parts[0], "name": parts[1], "actions": ["pull"]}]) } else { json!([]) };
+                                let access = if parts.len() == 3 {
+                                    json!([{"type": parts[0], "name": parts[1], "actions": ["pull"]}])
+                                } else {
+                                    json!([])
+                                };
                                 let tok = sign(&k, &c, "robot", access);
-                                hyper::Response::builder().status(200).header("content-type", "application/json").body(Full::new(Bytes::from(json!({"token": tok, "expires_in": 300}).to_string())))
+                                hyper::Response::builder()
+                                    .status(200)
+                                    .header("content-type", "application/json")
+                                    .body(Full::new(Bytes::from(
+                                        json!({"token": tok, "expires_in": 300}).to_string(),
+                                    )))
                             };
                             Ok::<_, Infallible>(resp.unwrap())
                         }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tcp), svc).await;
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), svc)
+                        .await;
                 });
             }
         });
-        TokenServer { addr, cert_pem: cert.pem(), hits, key, cert_der, task }
+        TokenServer {
+            addr,
+            cert_pem: cert.pem(),
+            hits,
+            key,
+            cert_der,
+            task,
+        }
     }
 
     /// A token with push and pull on `repo`, for the test's own uploads.
     pub fn push_token(&self, repo: &str) -> String {
-        sign(&self.key, &self.cert_der, "pusher", json!([{"type": "repository", "name": repo, "actions": ["pull", "push"]}]))
+        sign(
+            &self.key,
+            &self.cert_der,
+            "pusher",
+            json!([{"type": "repository", "name": repo, "actions": ["pull", "push"]}]),
+        )
     }
 }
