@@ -161,9 +161,10 @@ impl Reference {
             return Err(ReferenceError::NameTooLong);
         }
         if let Some(t) = tag
-            && !is_tag(t) {
-                return Err(ReferenceError::InvalidTag(t.to_owned()));
-            }
+            && !is_tag(t)
+        {
+            return Err(ReferenceError::InvalidTag(t.to_owned()));
+        }
         Ok(Reference {
             domain: domain.into_owned(),
             path: path.to_owned(),
@@ -184,9 +185,10 @@ impl Reference {
             return Err(ReferenceError::InvalidPath(name.to_owned()));
         }
         if let Some(t) = tag
-            && !is_tag(t) {
-                return Err(ReferenceError::InvalidTag(t.to_owned()));
-            }
+            && !is_tag(t)
+        {
+            return Err(ReferenceError::InvalidTag(t.to_owned()));
+        }
         r.tag = tag.map(str::to_owned);
         r.digest = digest;
         Ok(r)
@@ -333,13 +335,15 @@ pub fn validate_domain(d: &str) -> Result<(), ReferenceError> {
         }
     };
     if let Some(p) = port
-        && (p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
-            return Err(bad());
-        }
+        && (p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(bad());
+    }
     if let Some(h) = host
-        && (h.is_empty() || !h.split('.').all(is_domain_component)) {
-            return Err(bad());
-        }
+        && (h.is_empty() || !h.split('.').all(is_domain_component))
+    {
+        return Err(bad());
+    }
     Ok(())
 }
 

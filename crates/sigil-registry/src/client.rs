@@ -192,13 +192,15 @@ impl Lookup<'_> {
             .headers
             .get("docker-content-digest")
             .and_then(|v| v.to_str().ok())
-            && h.trim().starts_with("sha256:") && h.trim() != computed.as_str() {
-                return Err(ResolveFailure::BadResponse {
-                    detail: format!(
-                        "Docker-Content-Digest {h} does not match the manifest's sha256 {computed}"
-                    ),
-                });
-            }
+            && h.trim().starts_with("sha256:")
+            && h.trim() != computed.as_str()
+        {
+            return Err(ResolveFailure::BadResponse {
+                detail: format!(
+                    "Docker-Content-Digest {h} does not match the manifest's sha256 {computed}"
+                ),
+            });
+        }
         match platform {
             None => Ok(computed),
             Some(p) => pick_platform(&r.body, p, computed),

@@ -371,9 +371,10 @@ async fn wait_http(http: &reqwest::Client, url: &str) {
     let until = Instant::now() + Duration::from_secs(20);
     loop {
         if let Ok(r) = http.get(url).send().await
-            && r.status().is_success() {
-                return;
-            }
+            && r.status().is_success()
+        {
+            return;
+        }
         assert!(Instant::now() < until, "{url} never came up");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }

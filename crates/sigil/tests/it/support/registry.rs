@@ -158,9 +158,10 @@ impl TestRegistry {
                 return false;
             }
             if let Ok(r) = self.http.get(format!("{}/v2/", self.base())).send().await
-                && (r.status().is_success() || r.status() == 401) {
-                    return true;
-                }
+                && (r.status().is_success() || r.status() == 401)
+            {
+                return true;
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         false

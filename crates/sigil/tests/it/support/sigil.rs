@@ -114,9 +114,10 @@ impl Sigil {
         let until = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(r) = reqwest::get(format!("http://{}/readyz", self.admin)).await
-                && r.status() == 200 {
-                    return;
-                }
+                && r.status() == 200
+            {
+                return;
+            }
             assert!(Instant::now() < until, "sigil never became ready");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -285,7 +286,7 @@ pub fn decodes(obj: &Value) -> Result<(), serde_json::Error> {
     let kind = obj["kind"].as_str().unwrap_or_default();
     let mut o = obj.clone();
     let fix = |o: &mut Value, av: &str| o["apiVersion"] = json!(av);
-    
+
     match kind {
         "Pod" => serde_json::from_value::<core::Pod>(o).map(|_| ()),
         "PodTemplate" => serde_json::from_value::<core::PodTemplate>(o).map(|_| ()),
