@@ -20,7 +20,7 @@ pub mod walker;
 pub use decision::{Denial, Finding, Mode, ObjectRef, Outcome, ResolveFailure};
 pub use policy::{Plan, Platform, Policy, PolicyError, Step};
 pub use reference::{Digest, Reference, ReferenceError};
-pub use walker::{FieldKind, ImageField};
+pub use walker::{FieldKind, ImageField, ObjectSummary};
 
 use std::future::Future;
 use std::time::Instant;

@@ -7,6 +7,8 @@
 //! It goes by shape, not by kind, so CRDs and Knative sources with the same
 //! paths are covered. It does not decide anything about the images it finds.
 
+use std::ops::Not as _;
+
 use serde_json::Value;
 
 /// Pod-spec locations, as JSON pointer prefixes.
@@ -28,17 +30,6 @@ pub enum FieldKind {
     EphemeralContainer,
     /// `volumes[].image.reference`
     ImageVolume,
-}
-
-impl FieldKind {
-    fn list(self) -> &'static str {
-        match self {
-            FieldKind::Container => "containers",
-            FieldKind::InitContainer => "initContainers",
-            FieldKind::EphemeralContainer => "ephemeralContainers",
-            FieldKind::ImageVolume => "volumes",
-        }
-    }
 }
 
 /// One image string and where it lives.
@@ -98,65 +89,329 @@ pub fn escape_token(t: &str) -> String {
     t.replace('~', "~0").replace('/', "~1")
 }
 
-/// Every image field in `obj`, in document order of the locations above.
-/// Non-string or missing images are skipped: the API server validates types.
+/// What the walker learns about an object in one pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectSummary {
+    /// Every image field, ordered by location (`spec` before templates),
+    /// then init, regular, ephemeral containers, then volumes, then index.
+    pub fields: Vec<ImageField>,
+    /// `kind`, if a string.
+    pub kind: Option<String>,
+    /// `metadata.name`.
+    pub name: Option<String>,
+    /// `metadata.generateName`.
+    pub generate_name: Option<String>,
+    /// `metadata.deletionTimestamp` is set (not null).
+    pub terminating: bool,
+}
+
+/// Every image field in `obj` (see [`ObjectSummary::fields`] for the order).
+/// Values of unexpected types are skipped, never an error: the API server
+/// validates built-in kinds, and a CRD may use these names for other things.
 pub fn image_fields(obj: &Value) -> Vec<ImageField> {
-    let mut out = Vec::new();
-    for prefix in POD_SPEC_PATHS {
-        let mut cur = obj;
-        let mut found = true;
-        for seg in *prefix {
-            match cur.get(seg) {
-                Some(v) => cur = v,
-                None => {
-                    found = false;
-                    break;
-                }
+    summarize_value(obj).fields
+}
+
+/// Walks a parsed object.
+pub fn summarize_value(obj: &Value) -> ObjectSummary {
+    let mut w = Walker::default();
+    // `&Value` deserializes infallibly for our lenient visitor.
+    let _ = serde::de::DeserializeSeed::deserialize(Seed { w: &mut w, node: Node::Root }, obj);
+    w.finish()
+}
+
+/// Walks an object straight from JSON text, without building a tree: only
+/// image strings and a few metadata fields are allocated. `Err` only for
+/// malformed JSON.
+pub fn summarize_json(json: &str) -> Result<ObjectSummary, serde_json::Error> {
+    let mut w = Walker::default();
+    let mut de = serde_json::Deserializer::from_str(json);
+    serde::de::DeserializeSeed::deserialize(Seed { w: &mut w, node: Node::Root }, &mut de)?;
+    de.end()?;
+    Ok(w.finish())
+}
+
+#[derive(Debug, Default)]
+struct Walker {
+    path: Vec<String>,
+    /// `volumes[].image.reference`, handed up from the nested map.
+    pending: Option<String>,
+    found: Vec<(u8, ImageField)>,
+    summary: ObjectSummary,
+}
+
+impl Walker {
+    fn finish(mut self) -> ObjectSummary {
+        // Stable: document order within one (location, kind) group.
+        self.found.sort_by_key(|(rank, _)| *rank);
+        self.summary.fields = self.found.into_iter().map(|(_, f)| f).collect();
+        self.summary
+    }
+}
+
+/// Where in the object the walker is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Node {
+    Root,
+    Metadata,
+    /// `spec`: a pod spec that may also hold `template` / `jobTemplate`.
+    TopSpec,
+    /// `template` (holds `spec`): rank of the pod spec inside.
+    Template(u8),
+    JobTemplate,
+    JobSpec,
+    /// A pod spec, with its location rank (index into [`POD_SPEC_PATHS`]).
+    PodSpec(u8),
+    List(u8, FieldKind),
+    Item(u8, FieldKind),
+    VolumeImage,
+    Skip,
+}
+
+struct Seed<'w> {
+    w: &'w mut Walker,
+    node: Node,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Seed<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        if self.node == Node::Skip {
+            return d.deserialize_ignored_any(serde::de::IgnoredAny).map(|_| ());
+        }
+        d.deserialize_any(self)
+    }
+}
+
+/// Captures a string, or skips any other value.
+struct Str;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Str {
+    type Value = Option<String>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+macro_rules! ignore_scalars {
+    ($ret:expr) => {
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($ret)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($ret)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($ret)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($ret)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok($ret)
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok($ret)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_ignored_any(serde::de::IgnoredAny).map(|_| $ret)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+            while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok($ret)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+            while a.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+            Ok($ret)
+        }
+    };
+}
+
+impl<'de> serde::de::Visitor<'de> for Str {
+    type Value = Option<String>;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any value")
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Option<String>, E> {
+        Ok(Some(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Option<String>, E> {
+        Ok(Some(v))
+    }
+    fn visit_bytes<E>(self, _: &[u8]) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    ignore_scalars!(None);
+}
+
+/// Map keys, borrowed when the input allows.
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v)))
             }
         }
-        if !found || !cur.is_object() {
-            continue;
-        }
-        for kind in [
-            FieldKind::InitContainer,
-            FieldKind::Container,
-            FieldKind::EphemeralContainer,
-            FieldKind::ImageVolume,
-        ] {
-            let Some(Value::Array(items)) = cur.get(kind.list()) else {
-                continue;
-            };
-            for (i, item) in items.iter().enumerate() {
-                let (value, tail): (Option<&Value>, &[&str]) = match kind {
-                    FieldKind::ImageVolume => (
-                        item.get("image").and_then(|v| v.get("reference")),
-                        &["image", "reference"],
-                    ),
-                    _ => (item.get("image"), &["image"]),
-                };
-                let Some(Value::String(image)) = value else {
-                    continue;
-                };
-                let mut path: Vec<String> = prefix.iter().map(|s| (*s).to_owned()).collect();
-                path.push(kind.list().to_owned());
-                path.push(i.to_string());
-                path.extend(tail.iter().map(|s| (*s).to_owned()));
-                let pointer = path.iter().fold(String::new(), |mut acc, s| {
-                    acc.push('/');
-                    acc.push_str(&escape_token(s));
-                    acc
-                });
-                out.push(ImageField {
-                    pointer,
-                    path,
-                    kind,
-                    name: item.get("name").and_then(Value::as_str).map(str::to_owned),
-                    value: image.clone(),
-                });
+        d.deserialize_str(V)
+    }
+}
+
+fn kind_of(key: &str) -> Option<FieldKind> {
+    Some(match key {
+        "initContainers" => FieldKind::InitContainer,
+        "containers" => FieldKind::Container,
+        "ephemeralContainers" => FieldKind::EphemeralContainer,
+        "volumes" => FieldKind::ImageVolume,
+        _ => return None,
+    })
+}
+
+fn kind_rank(k: FieldKind) -> u8 {
+    match k {
+        FieldKind::InitContainer => 0,
+        FieldKind::Container => 1,
+        FieldKind::EphemeralContainer => 2,
+        FieldKind::ImageVolume => 3,
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Seed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any value")
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_bytes<E>(self, _: &[u8]) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_none<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
+        let Node::List(rank, kind) = self.node else {
+            while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            return Ok(());
+        };
+        let mut i = 0usize;
+        loop {
+            self.w.path.push(i.to_string());
+            let more = a.next_element_seed(Seed { w: self.w, node: Node::Item(rank, kind) })?.is_some();
+            self.w.path.pop();
+            if !more {
+                return Ok(());
             }
+            i += 1;
         }
     }
-    out
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
+        let w = self.w;
+        let mut name: Option<String> = None;
+        let mut image: Option<String> = None;
+        while let Some(Key(k)) = a.next_key::<Key<'de>>()? {
+            let child = match (self.node, k.as_ref()) {
+                (Node::Root, "kind") => {
+                    w.summary.kind = a.next_value_seed(Str)?;
+                    continue;
+                }
+                (Node::Metadata, "name") => {
+                    w.summary.name = a.next_value_seed(Str)?;
+                    continue;
+                }
+                (Node::Metadata, "generateName") => {
+                    w.summary.generate_name = a.next_value_seed(Str)?;
+                    continue;
+                }
+                (Node::Metadata, "deletionTimestamp") => {
+                    w.summary.terminating = a.next_value::<serde_json::Value>()?.is_null().not();
+                    continue;
+                }
+                (Node::Item(_, FieldKind::ImageVolume), "name") | (Node::Item(..), "name") => {
+                    name = a.next_value_seed(Str)?;
+                    continue;
+                }
+                (Node::Item(_, FieldKind::ImageVolume), "image") => Node::VolumeImage,
+                (Node::Item(..), "image") => {
+                    image = a.next_value_seed(Str)?;
+                    continue;
+                }
+                (Node::VolumeImage, "reference") => {
+                    w.pending = a.next_value_seed(Str)?;
+                    continue;
+                }
+                (Node::Root, "metadata") => Node::Metadata,
+                (Node::Root, "spec") => Node::TopSpec,
+                (Node::Root, "template") => Node::Template(3),
+                (Node::TopSpec, "template") => Node::Template(1),
+                (Node::TopSpec, "jobTemplate") => Node::JobTemplate,
+                (Node::JobTemplate, "spec") => Node::JobSpec,
+                (Node::JobSpec, "template") => Node::Template(2),
+                (Node::Template(r), "spec") => Node::PodSpec(r),
+                (Node::TopSpec, key) => kind_of(key).map_or(Node::Skip, |kind| Node::List(0, kind)),
+                (Node::PodSpec(r), key) => kind_of(key).map_or(Node::Skip, |kind| Node::List(r, kind)),
+                _ => Node::Skip,
+            };
+            if child == Node::Skip {
+                a.next_value::<serde::de::IgnoredAny>()?;
+                continue;
+            }
+            w.path.push(k.into_owned());
+            let r = a.next_value_seed(Seed { w: &mut *w, node: child });
+            w.path.pop();
+            r?;
+            if child == Node::VolumeImage {
+                image = w.pending.take();
+            }
+        }
+        if let (Node::Item(rank, kind), Some(value)) = (self.node, image) {
+            let mut path = w.path.clone();
+            path.push("image".to_owned());
+            if kind == FieldKind::ImageVolume {
+                path.push("reference".to_owned());
+            }
+            let pointer = path.iter().fold(String::new(), |mut acc, s| {
+                acc.push('/');
+                acc.push_str(&escape_token(s));
+                acc
+            });
+            w.found.push((rank * 4 + kind_rank(kind), ImageField { pointer, path, kind, name, value }));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -214,6 +469,38 @@ mod tests {
         ] {
             assert!(image_fields(&v).is_empty());
         }
+    }
+
+    /// The streaming walk over raw JSON and the walk over a parsed tree must
+    /// agree on every captured AdmissionReview.
+    #[test]
+    fn raw_and_tree_walks_agree_on_fixtures() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sigil/tests/fixtures/admission_requests");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).unwrap() {
+            let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+            let Ok(v) = serde_json::from_str::<Value>(&text) else { continue };
+            for key in ["object", "oldObject"] {
+                let obj = &v["request"][key];
+                let raw = serde_json::to_string(obj).unwrap();
+                assert_eq!(summarize_json(&raw).unwrap(), summarize_value(obj));
+                n += summarize_value(obj).fields.len();
+            }
+        }
+        assert!(n > 20, "fixtures have images");
+    }
+
+    #[test]
+    fn summary_reads_metadata_and_survives_escapes() {
+        let raw = r#"{"kind":"Pod","metadata":{"generateName":"web-","deletionTimestamp":"2026-01-01T00:00:00Z"},"spec":{"containers":[{"name":"a\"b","image":"nginx\u003a1"}]}}"#;
+        let s = summarize_json(raw).unwrap();
+        assert_eq!(s.kind.as_deref(), Some("Pod"));
+        assert_eq!(s.generate_name.as_deref(), Some("web-"));
+        assert!(s.terminating);
+        assert_eq!(s.fields[0].value, "nginx:1");
+        assert_eq!(s.fields[0].name.as_deref(), Some("a\"b"));
+        assert!(!summarize_json(r#"{"metadata":{"deletionTimestamp":null}}"#).unwrap().terminating);
+        assert!(summarize_json("{").is_err());
     }
 
     #[test]

@@ -189,6 +189,11 @@ impl DigestResolver for Registry {
             tag: target.tag_or_latest().to_owned(),
             platform: platform.cloned(),
         };
+        // Hit path: no timer, no initializer bookkeeping.
+        if let Some(v) = self.inner.cache.get(&key).await {
+            self.inner.observer.cache(true);
+            return v.as_ref().clone();
+        }
         let budget = deadline.saturating_duration_since(Instant::now());
         let load = async {
             self.inner.lookups.fetch_add(1, Ordering::Relaxed);

@@ -82,6 +82,15 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// User+system CPU time of a process so far (from /proc, in clock ticks of 10 ms).
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit(") ").next().unwrap_or_default();
+    let f: Vec<u64> = after.split_whitespace().map(|x| x.parse().unwrap_or(0)).collect();
+    let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
 struct Proc(Child);
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -190,6 +199,7 @@ async fn run(size: Size, full: bool) {
     )
     .await;
     let _ = warmup;
+    let cpu0 = cpu_time(sigil.0.id());
     let cached = drive(
         sigil_addr,
         tls.clone(),
@@ -198,6 +208,7 @@ async fn run(size: Size, full: bool) {
         same(&warm_body),
     )
     .await;
+    let sigil_cpu = (cpu_time(sigil.0.id()) - cpu0) / size.requests as u32;
     let loaded_rss = rss_kib(sigil.0.id());
 
     // Echo server with the same client and body.
@@ -230,6 +241,7 @@ async fn run(size: Size, full: bool) {
         same(&warm_body),
     )
     .await;
+    let cpu0 = cpu_time(echo.0.id());
     let echo_stats = drive(
         echo_addr,
         echo_tls,
@@ -238,6 +250,7 @@ async fn run(size: Size, full: bool) {
         same(&warm_body),
     )
     .await;
+    let echo_cpu = (cpu_time(echo.0.id()) - cpu0) / size.requests as u32;
     let echo_rss = rss_kib(echo.0.id());
     drop(echo);
 
@@ -326,6 +339,7 @@ async fn run(size: Size, full: bool) {
         100.0 * cached.rps / echo_stats.rps
     );
     println!("| cached p99 | {:.3} ms | ≤ 1 ms |", ms(cached.p99));
+    println!("| server CPU per request: sigil vs echo | {:.1} µs vs {:.1} µs | |", sigil_cpu.as_secs_f64() * 1e6, echo_cpu.as_secs_f64() * 1e6);
     println!(
         "| idle RSS | {:.1} MiB | ≤ 20 MiB |",
         idle_rss as f64 / 1024.0

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 use sigil_core::policy::Scope;
+use sigil_core::walker::{ObjectSummary, summarize_json};
 use sigil_core::{DigestResolver, Finding, Mode, ObjectRef, Outcome};
 
 use crate::engine::{Engine, ObjectDecision};
@@ -45,15 +46,18 @@ pub enum BadReview {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ReviewIn {
+struct ReviewIn<'a> {
     api_version: Option<String>,
     kind: Option<String>,
-    request: Option<RequestIn>,
+    #[serde(borrow)]
+    request: Option<RequestIn<'a>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RequestIn {
+/// The objects stay raw JSON: the walker streams over them and allocates only
+/// the image strings; patches address the bytes the API server sent.
+struct RequestIn<'a> {
     uid: Option<String>,
     kind: Option<Gvk>,
     operation: Option<String>,
@@ -61,10 +65,10 @@ struct RequestIn {
     namespace: Option<String>,
     #[serde(default)]
     name: Option<String>,
-    #[serde(default)]
-    object: Option<Value>,
-    #[serde(default)]
-    old_object: Option<Value>,
+    #[serde(default, borrow)]
+    object: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    old_object: Option<&'a RawValue>,
     /// dryRun requests get the same answer: sigil has no side effects
     /// beyond its digest cache.
     #[serde(default, rename = "dryRun")]
@@ -236,17 +240,14 @@ impl<R: DigestResolver> Webhook<R> {
             .clone()
             .filter(|o| !o.is_empty())
             .ok_or(BadReview::MissingRequest(" operation"))?;
-        let kind = req
-            .kind
-            .as_ref()
-            .map(|k| k.kind.clone())
-            .unwrap_or_default();
-        let object = object_ref(&req, &kind);
+        let kind = req.kind.as_ref().map(|k| k.kind.clone()).unwrap_or_default();
+        let object = summarize(req.object)?;
+        let old = summarize(req.old_object)?;
         let mut verdict = Verdict {
             decision: "allowed",
             operation: operation.clone(),
             kind: kind.clone(),
-            object,
+            object: object_ref(&req, object.as_ref(), &kind),
             skipped: None,
             images: Vec::new(),
         };
@@ -259,26 +260,16 @@ impl<R: DigestResolver> Webhook<R> {
             audit_annotations: Default::default(),
             status: None,
         };
-
+        // Marked for deletion: only finalizer removal and status changes
+        // remain, and blocking them keeps the object alive forever.
+        let terminating = old.as_ref().is_some_and(|o| o.terminating) || object.as_ref().is_some_and(|o| o.terminating);
         let skip = match operation.as_str() {
             "DELETE" | "CONNECT" => Some("operation"),
-            "UPDATE"
-                if is_terminating(req.old_object.as_ref())
-                    || is_terminating(req.object.as_ref()) =>
-            {
-                Some("terminating")
-            }
-            _ if req
-                .namespace
-                .as_deref()
-                .is_some_and(|ns| self.engine.policy.is_exempt(ns)) =>
-            {
-                Some("exempt-namespace")
-            }
+            "UPDATE" if terminating => Some("terminating"),
+            _ if req.namespace.as_deref().is_some_and(|ns| self.engine.policy.is_exempt(ns)) => Some("exempt-namespace"),
             "CREATE" | "UPDATE" => None,
             _ => Some("operation"),
         };
-        let object = req.object.as_ref().filter(|o| o.is_object());
         match (skip, object) {
             (Some(why), _) => {
                 verdict.decision = "skipped";
@@ -289,11 +280,10 @@ impl<R: DigestResolver> Webhook<R> {
                 verdict.skipped = Some("no-object");
             }
             (None, Some(obj)) => {
-                let decision = self.engine.decide_object(obj, deadline).await;
+                let decision = self.engine.decide_fields(obj.fields, deadline).await;
                 let patchable = self.engine.policy.scope == Scope::Workloads || kind == "Pod";
-                let old = req.old_object.as_ref();
                 let object = verdict.object.clone();
-                self.apply(&decision, patchable, old, &object, &mut resp, &mut verdict)?;
+                self.apply(&decision, patchable, old.as_ref(), &object, &mut resp, &mut verdict)?;
             }
         }
         let out = ReviewOut {
@@ -309,11 +299,13 @@ impl<R: DigestResolver> Webhook<R> {
         &self,
         d: &ObjectDecision,
         patchable: bool,
-        old: Option<&Value>,
+        old: Option<&ObjectSummary>,
         object: &ObjectRef,
         resp: &mut ResponseOut,
         verdict: &mut Verdict,
     ) -> Result<(), BadReview> {
+        // Per-image log detail is built only when the decision line is logged.
+        let detail = tracing::enabled!(tracing::Level::INFO);
         let mut denials: Vec<String> = Vec::new();
         let mut audit: Vec<AuditChange<'_>> = Vec::new();
         for (field, outcome) in d.fields.iter().zip(&d.outcomes) {
@@ -324,7 +316,9 @@ impl<R: DigestResolver> Webhook<R> {
                 Outcome::Changed { new, rewritten, .. } => {
                     self.metrics
                         .image(if *rewritten { "rewritten" } else { "pinned" });
-                    verdict.images.push(format!("{} -> {new}", field.value));
+                    if detail {
+                        verdict.images.push(format!("{} -> {new}", field.value));
+                    }
                     audit.push(AuditChange {
                         field: field.dotted(),
                         container: field.name.as_deref(),
@@ -334,9 +328,9 @@ impl<R: DigestResolver> Webhook<R> {
                 }
                 Outcome::Failed(f) => {
                     let f = downgrade_unchanged(f, old);
-                    verdict
-                        .images
-                        .push(format!("{}: {}", field.value, f.denial.kind()));
+                    if detail {
+                        verdict.images.push(format!("{}: {}", field.value, f.denial.kind()));
+                    }
                     match f.mode {
                         Mode::Enforce => {
                             self.metrics.image("denied");
@@ -397,55 +391,34 @@ impl<R: DigestResolver> Webhook<R> {
     }
 }
 
-/// Marked for deletion: only finalizer removal and status changes remain, and
-/// blocking them keeps the object alive forever (Connaisseur #2053).
-fn is_terminating(obj: Option<&Value>) -> bool {
-    obj.and_then(|o| o.pointer("/metadata/deletionTimestamp"))
-        .is_some_and(|t| !t.is_null())
+/// Walks a raw object; anything but a JSON object counts as no object.
+fn summarize(raw: Option<&RawValue>) -> Result<Option<ObjectSummary>, BadReview> {
+    match raw {
+        Some(r) if r.get().trim_start().starts_with('{') => summarize_json(r.get()).map(Some).map_err(|e| BadReview::Malformed(e.to_string())),
+        _ => Ok(None),
+    }
 }
 
 /// On UPDATE, an image that the old object already had is not new to the
 /// cluster: failing to resolve it again warns instead of blocking unrelated
 /// edits (labels, replicas) of a running workload. Static denials still block.
-fn downgrade_unchanged(f: &Finding, old: Option<&Value>) -> Finding {
-    let unchanged = old
-        .and_then(|o| o.pointer(&f.field.pointer))
-        .and_then(Value::as_str)
-        == Some(f.field.value.as_str());
-    if unchanged
-        && matches!(f.denial, sigil_core::Denial::Unresolved { .. })
-        && f.mode == Mode::Enforce
-    {
-        return Finding {
-            mode: Mode::Warn,
-            ..f.clone()
-        };
+fn downgrade_unchanged(f: &Finding, old: Option<&ObjectSummary>) -> Finding {
+    let unchanged = old.is_some_and(|o| o.fields.iter().any(|x| x.pointer == f.field.pointer && x.value == f.field.value));
+    if unchanged && matches!(f.denial, sigil_core::Denial::Unresolved { .. }) && f.mode == Mode::Enforce {
+        return Finding { mode: Mode::Warn, ..f.clone() };
     }
     f.clone()
 }
 
-fn object_ref(req: &RequestIn, kind: &str) -> ObjectRef {
-    let meta = req.object.as_ref().and_then(|o| o.get("metadata"));
+fn object_ref(req: &RequestIn<'_>, obj: Option<&ObjectSummary>, kind: &str) -> ObjectRef {
     let name = req
         .name
         .clone()
         .filter(|n| !n.is_empty())
-        .or_else(|| {
-            meta.and_then(|m| m.get("name"))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
-        .or_else(|| {
-            meta.and_then(|m| m.get("generateName"))
-                .and_then(Value::as_str)
-                .map(|g| format!("{g}*"))
-        })
+        .or_else(|| obj.and_then(|o| o.name.clone()))
+        .or_else(|| obj.and_then(|o| o.generate_name.as_ref()).map(|g| format!("{g}*")))
         .unwrap_or_default();
-    ObjectRef {
-        kind: kind.to_owned(),
-        namespace: req.namespace.clone().unwrap_or_default(),
-        name,
-    }
+    ObjectRef { kind: kind.to_owned(), namespace: req.namespace.clone().unwrap_or_default(), name }
 }
 
 /// Builds the AdmissionReview `request` for a synthetic self-check.

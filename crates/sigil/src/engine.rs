@@ -62,7 +62,11 @@ impl<R: DigestResolver> Engine<R> {
     /// Decides every image field of `obj`. Distinct targets are resolved
     /// concurrently, so latency tracks the slowest lookup, not the sum.
     pub async fn decide_object(&self, obj: &Value, deadline: Instant) -> ObjectDecision {
-        let fields = image_fields(obj);
+        self.decide_fields(image_fields(obj), deadline).await
+    }
+
+    /// Decides fields already found by the walker.
+    pub async fn decide_fields(&self, fields: Vec<ImageField>, deadline: Instant) -> ObjectDecision {
         if fields.is_empty() {
             return ObjectDecision::default();
         }
