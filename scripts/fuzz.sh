@@ -12,6 +12,10 @@ seeds() {
     *) echo "fuzz/seeds/$1" ;;
   esac
 }
+build() {
+  echo "== building fuzz targets (nightly, sanitizer)"
+  cargo +nightly fuzz build
+}
 run() {
   local t=$1 runs=$2
   mkdir -p "fuzz/corpus/$t" fuzz/seeds/empty
@@ -20,7 +24,7 @@ run() {
   test "${PIPESTATUS[0]}" -eq 0
 }
 case "${1:-smoke}" in
-  smoke) for t in "${targets[@]}"; do run "$t" "${SMOKE_RUNS:-20000}"; done ;;
-  run) run "$2" "${3:-1000000}" ;;
+  smoke) build; for t in "${targets[@]}"; do echo "== fuzz $t"; run "$t" "${SMOKE_RUNS:-20000}"; done ;;
+  run) build; run "$2" "${3:-1000000}" ;;
   *) echo "usage: $0 smoke | run TARGET [RUNS]" >&2; exit 2 ;;
 esac

@@ -243,11 +243,12 @@ impl Reference {
     pub fn familiar(&self) -> String {
         let mut s = String::new();
         if self.domain == DEFAULT_DOMAIN {
-            s.push_str(
-                self.path
-                    .strip_prefix(OFFICIAL_REPO_PREFIX)
-                    .unwrap_or(&self.path),
-            );
+            // Like Go's familiarizeName: only single-segment official images
+            // lose `library/` (`library/a/b` stays, or it would re-parse as `a/b`).
+            match self.path.strip_prefix(OFFICIAL_REPO_PREFIX) {
+                Some(rest) if !rest.contains('/') => s.push_str(rest),
+                _ => s.push_str(&self.path),
+            }
         } else {
             s.push_str(&self.domain);
             s.push('/');
@@ -508,6 +509,14 @@ mod tests {
             Reference::parse("nginx:1").unwrap().pinned(d).familiar(),
             format!("nginx:1@{D}")
         );
+    }
+
+    /// Found by the `reference` fuzz target.
+    #[test]
+    fn familiar_keeps_nested_library_paths() {
+        let r = Reference::parse("library/lnlibrary/ln-------os-------os").unwrap();
+        assert_eq!(r.familiar(), "library/lnlibrary/ln-------os-------os");
+        assert_eq!(Reference::parse(&r.familiar()).unwrap(), r);
     }
 
     #[test]

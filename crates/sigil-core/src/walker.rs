@@ -116,7 +116,13 @@ pub fn image_fields(obj: &Value) -> Vec<ImageField> {
 pub fn summarize_value(obj: &Value) -> ObjectSummary {
     let mut w = Walker::default();
     // `&Value` deserializes infallibly for our lenient visitor.
-    let _ = serde::de::DeserializeSeed::deserialize(Seed { w: &mut w, node: Node::Root }, obj);
+    let _ = serde::de::DeserializeSeed::deserialize(
+        Seed {
+            w: &mut w,
+            node: Node::Root,
+        },
+        obj,
+    );
     w.finish()
 }
 
@@ -126,7 +132,13 @@ pub fn summarize_value(obj: &Value) -> ObjectSummary {
 pub fn summarize_json(json: &str) -> Result<ObjectSummary, serde_json::Error> {
     let mut w = Walker::default();
     let mut de = serde_json::Deserializer::from_str(json);
-    serde::de::DeserializeSeed::deserialize(Seed { w: &mut w, node: Node::Root }, &mut de)?;
+    serde::de::DeserializeSeed::deserialize(
+        Seed {
+            w: &mut w,
+            node: Node::Root,
+        },
+        &mut de,
+    )?;
     de.end()?;
     Ok(w.finish())
 }
@@ -214,14 +226,24 @@ macro_rules! ignore_scalars {
             Ok($ret)
         }
         fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_ignored_any(serde::de::IgnoredAny).map(|_| $ret)
+            d.deserialize_ignored_any(serde::de::IgnoredAny)
+                .map(|_| $ret)
         }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut a: A,
+        ) -> Result<Self::Value, A::Error> {
             while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
             Ok($ret)
         }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
-            while a.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut a: A,
+        ) -> Result<Self::Value, A::Error> {
+            while a
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {}
             Ok($ret)
         }
     };
@@ -329,7 +351,12 @@ impl<'de> serde::de::Visitor<'de> for Seed<'_> {
         let mut i = 0usize;
         loop {
             self.w.path.push(i.to_string());
-            let more = a.next_element_seed(Seed { w: self.w, node: Node::Item(rank, kind) })?.is_some();
+            let more = a
+                .next_element_seed(Seed {
+                    w: self.w,
+                    node: Node::Item(rank, kind),
+                })?
+                .is_some();
             self.w.path.pop();
             if !more {
                 return Ok(());
@@ -382,7 +409,9 @@ impl<'de> serde::de::Visitor<'de> for Seed<'_> {
                 (Node::JobSpec, "template") => Node::Template(2),
                 (Node::Template(r), "spec") => Node::PodSpec(r),
                 (Node::TopSpec, key) => kind_of(key).map_or(Node::Skip, |kind| Node::List(0, kind)),
-                (Node::PodSpec(r), key) => kind_of(key).map_or(Node::Skip, |kind| Node::List(r, kind)),
+                (Node::PodSpec(r), key) => {
+                    kind_of(key).map_or(Node::Skip, |kind| Node::List(r, kind))
+                }
                 _ => Node::Skip,
             };
             if child == Node::Skip {
@@ -390,7 +419,10 @@ impl<'de> serde::de::Visitor<'de> for Seed<'_> {
                 continue;
             }
             w.path.push(k.into_owned());
-            let r = a.next_value_seed(Seed { w: &mut *w, node: child });
+            let r = a.next_value_seed(Seed {
+                w: &mut *w,
+                node: child,
+            });
             w.path.pop();
             r?;
             if child == Node::VolumeImage {
@@ -408,7 +440,16 @@ impl<'de> serde::de::Visitor<'de> for Seed<'_> {
                 acc.push_str(&escape_token(s));
                 acc
             });
-            w.found.push((rank * 4 + kind_rank(kind), ImageField { pointer, path, kind, name, value }));
+            w.found.push((
+                rank * 4 + kind_rank(kind),
+                ImageField {
+                    pointer,
+                    path,
+                    kind,
+                    name,
+                    value,
+                },
+            ));
         }
         Ok(())
     }
@@ -475,11 +516,14 @@ mod tests {
     /// agree on every captured AdmissionReview.
     #[test]
     fn raw_and_tree_walks_agree_on_fixtures() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sigil/tests/fixtures/admission_requests");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../sigil/tests/fixtures/admission_requests");
         let mut n = 0;
         for e in std::fs::read_dir(dir).unwrap() {
             let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
-            let Ok(v) = serde_json::from_str::<Value>(&text) else { continue };
+            let Ok(v) = serde_json::from_str::<Value>(&text) else {
+                continue;
+            };
             for key in ["object", "oldObject"] {
                 let obj = &v["request"][key];
                 let raw = serde_json::to_string(obj).unwrap();
@@ -499,7 +543,11 @@ mod tests {
         assert!(s.terminating);
         assert_eq!(s.fields[0].value, "nginx:1");
         assert_eq!(s.fields[0].name.as_deref(), Some("a\"b"));
-        assert!(!summarize_json(r#"{"metadata":{"deletionTimestamp":null}}"#).unwrap().terminating);
+        assert!(
+            !summarize_json(r#"{"metadata":{"deletionTimestamp":null}}"#)
+                .unwrap()
+                .terminating
+        );
         assert!(summarize_json("{").is_err());
     }
 

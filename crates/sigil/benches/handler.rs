@@ -14,7 +14,12 @@ use sigil_core::{Digest, DigestResolver, Platform, Policy, Reference, ResolveFai
 struct Cached(Digest);
 
 impl DigestResolver for Cached {
-    async fn resolve(&self, _: &Reference, _: Option<&Platform>, _: Instant) -> Result<Digest, ResolveFailure> {
+    async fn resolve(
+        &self,
+        _: &Reference,
+        _: Option<&Platform>,
+        _: Instant,
+    ) -> Result<Digest, ResolveFailure> {
         Ok(self.0.clone())
     }
 }
@@ -32,14 +37,24 @@ fn body() -> Vec<u8> {
 
 fn bench(c: &mut Criterion) {
     let policy = Arc::new(Policy::embedded_default());
-    let d = Digest::parse("sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855").expect("digest");
-    let hook = Webhook::new(Engine::new(policy, Cached(d)), Arc::new(sigil::metrics::Metrics::default()));
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().expect("rt");
+    let d =
+        Digest::parse("sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+            .expect("digest");
+    let hook = Webhook::new(
+        Engine::new(policy, Cached(d)),
+        Arc::new(sigil::metrics::Metrics::default()),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("rt");
     let b = body();
     c.bench_function("admission_review_cached_3_container_pod", |bn| {
         bn.iter(|| {
             let deadline = Instant::now() + Duration::from_secs(9);
-            let (out, v) = rt.block_on(hook.review(black_box(&b), deadline)).expect("review");
+            let (out, v) = rt
+                .block_on(hook.review(black_box(&b), deadline))
+                .expect("review");
             hook.record(&v, Duration::from_micros(1));
             out.len()
         })

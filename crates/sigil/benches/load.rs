@@ -86,7 +86,10 @@ fn rss_kib(pid: u32) -> u64 {
 fn cpu_time(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit(") ").next().unwrap_or_default();
-    let f: Vec<u64> = after.split_whitespace().map(|x| x.parse().unwrap_or(0)).collect();
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
     let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
     Duration::from_millis(ticks * 10)
 }
@@ -339,7 +342,11 @@ async fn run(size: Size, full: bool) {
         100.0 * cached.rps / echo_stats.rps
     );
     println!("| cached p99 | {:.3} ms | ≤ 1 ms |", ms(cached.p99));
-    println!("| server CPU per request: sigil vs echo | {:.1} µs vs {:.1} µs | |", sigil_cpu.as_secs_f64() * 1e6, echo_cpu.as_secs_f64() * 1e6);
+    println!(
+        "| server CPU per request: sigil vs echo | {:.1} µs vs {:.1} µs | |",
+        sigil_cpu.as_secs_f64() * 1e6,
+        echo_cpu.as_secs_f64() * 1e6
+    );
     println!(
         "| idle RSS | {:.1} MiB | ≤ 20 MiB |",
         idle_rss as f64 / 1024.0

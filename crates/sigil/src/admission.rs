@@ -114,14 +114,6 @@ struct StatusOut {
     message: String,
 }
 
-#[derive(Debug, Serialize)]
-struct AuditChange<'a> {
-    field: String,
-    container: Option<&'a str>,
-    from: &'a str,
-    to: &'a str,
-}
-
 /// Summary of one answered review, for logs and metrics.
 #[derive(Debug, Clone)]
 pub struct Verdict {
@@ -240,7 +232,11 @@ impl<R: DigestResolver> Webhook<R> {
             .clone()
             .filter(|o| !o.is_empty())
             .ok_or(BadReview::MissingRequest(" operation"))?;
-        let kind = req.kind.as_ref().map(|k| k.kind.clone()).unwrap_or_default();
+        let kind = req
+            .kind
+            .as_ref()
+            .map(|k| k.kind.clone())
+            .unwrap_or_default();
         let object = summarize(req.object)?;
         let old = summarize(req.old_object)?;
         let mut verdict = Verdict {
@@ -262,11 +258,18 @@ impl<R: DigestResolver> Webhook<R> {
         };
         // Marked for deletion: only finalizer removal and status changes
         // remain, and blocking them keeps the object alive forever.
-        let terminating = old.as_ref().is_some_and(|o| o.terminating) || object.as_ref().is_some_and(|o| o.terminating);
+        let terminating = old.as_ref().is_some_and(|o| o.terminating)
+            || object.as_ref().is_some_and(|o| o.terminating);
         let skip = match operation.as_str() {
             "DELETE" | "CONNECT" => Some("operation"),
             "UPDATE" if terminating => Some("terminating"),
-            _ if req.namespace.as_deref().is_some_and(|ns| self.engine.policy.is_exempt(ns)) => Some("exempt-namespace"),
+            _ if req
+                .namespace
+                .as_deref()
+                .is_some_and(|ns| self.engine.policy.is_exempt(ns)) =>
+            {
+                Some("exempt-namespace")
+            }
             "CREATE" | "UPDATE" => None,
             _ => Some("operation"),
         };
@@ -283,7 +286,14 @@ impl<R: DigestResolver> Webhook<R> {
                 let decision = self.engine.decide_fields(obj.fields, deadline).await;
                 let patchable = self.engine.policy.scope == Scope::Workloads || kind == "Pod";
                 let object = verdict.object.clone();
-                self.apply(&decision, patchable, old.as_ref(), &object, &mut resp, &mut verdict)?;
+                self.apply(
+                    &decision,
+                    patchable,
+                    old.as_ref(),
+                    &object,
+                    &mut resp,
+                    &mut verdict,
+                )?;
             }
         }
         let out = ReviewOut {
@@ -307,7 +317,9 @@ impl<R: DigestResolver> Webhook<R> {
         // Per-image log detail is built only when the decision line is logged.
         let detail = tracing::enabled!(tracing::Level::INFO);
         let mut denials: Vec<String> = Vec::new();
-        let mut audit: Vec<AuditChange<'_>> = Vec::new();
+        // `field: from -> to` per change, `; `-separated: greppable in audit
+        // logs, and cheap to embed (no JSON-in-JSON escaping).
+        let mut audit = String::new();
         for (field, outcome) in d.fields.iter().zip(&d.outcomes) {
             match outcome {
                 Outcome::Unchanged { .. } => {
@@ -319,17 +331,21 @@ impl<R: DigestResolver> Webhook<R> {
                     if detail {
                         verdict.images.push(format!("{} -> {new}", field.value));
                     }
-                    audit.push(AuditChange {
-                        field: field.dotted(),
-                        container: field.name.as_deref(),
-                        from: &field.value,
-                        to: new,
-                    });
+                    if !audit.is_empty() {
+                        audit.push_str("; ");
+                    }
+                    audit.push_str(&field.dotted());
+                    audit.push_str(": ");
+                    audit.push_str(&field.value);
+                    audit.push_str(" -> ");
+                    audit.push_str(new);
                 }
                 Outcome::Failed(f) => {
                     let f = downgrade_unchanged(f, old);
                     if detail {
-                        verdict.images.push(format!("{}: {}", field.value, f.denial.kind()));
+                        verdict
+                            .images
+                            .push(format!("{}: {}", field.value, f.denial.kind()));
                     }
                     match f.mode {
                         Mode::Enforce => {
@@ -361,10 +377,7 @@ impl<R: DigestResolver> Webhook<R> {
                 serde_json::to_vec(&patch).map_err(|e| BadReview::Malformed(e.to_string()))?;
             resp.patch_type = Some("JSONPatch");
             resp.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
-            resp.audit_annotations.insert(
-                "images".into(),
-                serde_json::to_string(&audit).unwrap_or_default(),
-            );
+            resp.audit_annotations.insert("images".into(), audit);
             verdict.decision = "patched";
         } else if !changes.is_empty() {
             resp.warnings.push(format!("sigil: {} image(s) would be pinned or rewritten, but spec.pin.scope is pods: {} is checked, not patched", changes.len(), object.kind));
@@ -394,7 +407,9 @@ impl<R: DigestResolver> Webhook<R> {
 /// Walks a raw object; anything but a JSON object counts as no object.
 fn summarize(raw: Option<&RawValue>) -> Result<Option<ObjectSummary>, BadReview> {
     match raw {
-        Some(r) if r.get().trim_start().starts_with('{') => summarize_json(r.get()).map(Some).map_err(|e| BadReview::Malformed(e.to_string())),
+        Some(r) if r.get().trim_start().starts_with('{') => summarize_json(r.get())
+            .map(Some)
+            .map_err(|e| BadReview::Malformed(e.to_string())),
         _ => Ok(None),
     }
 }
@@ -403,9 +418,19 @@ fn summarize(raw: Option<&RawValue>) -> Result<Option<ObjectSummary>, BadReview>
 /// cluster: failing to resolve it again warns instead of blocking unrelated
 /// edits (labels, replicas) of a running workload. Static denials still block.
 fn downgrade_unchanged(f: &Finding, old: Option<&ObjectSummary>) -> Finding {
-    let unchanged = old.is_some_and(|o| o.fields.iter().any(|x| x.pointer == f.field.pointer && x.value == f.field.value));
-    if unchanged && matches!(f.denial, sigil_core::Denial::Unresolved { .. }) && f.mode == Mode::Enforce {
-        return Finding { mode: Mode::Warn, ..f.clone() };
+    let unchanged = old.is_some_and(|o| {
+        o.fields
+            .iter()
+            .any(|x| x.pointer == f.field.pointer && x.value == f.field.value)
+    });
+    if unchanged
+        && matches!(f.denial, sigil_core::Denial::Unresolved { .. })
+        && f.mode == Mode::Enforce
+    {
+        return Finding {
+            mode: Mode::Warn,
+            ..f.clone()
+        };
     }
     f.clone()
 }
@@ -416,9 +441,16 @@ fn object_ref(req: &RequestIn<'_>, obj: Option<&ObjectSummary>, kind: &str) -> O
         .clone()
         .filter(|n| !n.is_empty())
         .or_else(|| obj.and_then(|o| o.name.clone()))
-        .or_else(|| obj.and_then(|o| o.generate_name.as_ref()).map(|g| format!("{g}*")))
+        .or_else(|| {
+            obj.and_then(|o| o.generate_name.as_ref())
+                .map(|g| format!("{g}*"))
+        })
         .unwrap_or_default();
-    ObjectRef { kind: kind.to_owned(), namespace: req.namespace.clone().unwrap_or_default(), name }
+    ObjectRef {
+        kind: kind.to_owned(),
+        namespace: req.namespace.clone().unwrap_or_default(),
+        name,
+    }
 }
 
 /// Builds the AdmissionReview `request` for a synthetic self-check.
@@ -474,5 +506,89 @@ mod tests {
             deadline_for(Duration::from_secs(30), t0),
             t0 + Duration::from_secs(29)
         );
+    }
+}
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::engine::Engine;
+    use proptest::prelude::*;
+    use sigil_core::{Digest, Platform, Policy, Reference, ResolveFailure};
+
+    struct Instant0;
+
+    impl DigestResolver for Instant0 {
+        async fn resolve(
+            &self,
+            t: &Reference,
+            _: Option<&Platform>,
+            _: Instant,
+        ) -> Result<Digest, ResolveFailure> {
+            if t.path().contains('x') {
+                return Err(ResolveFailure::NotFound {
+                    detail: "MANIFEST_UNKNOWN".into(),
+                });
+            }
+            Ok(Digest::from_sha256(&[9; 32]))
+        }
+    }
+
+    fn hook() -> Webhook<Instant0> {
+        let p = Policy::from_yaml(
+            "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  mirrors: [{from: docker.io, to: m.local/hub}]\n  rules:\n    - {name: e, match: [\"a.io/**\"], mode: enforce}\n    - {name: w, match: [\"**\"], mode: warn}\n",
+        )
+        .unwrap();
+        Webhook::new(
+            Engine::new(Arc::new(p), Instant0),
+            Arc::new(Metrics::default()),
+        )
+    }
+
+    fn review_json(op: &str, images: &[String], junk: &str) -> Vec<u8> {
+        let containers: Vec<serde_json::Value> = images
+            .iter()
+            .map(|i| serde_json::json!({"name": junk, "image": i}))
+            .collect();
+        serde_json::to_vec(&serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": junk, "operation": op, "namespace": junk, "kind": {"kind": "Pod"},
+            "object": {"metadata": {"name": junk}, "spec": {"containers": containers, "volumes": [{"name": junk, "image": {"reference": images.first()}}]}}}}))
+        .unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any bytes: an answer or a 400, never a panic.
+        #[test]
+        fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+            let _ = rt.block_on(hook().review(&body, Instant::now() + Duration::from_secs(1)));
+        }
+
+        /// Well-formed reviews with arbitrary image strings: always answered,
+        /// uid echoed, and a second pass over the patched object is a no-op.
+        #[test]
+        fn reviews_are_answered_and_idempotent(
+            op in prop::sample::select(vec!["CREATE", "UPDATE", "DELETE", "CONNECT", "PATCH"]),
+            images in proptest::collection::vec("[a-zA-Z0-9./:@_-]{0,40}", 0..4),
+            junk in "\\PC{1,12}",
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+            let h = hook();
+            let body = review_json(op, &images, &junk);
+            let (out, _) = rt.block_on(h.review(&body, Instant::now() + Duration::from_secs(1))).expect("well-formed review");
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            prop_assert_eq!(v["response"]["uid"].as_str(), Some(junk.as_str()));
+            if let Some(p) = v["response"]["patch"].as_str() {
+                let patch: json_patch::Patch = serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(p).unwrap()).unwrap();
+                let mut req: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                json_patch::patch(&mut req["request"]["object"], &patch).unwrap();
+                let again = serde_json::to_vec(&req).unwrap();
+                let (out2, _) = rt.block_on(h.review(&again, Instant::now() + Duration::from_secs(1))).unwrap();
+                let v2: serde_json::Value = serde_json::from_slice(&out2).unwrap();
+                prop_assert!(v2["response"]["patch"].is_null(), "second pass patched again: {}", v2);
+            }
+        }
     }
 }

@@ -66,7 +66,11 @@ impl<R: DigestResolver> Engine<R> {
     }
 
     /// Decides fields already found by the walker.
-    pub async fn decide_fields(&self, fields: Vec<ImageField>, deadline: Instant) -> ObjectDecision {
+    pub async fn decide_fields(
+        &self,
+        fields: Vec<ImageField>,
+        deadline: Instant,
+    ) -> ObjectDecision {
         if fields.is_empty() {
             return ObjectDecision::default();
         }
