@@ -272,6 +272,23 @@ async fn run(size: Size, full: bool) {
         reg_lat.push(t.elapsed());
     }
     reg_lat.sort();
+    // And for three HEADs at once (what one cold 3-image Pod needs): the time
+    // until the slowest answers. This is the floor for a cold Pod.
+    let mut reg_lat3 = Vec::new();
+    for i in 0..50 {
+        let t = Instant::now();
+        let heads = (0..3).map(|k| {
+            http.head(format!(
+                "http://{reg}/v2/bench/cold/manifests/c{}",
+                (i * 3 + k) % cold_tags.max(1)
+            ))
+            .header("accept", "application/vnd.oci.image.manifest.v1+json")
+            .send()
+        });
+        let _ = futures_util::future::join_all(heads).await;
+        reg_lat3.push(t.elapsed());
+    }
+    reg_lat3.sort();
 
     // Cold: every pod has 3 images never seen before.
     let before = registry_requests(&http, admin_port).await;
@@ -359,9 +376,10 @@ async fn run(size: Size, full: bool) {
         "| cold: registry requests / unique references | {cold_requests} / {cold_tags} | equal (single-flight) |"
     );
     println!(
-        "| cold pod p50 vs registry HEAD p50 | {:.3} ms vs {:.3} ms | tracks the max, not 3× |",
+        "| cold pod p50 vs registry: 1 HEAD p50, 3 concurrent HEADs p50 | {:.3} ms vs {:.3} ms, {:.3} ms | tracks the concurrent max, not 3× one HEAD |",
         ms(cold.p50),
-        ms(pct(&reg_lat, 0.5))
+        ms(pct(&reg_lat, 0.5)),
+        ms(pct(&reg_lat3, 0.5))
     );
     assert_eq!(
         cold_requests as usize, cold_tags,
@@ -555,7 +573,8 @@ fn echo_server() {
         .expect("addr");
     let dir = std::path::PathBuf::from(std::env::var("ECHO_DIR").expect("ECHO_DIR"));
     let cert = sigil::tls::self_signed(&["localhost".into()]).expect("cert");
-    let cfg = sigil::tls::server_config(&cert).expect("tls");
+    let cfg = sigil::tls::server_config(sigil::tls::CertStore::new(&cert, None).expect("store"))
+        .expect("tls");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

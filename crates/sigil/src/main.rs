@@ -167,6 +167,7 @@ fn run_serve(args: ServeArgs) -> Result<ExitCode> {
             listen: args.listen,
             admin_listen: args.admin_listen,
             cert,
+            cert_files: args.tls_cert.clone().zip(args.tls_key.clone()),
             shutdown_delay: args.shutdown_delay,
         },
         webhook,

@@ -27,7 +27,10 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::admission::{MAX_BODY_BYTES, Webhook, deadline_for, timeout_from_query};
 use crate::metrics::Metrics;
-use crate::tls::ServingCert;
+use crate::tls::{CertStore, ServingCert};
+
+/// How often the certificate files are checked for a rotation.
+const CERT_POLL: Duration = Duration::from_secs(1);
 
 /// How long a client may take to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,6 +48,8 @@ pub struct ServeConfig {
     pub admin_listen: SocketAddr,
     /// Serving certificate.
     pub cert: ServingCert,
+    /// The files it came from, watched and hot-reloaded when given.
+    pub cert_files: Option<(std::path::PathBuf, std::path::PathBuf)>,
     /// How long to keep serving after SIGTERM before closing the listener.
     pub shutdown_delay: Duration,
 }
@@ -124,7 +129,11 @@ pub async fn serve(
     tracing::info!(addr = %admin_addr, "admin listening (HTTP, /livez /readyz /metrics)");
 
     let health = Arc::new(Health::new());
-    let tls = crate::tls::server_config(&cfg.cert)?;
+    let store = CertStore::new(&cfg.cert, cfg.cert_files.clone())?;
+    let tls = crate::tls::server_config(store.clone())?;
+    if cfg.cert_files.is_some() {
+        tokio::spawn(watch_cert(store.clone()));
+    }
     let acceptor = TlsAcceptor::from(tls);
     let graceful = Arc::new(hyper_util::server::graceful::GracefulShutdown::new());
 
@@ -207,7 +216,7 @@ pub async fn serve(
     };
 
     // Ready only once a real TLS client gets a real answer from our own port.
-    let leaf = cfg.cert.chain.first().cloned();
+    let leaf_store = store.clone();
     let check_addr = if addr.ip().is_unspecified() {
         SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port())
     } else {
@@ -223,7 +232,7 @@ pub async fn serve(
                 if health.draining.load(Ordering::SeqCst) {
                     return;
                 }
-                match crate::selfcheck::check(check_addr, leaf.as_ref()).await {
+                match crate::selfcheck::check(check_addr, leaf_store.leaf().as_ref()).await {
                     Ok(()) => {
                         health.set_ready(&metrics);
                         tracing::info!(
@@ -284,6 +293,21 @@ pub async fn serve(
         Err(_) => tracing::warn!("in-flight requests did not finish in time; exiting"),
     }
     Ok(())
+}
+
+/// Polls the certificate files (Secret volumes swap a symlink, so inotify on
+/// the file itself misses rotations) and swaps in a new certificate.
+async fn watch_cert(store: Arc<CertStore>) {
+    loop {
+        tokio::time::sleep(CERT_POLL).await;
+        match store.reload_if_changed() {
+            Ok(true) => tracing::info!("serving certificate reloaded"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "certificate files changed but could not be loaded; still serving the previous certificate")
+            }
+        }
+    }
 }
 
 async fn handle_webhook(

@@ -15,6 +15,7 @@ use rcgen::{
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
 
 /// A serving certificate chain and key, plus the CA bundle clients must trust.
 #[derive(Debug)]
@@ -104,14 +105,86 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
-/// A TLS 1.2+/h2 server config for `cert`.
-pub fn server_config(cert: &ServingCert) -> Result<Arc<ServerConfig>> {
+/// The certificate sigil serves, swappable while connections are open.
+///
+/// cert-manager (and kubelet's Secret volumes) replace the files by swapping a
+/// `..data` symlink; [`CertStore::reload_if_changed`] re-reads the files and
+/// swaps in a new key only after it parsed and matched its certificate, so a
+/// half-written or mismatched pair never replaces a working one. Existing
+/// connections keep their session; new handshakes get the new certificate.
+#[derive(Debug)]
+pub struct CertStore {
+    current: arc_swap::ArcSwap<CertifiedKey>,
+    files: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    seen: std::sync::Mutex<Vec<u8>>,
+}
+
+impl CertStore {
+    /// Serves `cert`; `files` are re-read by [`CertStore::reload_if_changed`].
+    pub fn new(
+        cert: &ServingCert,
+        files: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    ) -> Result<Arc<CertStore>> {
+        let key = certified(cert)?;
+        let seen = files
+            .as_ref()
+            .map(|(c, k)| file_bytes(c, k))
+            .transpose()?
+            .unwrap_or_default();
+        Ok(Arc::new(CertStore {
+            current: arc_swap::ArcSwap::from_pointee(key),
+            files,
+            seen: std::sync::Mutex::new(seen),
+        }))
+    }
+
+    /// The leaf certificate being served now.
+    pub fn leaf(&self) -> Option<CertificateDer<'static>> {
+        self.current.load().cert.first().cloned()
+    }
+
+    /// Re-reads the files; swaps the certificate if they changed and are valid.
+    /// `Ok(true)` when a new certificate is now served.
+    pub fn reload_if_changed(&self) -> Result<bool> {
+        let Some((c, k)) = &self.files else {
+            return Ok(false);
+        };
+        let bytes = file_bytes(c, k)?;
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if *seen == bytes {
+            return Ok(false);
+        }
+        let cert = load_files(c, k)?;
+        self.current.store(Arc::new(certified(&cert)?));
+        *seen = bytes;
+        Ok(true)
+    }
+}
+
+impl rustls::server::ResolvesServerCert for CertStore {
+    fn resolve(&self, _: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.load_full())
+    }
+}
+
+fn certified(cert: &ServingCert) -> Result<CertifiedKey> {
+    CertifiedKey::from_der(cert.chain.clone(), cert.key.clone_key(), &provider())
+        .context("serving certificate and key do not match")
+}
+
+fn file_bytes(c: &std::path::Path, k: &std::path::Path) -> Result<Vec<u8>> {
+    let mut b = std::fs::read(c).with_context(|| format!("reading {}", c.display()))?;
+    b.extend(std::fs::read(k).with_context(|| format!("reading {}", k.display()))?);
+    Ok(b)
+}
+
+/// A TLS 1.2+/h2 server config serving whatever `store` holds.
+pub fn server_config(store: Arc<CertStore>) -> Result<Arc<ServerConfig>> {
     let mut cfg = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .context("TLS versions")?
         .with_no_client_auth()
-        .with_single_cert(cert.chain.clone(), cert.key.clone_key())
-        .context("serving certificate and key do not match")?;
+        .with_cert_resolver(store);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
 }
@@ -163,7 +236,7 @@ mod tests {
     #[test]
     fn self_signed_chain_verifies_with_its_ca() {
         let c = self_signed(&default_names()).unwrap();
-        let cfg = server_config(&c).unwrap();
+        let cfg = server_config(CertStore::new(&c, None).unwrap()).unwrap();
         assert!(cfg.alpn_protocols.contains(&b"h2".to_vec()));
         let ca = c.ca_pem.unwrap();
         let mut roots = rustls::RootCertStore::empty();

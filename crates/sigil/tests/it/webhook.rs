@@ -818,3 +818,66 @@ async fn readyz_livez_and_metrics() {
         assert!(m.contains(name), "missing {name} in\n{m}");
     }
 }
+
+/// cert-manager rotates the Secret: new handshakes get the new certificate,
+/// open keep-alive connections keep working, and readiness follows.
+#[tokio::test]
+async fn rotated_certificate_files_are_hot_reloaded_without_dropping_connections() {
+    let (ca_a, cert_a, key_a) = crate::support::registry::test_ca();
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&crt, &cert_a).unwrap();
+    std::fs::write(&key, &key_a).unwrap();
+    let (c, k) = (crt.display().to_string(), key.display().to_string());
+    let s = Sigil::start(None, &["--tls-cert", &c, "--tls-key", &k]).await;
+    let old = s.api(&ca_a);
+    let cm = || {
+        review(
+            "CREATE",
+            "default",
+            json!({"kind": "ConfigMap", "metadata": {"name": "x"}}),
+        )
+    };
+    assert!(old.admit(&cm(), T).await.allowed);
+
+    let (ca_b, cert_b, key_b) = crate::support::registry::test_ca();
+    // Replace like a Secret volume would: whole files, renamed into place.
+    for (path, text) in [(&crt, &cert_b), (&key, &key_b)] {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+    let new = s.api(&ca_b);
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = new
+            .client
+            .post(format!("{}?timeout=5s", new.url))
+            .body(serde_json::to_vec(&cm()).unwrap())
+            .send()
+            .await;
+        if r.is_ok_and(|r| r.status() == 200) {
+            break;
+        }
+        assert!(Instant::now() < until, "new certificate never served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The connection opened before the rotation still answers.
+    assert!(
+        old.admit(&cm(), T).await.allowed,
+        "keep-alive connection dropped by the reload"
+    );
+    // A fresh client that trusts only the old CA can no longer connect.
+    let stale = s.api(&ca_a);
+    assert!(
+        stale
+            .client
+            .post(&stale.url)
+            .body("{}")
+            .send()
+            .await
+            .is_err()
+    );
+    s.wait_ready().await;
+    assert!(s.logs().contains("serving certificate reloaded"));
+}
