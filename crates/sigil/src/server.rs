@@ -36,8 +36,21 @@ const CERT_POLL: Duration = Duration::from_secs(1);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client may take to send request headers.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How old an HTTP/2 connection must be before a drain sends it GOAWAY.
+const H2_SETTLE: Duration = Duration::from_millis(500);
 /// Upper bound on finishing in-flight requests after the drain delay.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where the server is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Ready (once the self-check passed) and serving.
+    Serving,
+    /// SIGTERM received: not ready, still accepting and answering.
+    Draining,
+    /// Listener closed; finishing what is in flight.
+    Stopping,
+}
 
 /// Everything `serve` needs, already loaded (nothing here touches the disk).
 #[derive(Debug)]
@@ -135,7 +148,10 @@ pub async fn serve(
         tokio::spawn(watch_cert(store.clone()));
     }
     let acceptor = TlsAcceptor::from(tls);
-    let graceful = Arc::new(hyper_util::server::graceful::GracefulShutdown::new());
+    // Serving → Draining (SIGTERM) → Stopping (after --shutdown-delay).
+    let (phase_tx, phase_rx) = tokio::sync::watch::channel(Phase::Serving);
+    // One clone per open connection; the drain waits for them to go.
+    let live = Arc::new(());
 
     tokio::spawn(admin_loop(
         admin,
@@ -144,9 +160,10 @@ pub async fn serve(
         registry.clone(),
     ));
 
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let accept = {
-        let graceful = graceful.clone();
+        let mut stop_rx = phase_rx.clone();
+        let phase_rx = phase_rx.clone();
+        let live = live.clone();
         let health = health.clone();
         let webhook = webhook.clone();
         let metrics = metrics.clone();
@@ -154,7 +171,7 @@ pub async fn serve(
             loop {
                 let conn = tokio::select! {
                     c = listener.accept() => c,
-                    _ = stop_rx.changed() => break,
+                    _ = stop_rx.wait_for(|p| *p == Phase::Stopping) => break,
                 };
                 let (tcp, peer) = match conn {
                     Ok(c) => c,
@@ -167,7 +184,8 @@ pub async fn serve(
                 };
                 let _ = tcp.set_nodelay(true);
                 let acceptor = acceptor.clone();
-                let graceful = graceful.clone();
+                let mut phase = phase_rx.clone();
+                let live = live.clone();
                 let health = health.clone();
                 let webhook = webhook.clone();
                 let metrics = metrics.clone();
@@ -204,10 +222,42 @@ pub async fn serve(
                         .http2()
                         .timer(TokioTimer::new())
                         .max_concurrent_streams(256);
+                    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
                     let conn = builder
                         .serve_connection(TokioIo::new(stream), svc)
                         .into_owned();
-                    if let Err(e) = graceful.watch(conn).await {
+                    let _live = live;
+                    tokio::pin!(conn);
+                    let accepted = tokio::time::Instant::now();
+                    // When to ask this connection to close. HTTP/2 clients get
+                    // GOAWAY as soon as the drain starts (they reconnect,
+                    // through the Service, to a ready replica) — but not before
+                    // the connection is H2_SETTLE old, because a GOAWAY during
+                    // the h2 handshake closes it under a request already sent.
+                    // HTTP/1.1 clients get `Connection: close` on every response
+                    // during the drain; idle ones are closed when the listener stops.
+                    let close_when = async {
+                        let _ = phase.wait_for(|p| *p != Phase::Serving).await;
+                        if h2 && *phase.borrow() == Phase::Draining {
+                            tokio::select! {
+                                _ = tokio::time::sleep_until(accepted + H2_SETTLE) => {}
+                                _ = phase.wait_for(|p| *p == Phase::Stopping) => {}
+                            }
+                        } else {
+                            let _ = phase.wait_for(|p| *p == Phase::Stopping).await;
+                        }
+                    };
+                    tokio::pin!(close_when);
+                    tokio::select! {
+                        r = conn.as_mut() => {
+                            if let Err(e) = r {
+                                tracing::debug!(%peer, error = %e, "connection ended with error");
+                            }
+                            return;
+                        }
+                        () = &mut close_when => conn.as_mut().graceful_shutdown(),
+                    }
+                    if let Err(e) = conn.await {
                         tracing::debug!(%peer, error = %e, "connection ended with error");
                     }
                 });
@@ -264,6 +314,7 @@ pub async fn serve(
         _ = int.recv() => {},
     }
     health.draining.store(true, Ordering::SeqCst);
+    let _ = phase_tx.send(Phase::Draining);
     health.set_not_ready("draining: shutting down", &metrics);
     metrics.draining.set(1);
     tracing::info!(
@@ -283,14 +334,20 @@ pub async fn serve(
             return Ok(());
         }
     }
-    let _ = stop_tx.send(true);
+    let _ = phase_tx.send(Phase::Stopping);
     let _ = accept.await;
     tracing::info!("listener closed; finishing in-flight requests");
-    let graceful = Arc::try_unwrap(graceful)
-        .unwrap_or_else(|_| hyper_util::server::graceful::GracefulShutdown::new());
-    match tokio::time::timeout(FINISH_TIMEOUT, graceful.shutdown()).await {
-        Ok(()) => tracing::info!("drained; exiting"),
-        Err(_) => tracing::warn!("in-flight requests did not finish in time; exiting"),
+    let until = Instant::now() + FINISH_TIMEOUT;
+    while Arc::strong_count(&live) > 1 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if Arc::strong_count(&live) > 1 {
+        tracing::warn!(
+            open = Arc::strong_count(&live) - 1,
+            "connections did not finish in time; exiting"
+        );
+    } else {
+        tracing::info!("drained; exiting");
     }
     Ok(())
 }

@@ -45,11 +45,12 @@ impl Sigil {
             "127.0.0.1:0",
             "--admin-listen",
             "127.0.0.1:0",
-            "--shutdown-delay",
-            "0s",
             "--log-format",
             "json",
         ]);
+        if !extra.contains(&"--shutdown-delay") {
+            cmd.args(["--shutdown-delay", "0s"]);
+        }
         cmd.arg("--ca-bundle-out").arg(&ca_out);
         if let Some(p) = policy {
             let path = dir.path().join("policy.yaml");
@@ -108,6 +109,35 @@ impl Sigil {
         };
         s.wait_ready().await;
         s
+    }
+
+    /// Sends SIGTERM, as the kubelet does.
+    pub fn terminate(&self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+    }
+
+    /// Whether the process has exited.
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// Waits for a terminated process and asserts it exited 0.
+    pub fn wait_exit(&mut self, limit: Duration) {
+        let until = Instant::now() + limit;
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                assert!(
+                    st.success(),
+                    "sigil exited with {st}; logs: {}",
+                    self.logs()
+                );
+                return;
+            }
+            assert!(Instant::now() < until, "sigil did not exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     pub async fn wait_ready(&self) {

@@ -1,0 +1,279 @@
+//! Zero-loss rollout, modelled on the Gatekeeper #3776 reproduction: a TCP
+//! balancer that routes only to replicas whose `/readyz` is 200 and learns
+//! about changes with a lag (like Service endpoint propagation); clients that
+//! open a fresh connection per request (1 s connect timeout) and one that
+//! keeps its connection alive; a restart loop that starts a new replica, waits
+//! for Ready, and SIGTERMs the old one.
+//!
+//! `SIGIL_DRAIN_RESTARTS` sets the number of restarts (default 30; the soak in
+//! docs/operations.md uses 100).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::support::sigil::{Sigil, review};
+
+const LAG: Duration = Duration::from_millis(1000);
+
+/// Routes each new TCP connection to a replica in its endpoint list.
+struct Balancer {
+    addr: SocketAddr,
+    /// (webhook addr, admin addr) of every replica that exists.
+    replicas: Arc<Mutex<Vec<(SocketAddr, SocketAddr)>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Balancer {
+    async fn start() -> Balancer {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let replicas: Arc<Mutex<Vec<(SocketAddr, SocketAddr)>>> = Arc::default();
+        let endpoints: Arc<Mutex<Vec<SocketAddr>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        // Endpoint controller: probe /readyz every 100 ms, publish after LAG.
+        {
+            let (replicas, endpoints, stop) = (replicas.clone(), endpoints.clone(), stop.clone());
+            tokio::spawn(async move {
+                let http = reqwest::Client::builder()
+                    .timeout(Duration::from_millis(500))
+                    .build()
+                    .unwrap();
+                while !stop.load(Ordering::SeqCst) {
+                    let snapshot = replicas.lock().unwrap().clone();
+                    let mut ready = Vec::new();
+                    for (hook, admin) in snapshot {
+                        if let Ok(r) = http.get(format!("http://{admin}/readyz")).send().await {
+                            if r.status() == 200 {
+                                ready.push(hook);
+                            }
+                        }
+                    }
+                    let endpoints = endpoints.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(LAG).await;
+                        *endpoints.lock().unwrap() = ready;
+                    });
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            });
+        }
+        let rr = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = l.accept().await else {
+                    return;
+                };
+                let eps = endpoints.lock().unwrap().clone();
+                if eps.is_empty() {
+                    continue; // dropped: the client sees a reset, counted as a failure
+                }
+                let target = eps[rr.fetch_add(1, Ordering::Relaxed) % eps.len()];
+                tokio::spawn(async move {
+                    if let Ok(Ok(mut out)) = tokio::time::timeout(
+                        Duration::from_secs(1),
+                        tokio::net::TcpStream::connect(target),
+                    )
+                    .await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+            }
+        });
+        Balancer {
+            addr,
+            replicas,
+            stop,
+        }
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    ok: AtomicUsize,
+    failed: AtomicUsize,
+    errors: Mutex<Vec<String>>,
+}
+
+impl Tally {
+    fn record(&self, r: Result<(), String>) {
+        match r {
+            Ok(()) => self.ok.fetch_add(1, Ordering::Relaxed),
+            Err(e) => {
+                let mut errs = self.errors.lock().unwrap();
+                if errs.len() < 400 {
+                    errs.push(e);
+                }
+                self.failed.fetch_add(1, Ordering::Relaxed)
+            }
+        };
+    }
+}
+
+async fn call(client: &reqwest::Client, url: &str, n: usize) -> Result<(), String> {
+    let mut rev = review(
+        "CREATE",
+        "default",
+        json!({"kind": "ConfigMap", "metadata": {"name": "x"}}),
+    );
+    rev["request"]["uid"] = json!(format!("drain-{n}"));
+    let r = client
+        .post(url)
+        .body(serde_json::to_vec(&rev).unwrap())
+        .send()
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    if r.status() != 200 {
+        return Err(format!("status {}", r.status()));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&r.bytes().await.map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    if v["response"]["uid"] != json!(format!("drain-{n}")) {
+        return Err("uid not echoed".into());
+    }
+    Ok(())
+}
+
+/// Runs `restarts` rolling restarts behind the balancer; returns (ok, failed).
+async fn rollout(restarts: usize, shutdown_delay: &str) -> (usize, usize, Vec<String>) {
+    let (ca, cert, key) = crate::support::registry::test_ca();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tls.crt"), &cert).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &key).unwrap();
+    let crt = dir.path().join("tls.crt").display().to_string();
+    let k = dir.path().join("tls.key").display().to_string();
+    let args = [
+        "--tls-cert",
+        crt.as_str(),
+        "--tls-key",
+        k.as_str(),
+        "--shutdown-delay",
+        shutdown_delay,
+    ];
+
+    let lb = Balancer::start().await;
+    let first = Sigil::start(None, &args).await;
+    lb.replicas.lock().unwrap().push((first.addr, first.admin));
+    // Wait until the balancer routes to it.
+    tokio::time::sleep(LAG + Duration::from_millis(300)).await;
+
+    let url = format!("https://localhost:{}/mutate?timeout=5s", lb.addr.port());
+    let tally = Arc::new(Tally::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let mut clients = Vec::new();
+    // Workers 0-1: a fresh connection per request. Worker 2: one keep-alive
+    // HTTP/2 connection (what kube-apiserver uses). Worker 3: keep-alive HTTP/1.1.
+    for worker in 0..4 {
+        let keep_alive = worker >= 2;
+        let (tally, stop, url, ca) = (tally.clone(), stop.clone(), url.clone(), ca.clone());
+        clients.push(tokio::spawn(async move {
+            let t0 = t0;
+            let mut b = reqwest::Client::builder()
+                .tls_certs_only([reqwest::Certificate::from_pem(ca.as_bytes()).unwrap()])
+                .connect_timeout(Duration::from_secs(1))
+                .timeout(Duration::from_secs(5));
+            if !keep_alive {
+                b = b.pool_max_idle_per_host(0);
+            }
+            if worker == 3 {
+                b = b.http1_only();
+            }
+            let client = b.build().unwrap();
+            let mut n = worker * 1_000_000;
+            while !stop.load(Ordering::SeqCst) {
+                tally.record(call(&client, &url, n).await.map_err(|e| {
+                    format!(
+                        "worker {worker} (keep-alive: {keep_alive}) at {:?}: {e}",
+                        t0.elapsed()
+                    )
+                }));
+                n += 1;
+            }
+        }));
+    }
+
+    let mut current = first;
+    let mut terminated = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    for _ in 0..restarts {
+        assert!(Instant::now() < deadline, "rollout took too long");
+        let next = Sigil::start(None, &args).await;
+        lb.replicas.lock().unwrap().push((next.addr, next.admin));
+        // Like a Deployment rollout: the old pod is terminated once the new one is Ready.
+        let old = std::mem::replace(&mut current, next);
+        eprintln!("{:?}: terminate {}", t0.elapsed(), old.addr);
+        old.terminate();
+        terminated.push(old);
+        // Keep the replica set small: reap replicas that have exited.
+        terminated.retain_mut(|s| !s.exited());
+        let alive: Vec<_> = terminated
+            .iter()
+            .map(|s| s.addr)
+            .chain([current.addr])
+            .collect();
+        lb.replicas
+            .lock()
+            .unwrap()
+            .retain(|(a, _)| alive.contains(a));
+        tokio::time::sleep(LAG + Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::SeqCst);
+    for c in clients {
+        let _ = c.await;
+    }
+    for s in &mut terminated {
+        s.wait_exit(Duration::from_secs(15));
+    }
+    let errors = tally.errors.lock().unwrap().clone();
+    (
+        tally.ok.load(Ordering::SeqCst),
+        tally.failed.load(Ordering::SeqCst),
+        errors,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restarts_lose_zero_requests() {
+    let restarts = std::env::var("SIGIL_DRAIN_RESTARTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let started = Instant::now();
+    let (ok, failed, errors) = rollout(restarts, "3s").await;
+    eprintln!(
+        "drain: {restarts} restarts in {:?}: {ok} requests ok, {failed} failed",
+        started.elapsed()
+    );
+    assert!(
+        ok > restarts * 10,
+        "too few requests to mean anything: {ok}"
+    );
+    assert_eq!(
+        failed, 0,
+        "requests lost during rolling restarts: {errors:?}"
+    );
+}
+
+/// The control: without the drain delay, the same rollout loses requests,
+/// which is what the test above would catch if the drain regressed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_shutdown_delay_requests_are_lost() {
+    let (ok, failed, _) = rollout(8, "0s").await;
+    eprintln!("no drain: {ok} ok, {failed} failed");
+    assert!(
+        failed > 0,
+        "expected failures with --shutdown-delay 0 ({ok} ok)"
+    );
+}
