@@ -17,11 +17,15 @@ build() {
   cargo +nightly fuzz build
 }
 run() {
-  local t=$1 runs=$2
+  local t=$1 runs=$2 log status=0
   mkdir -p "fuzz/corpus/$t" fuzz/seeds/empty
+  log=$(mktemp)
   # shellcheck disable=SC2046
-  cargo +nightly fuzz run "$t" "fuzz/corpus/$t" $(seeds "$t") -- -runs="$runs" -max_len=65536 -timeout=10 -print_final_stats=1 2>&1 | grep -E "stat::number_of_executed_units|Done|ERROR|panicked|SUMMARY" || true
-  test "${PIPESTATUS[0]}" -eq 0
+  cargo +nightly fuzz run "$t" "fuzz/corpus/$t" $(seeds "$t") -- -runs="$runs" -max_len=65536 -timeout=10 -print_final_stats=1 >"$log" 2>&1 || status=$?
+  grep -E "stat::number_of_executed_units|^Done|ERROR|panicked|SUMMARY" "$log" || true
+  [ "$status" -eq 0 ] || tail -n 40 "$log"
+  rm -f "$log"
+  return "$status"
 }
 case "${1:-smoke}" in
   smoke) build; for t in "${targets[@]}"; do echo "== fuzz $t"; run "$t" "${SMOKE_RUNS:-20000}"; done ;;
