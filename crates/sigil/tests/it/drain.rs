@@ -277,3 +277,35 @@ async fn without_shutdown_delay_requests_are_lost() {
         "expected failures with --shutdown-delay 0 ({ok} ok)"
     );
 }
+
+/// SIGTERM: /readyz is 503 at once while /mutate still answers (with
+/// `Connection: close` on HTTP/1.1); a second signal exits at once, status 0.
+#[tokio::test]
+async fn sigterm_turns_unready_at_once_and_keeps_serving_until_the_delay() {
+    let mut s = Sigil::start(None, &["--shutdown-delay", "30s"]).await;
+    s.terminate();
+    let until = Instant::now() + Duration::from_millis(500);
+    loop {
+        let r = reqwest::get(format!("http://{}/readyz", s.admin)).await.unwrap();
+        if r.status() == 503 {
+            assert!(r.text().await.unwrap().contains("draining"));
+            break;
+        }
+        assert!(Instant::now() < until, "/readyz still 200 after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let api = s.apiserver();
+    let h1 = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(s.ca_pem.as_bytes()).unwrap()])
+        .http1_only()
+        .build()
+        .unwrap();
+    let body = serde_json::to_vec(&review("CREATE", "default", json!({"kind": "ConfigMap"}))).unwrap();
+    let r = h1.post(&api.url).body(body).send().await.unwrap();
+    assert_eq!(r.status(), 200, "still serving during the drain");
+    assert_eq!(r.headers().get("connection").and_then(|v| v.to_str().ok()), Some("close"));
+    let started = Instant::now();
+    s.terminate();
+    s.wait_exit(Duration::from_secs(5));
+    assert!(started.elapsed() < Duration::from_secs(5), "second signal must exit at once");
+}
