@@ -389,7 +389,11 @@ impl<R: DigestResolver> Webhook<R> {
     }
 
     /// Records the verdict in metrics and the decision log (one line per review).
+    /// The readiness self-check is neither logged nor counted.
     pub fn record(&self, v: &Verdict, elapsed: Duration) {
+        if v.object.namespace == SELF_CHECK_NAMESPACE {
+            return;
+        }
         self.metrics
             .admission(&v.operation, &v.kind, v.decision, elapsed);
         tracing::info!(
@@ -453,6 +457,9 @@ fn object_ref(req: &RequestIn<'_>, obj: Option<&ObjectSummary>, kind: &str) -> O
     }
 }
 
+/// Namespace of the synthetic self-check review (not a real namespace).
+pub const SELF_CHECK_NAMESPACE: &str = "sigil-self-check";
+
 /// Builds the AdmissionReview `request` for a synthetic self-check.
 pub fn synthetic_review(uid: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
@@ -463,7 +470,7 @@ pub fn synthetic_review(uid: &str) -> Vec<u8> {
             "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
             "resource": {"group": "", "version": "v1", "resource": "configmaps"},
             "operation": "CREATE",
-            "namespace": "sigil-self-check",
+            "namespace": SELF_CHECK_NAMESPACE,
             "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "self-check"}},
             "dryRun": true
         }

@@ -36,6 +36,8 @@ const CERT_POLL: Duration = Duration::from_secs(1);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client may take to send request headers.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a ready server re-proves that its webhook port serves.
+const SELF_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 /// How old an HTTP/2 connection must be before a drain sends it GOAWAY.
 const H2_SETTLE: Duration = Duration::from_millis(500);
 /// Upper bound on finishing in-flight requests after the drain delay.
@@ -277,30 +279,43 @@ pub async fn serve(
         let metrics = metrics.clone();
         tokio::spawn(async move {
             let started = Instant::now();
-            let mut attempt = 0u32;
+            let mut failures = 0u32;
+            let mut ready = false;
             loop {
                 if health.draining.load(Ordering::SeqCst) {
                     return;
                 }
                 match crate::selfcheck::check(check_addr, leaf_store.leaf().as_ref()).await {
                     Ok(()) => {
-                        health.set_ready(&metrics);
-                        tracing::info!(
-                            elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
-                            "self-check passed; ready"
-                        );
-                        return;
+                        failures = 0;
+                        if !ready {
+                            ready = true;
+                            health.set_ready(&metrics);
+                            tracing::info!(
+                                elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+                                "self-check passed; ready"
+                            );
+                        }
                     }
                     Err(e) => {
-                        attempt += 1;
-                        health.set_not_ready(&format!("self-check failed: {e:#}"), &metrics);
-                        if attempt % 20 == 1 {
-                            tracing::warn!(error = %format!("{e:#}"), "self-check failed; not ready");
+                        failures += 1;
+                        // Before the first success every failure counts; once
+                        // serving, three in a row (not one slow answer under load).
+                        if !ready || failures >= 3 {
+                            if ready || failures % 20 == 1 {
+                                tracing::warn!(error = %format!("{e:#}"), "self-check failed; not ready");
+                            }
+                            ready = false;
+                            health.set_not_ready(&format!("self-check failed: {e:#}"), &metrics);
                         }
-                        tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt.min(20))))
-                            .await;
                     }
                 }
+                let pause = if ready {
+                    SELF_CHECK_INTERVAL
+                } else {
+                    Duration::from_millis(50 * u64::from(failures.clamp(1, 20)))
+                };
+                tokio::time::sleep(pause).await;
             }
         });
     }

@@ -286,7 +286,9 @@ async fn sigterm_turns_unready_at_once_and_keeps_serving_until_the_delay() {
     s.terminate();
     let until = Instant::now() + Duration::from_millis(500);
     loop {
-        let r = reqwest::get(format!("http://{}/readyz", s.admin)).await.unwrap();
+        let r = reqwest::get(format!("http://{}/readyz", s.admin))
+            .await
+            .unwrap();
         if r.status() == 503 {
             assert!(r.text().await.unwrap().contains("draining"));
             break;
@@ -300,12 +302,19 @@ async fn sigterm_turns_unready_at_once_and_keeps_serving_until_the_delay() {
         .http1_only()
         .build()
         .unwrap();
-    let body = serde_json::to_vec(&review("CREATE", "default", json!({"kind": "ConfigMap"}))).unwrap();
+    let body =
+        serde_json::to_vec(&review("CREATE", "default", json!({"kind": "ConfigMap"}))).unwrap();
     let r = h1.post(&api.url).body(body).send().await.unwrap();
     assert_eq!(r.status(), 200, "still serving during the drain");
-    assert_eq!(r.headers().get("connection").and_then(|v| v.to_str().ok()), Some("close"));
+    assert_eq!(
+        r.headers().get("connection").and_then(|v| v.to_str().ok()),
+        Some("close")
+    );
     let started = Instant::now();
     s.terminate();
     s.wait_exit(Duration::from_secs(5));
-    assert!(started.elapsed() < Duration::from_secs(5), "second signal must exit at once");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "second signal must exit at once"
+    );
 }

@@ -806,7 +806,17 @@ async fn readyz_livez_and_metrics() {
             .status(),
         200
     );
+    // The readiness self-check is not counted as an admission.
+    assert!(!s.metrics().await.contains("sigil_admission_requests_total"));
+    let got = s.apiserver().admit(&review("CREATE", "default", pod("p", &["nginx@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"])), T).await;
+    assert!(got.allowed);
     let m = s.metrics().await;
+    assert!(
+        m.contains(
+            r#"sigil_admission_requests_total{operation="CREATE",kind="Pod",decision="allowed"} 1"#
+        ),
+        "{m}"
+    );
     for name in [
         "sigil_admission_requests_total",
         "sigil_admission_duration_seconds",
