@@ -242,7 +242,12 @@ impl Reference {
     /// The short form Docker prints (`nginx:1.25`), for messages.
     pub fn familiar(&self) -> String {
         let mut s = String::new();
-        if self.domain == DEFAULT_DOMAIN {
+        // A Docker Hub path whose first segment looks like a host would read
+        // back as that host, so it keeps `docker.io/` (Go's FamiliarName does
+        // not; found by the `reference` fuzz target).
+        let first = self.path.split('/').next().unwrap_or_default();
+        let ambiguous = first.contains(['.', ':']) || first == "localhost";
+        if self.domain == DEFAULT_DOMAIN && !ambiguous {
             // Like Go's familiarizeName: only single-segment official images
             // lose `library/` (`library/a/b` stays, or it would re-parse as `a/b`).
             match self.path.strip_prefix(OFFICIAL_REPO_PREFIX) {
@@ -509,6 +514,14 @@ mod tests {
             Reference::parse("nginx:1").unwrap().pinned(d).familiar(),
             format!("nginx:1@{D}")
         );
+    }
+
+    /// Found by the `reference` fuzz target.
+    #[test]
+    fn familiar_keeps_docker_io_when_the_path_looks_like_a_host() {
+        let r = Reference::parse("index.docker.io/ho.sdex.docker.io/ho.sl").unwrap();
+        assert_eq!(r.familiar(), "docker.io/ho.sdex.docker.io/ho.sl");
+        assert_eq!(Reference::parse(&r.familiar()).unwrap(), r);
     }
 
     /// Found by the `reference` fuzz target.

@@ -46,10 +46,10 @@ impl Balancer {
                     let snapshot = replicas.lock().unwrap().clone();
                     let mut ready = Vec::new();
                     for (hook, admin) in snapshot {
-                        if let Ok(r) = http.get(format!("http://{admin}/readyz")).send().await {
-                            if r.status() == 200 {
-                                ready.push(hook);
-                            }
+                        if let Ok(r) = http.get(format!("http://{admin}/readyz")).send().await
+                            && r.status() == 200
+                        {
+                            ready.push(hook);
                         }
                     }
                     let endpoints = endpoints.clone();

@@ -2,6 +2,8 @@
 //! They start real servers on 127.0.0.1: the CNCF distribution registry and
 //! `sigil serve` itself.
 
+#![allow(clippy::unwrap_used)]
+
 mod drain;
 mod support;
 mod webhook;

@@ -1,6 +1,6 @@
 //! Test harness: real registry, sigil as a child process, an apiserver-like
 //! client, and a loopback fault server.
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code)]
 
 pub mod fault;
 pub mod registry;
