@@ -18,6 +18,29 @@ fn policy(body: &str) -> String {
     )
 }
 
+/// Pins every image, enforcing, with `host` reached over plain HTTP.
+fn pin_all_from(host: &str) -> String {
+    policy(&format!(
+        "  registries:\n    - {{host: \"{host}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n"
+    ))
+}
+
+/// sigil with user `robot` and `password` (from a file in `dir`) for `host`.
+async fn with_password(
+    host: &str,
+    password: &str,
+    extra_spec: &str,
+    dir: &tempfile::TempDir,
+) -> Sigil {
+    let pw = dir.path().join("pw");
+    std::fs::write(&pw, password).unwrap();
+    let p = policy(&format!(
+        "  registries:\n    - host: \"{host}\"\n      insecure: true\n      auth: {{username: robot, passwordFile: \"{}\"}}\n{extra_spec}  rules:\n    - {{name: all, match: [\"**\"]}}\n",
+        pw.display()
+    ));
+    Sigil::start(Some(&p), &[]).await
+}
+
 fn images_of(obj: &Value) -> Vec<String> {
     image_fields(obj).into_iter().map(|f| f.value).collect()
 }
@@ -124,10 +147,7 @@ async fn multi_arch_index_pins_index_or_platform_manifest() {
     );
     let img = format!("{h}/multi/app:1.0");
     let s = Sigil::start(Some(&policy(&base)), &[]).await;
-    let got = s
-        .apiserver()
-        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
-        .await;
+    let got = s.apiserver().create_pod("default", &[&img]).await;
     assert_eq!(images_of(&got.object), [format!("{img}@{index}")]);
     drop(s);
     for (platform, want) in [
@@ -142,10 +162,7 @@ async fn multi_arch_index_pins_index_or_platform_manifest() {
             &[],
         )
         .await;
-        let got = s
-            .apiserver()
-            .admit(&review("CREATE", "default", pod("p", &[&img])), T)
-            .await;
+        let got = s.apiserver().create_pod("default", &[&img]).await;
         assert_eq!(
             images_of(&got.object),
             [format!("{img}@{want}")],
@@ -159,10 +176,7 @@ async fn multi_arch_index_pins_index_or_platform_manifest() {
         &[],
     )
     .await;
-    let got = s
-        .apiserver()
-        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
-        .await;
+    let got = s.apiserver().create_pod("default", &[&img]).await;
     assert!(!got.allowed);
     assert!(
         got.message.contains("no manifest for linux/s390x")
@@ -184,9 +198,7 @@ async fn mirror_round_trip_is_idempotent() {
     ));
     let s = Sigil::start(Some(&p), &[]).await;
     let api = s.apiserver();
-    let got = api
-        .admit(&review("CREATE", "default", pod("p", &["nginx:1.25"])), T)
-        .await;
+    let got = api.create_pod("default", &["nginx:1.25"]).await;
     assert!(got.allowed, "{}", got.message);
     assert_eq!(
         images_of(&got.object),
@@ -248,12 +260,7 @@ async fn never_blocks_delete_finalizers_or_exempt_namespaces() {
         )
         .await;
     assert!(got.allowed && !got.patched);
-    let got = api
-        .admit(
-            &review("CREATE", "kube-system", pod("p", &["127.0.0.1:9/x:1"])),
-            T,
-        )
-        .await;
+    let got = api.create_pod("kube-system", &["127.0.0.1:9/x:1"]).await;
     assert!(got.allowed && !got.patched);
     // Not exempt, registry down: enforce denies, and says what the registry did.
     let mut dry = review("CREATE", "default", pod("p", &["127.0.0.1:9/x:1"]));
@@ -311,35 +318,21 @@ async fn deny_and_warn_paths_say_what_why_and_how_to_fix() {
         got.warnings
     );
     // static deny, allow without pinning, no rule, invalid reference.
-    let got = api
-        .admit(
-            &review("CREATE", "shop", pod("p", &[&format!("{h}/blocked/x:1")])),
-            T,
-        )
-        .await;
+    let got = api.create_pod("shop", &[&format!("{h}/blocked/x:1")]).await;
     assert!(
         !got.allowed && got.message.contains("denied by rule \"nope\""),
         "{}",
         got.message
     );
-    let got = api
-        .admit(
-            &review("CREATE", "shop", pod("p", &[&format!("{h}/free/x:1")])),
-            T,
-        )
-        .await;
+    let got = api.create_pod("shop", &[&format!("{h}/free/x:1")]).await;
     assert!(got.allowed && !got.patched);
-    let got = api
-        .admit(&review("CREATE", "shop", pod("p", &["quay.io/x/y:1"])), T)
-        .await;
+    let got = api.create_pod("shop", &["quay.io/x/y:1"]).await;
     assert!(
         !got.allowed && got.message.contains("matches no rule"),
         "{}",
         got.message
     );
-    let got = api
-        .admit(&review("CREATE", "shop", pod("p", &["Not/A:Valid:Ref"])), T)
-        .await;
+    let got = api.create_pod("shop", &["Not/A:Valid:Ref"]).await;
     assert!(
         !got.allowed && got.message.contains("not a valid image reference"),
         "{}",
@@ -396,9 +389,7 @@ async fn scope_pods_checks_workloads_but_patches_only_pods() {
             .allowed,
         "checked even when not patched"
     );
-    let got = api
-        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
-        .await;
+    let got = api.create_pod("default", &[&img]).await;
     assert_eq!(images_of(&got.object), [format!("{img}@{d}")]);
 }
 
@@ -413,11 +404,8 @@ async fn htpasswd_registry_needs_the_policy_credentials_and_secrets_stay_out_of_
     let d = reg.push_image("private/app", "v1").await;
     let img = format!("{h}/private/app:v1");
     // No credentials: the registry's 401 is reported.
-    let s = Sigil::start(Some(&policy(&format!("  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n"))), &[]).await;
-    let got = s
-        .apiserver()
-        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
-        .await;
+    let s = Sigil::start(Some(&pin_all_from(&h)), &[]).await;
+    let got = s.apiserver().create_pod("default", &[&img]).await;
     assert!(
         !got.allowed && got.message.contains("401") && got.message.contains("credentials"),
         "{}",
@@ -426,17 +414,8 @@ async fn htpasswd_registry_needs_the_policy_credentials_and_secrets_stay_out_of_
     drop(s);
     // Credentials from a password file.
     let dir = tempfile::tempdir().unwrap();
-    let pw = dir.path().join("pw");
-    std::fs::write(&pw, "s3cr3t-pa55\n").unwrap();
-    let s = Sigil::start(
-        Some(&policy(&format!("  registries:\n    - host: \"{h}\"\n      insecure: true\n      auth: {{username: robot, passwordFile: \"{}\"}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n", pw.display()))),
-        &[],
-    )
-    .await;
-    let got = s
-        .apiserver()
-        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
-        .await;
+    let s = with_password(&h, "s3cr3t-pa55\n", "", &dir).await;
+    let got = s.apiserver().create_pod("default", &[&img]).await;
     assert_eq!(
         images_of(&got.object),
         [format!("{img}@{d}")],
@@ -460,10 +439,7 @@ async fn htpasswd_registry_needs_the_policy_credentials_and_secrets_stay_out_of_
         &[],
     )
     .await;
-    let got = s
-        .apiserver()
-        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
-        .await;
+    let got = s.apiserver().create_pod("default", &[&img]).await;
     assert_eq!(
         images_of(&got.object),
         [format!("{img}@{d}")],
@@ -492,11 +468,8 @@ async fn bearer_token_registry_is_resolved_through_the_token_service() {
     let d = reg.push_image("tok/app", "v1").await;
     let img = format!("{h}/tok/app:v1");
     // Anonymous: the token service refuses and the denial says so.
-    let s = Sigil::start(Some(&policy(&format!("  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n"))), &[]).await;
-    let got = s
-        .apiserver()
-        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
-        .await;
+    let s = Sigil::start(Some(&pin_all_from(&h)), &[]).await;
+    let got = s.apiserver().create_pod("default", &[&img]).await;
     assert!(
         !got.allowed && got.message.contains("token service refused"),
         "{}",
@@ -504,17 +477,9 @@ async fn bearer_token_registry_is_resolved_through_the_token_service() {
     );
     drop(s);
     let dir = tempfile::tempdir().unwrap();
-    let pw = dir.path().join("pw");
-    std::fs::write(&pw, "t0ken-pa55").unwrap();
-    let s = Sigil::start(
-        Some(&policy(&format!("  registries:\n    - host: \"{h}\"\n      insecure: true\n      auth: {{username: robot, passwordFile: \"{}\"}}\n  pin: {{cacheTTL: 1ms}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n", pw.display()))),
-        &[],
-    )
-    .await;
+    let s = with_password(&h, "t0ken-pa55", "  pin: {cacheTTL: 1ms}\n", &dir).await;
     let api = s.apiserver();
-    let got = api
-        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
-        .await;
+    let got = api.create_pod("default", &[&img]).await;
     assert_eq!(
         images_of(&got.object),
         [format!("{img}@{d}")],
@@ -524,9 +489,7 @@ async fn bearer_token_registry_is_resolved_through_the_token_service() {
     let hits = ts.hits.load(std::sync::atomic::Ordering::SeqCst);
     // Digest cache expired (1ms TTL), token still valid: no new token request.
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let got = api
-        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
-        .await;
+    let got = api.create_pod("default", &[&img]).await;
     assert!(got.patched);
     assert_eq!(
         ts.hits.load(std::sync::atomic::Ordering::SeqCst),
@@ -547,10 +510,7 @@ async fn tls_registry_is_trusted_only_with_the_policy_ca() {
         &[],
     )
     .await;
-    let got = s
-        .apiserver()
-        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
-        .await;
+    let got = s.apiserver().create_pod("default", &[&img]).await;
     assert!(
         !got.allowed && got.message.contains("unreachable"),
         "{}",
@@ -560,10 +520,7 @@ async fn tls_registry_is_trusted_only_with_the_policy_ca() {
     let ca = reg.dir.path().join("ca.pem");
     std::fs::write(&ca, reg.ca_pem.as_ref().unwrap()).unwrap();
     let s = Sigil::start(Some(&policy(&format!("  registries:\n    - {{host: \"{h}\", ca: \"{}\"}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n", ca.display()))), &[]).await;
-    let got = s
-        .apiserver()
-        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
-        .await;
+    let got = s.apiserver().create_pod("default", &[&img]).await;
     assert_eq!(
         images_of(&got.object),
         [format!("{img}@{d}")],
@@ -572,11 +529,8 @@ async fn tls_registry_is_trusted_only_with_the_policy_ca() {
     );
     // insecure: true means plain HTTP, which a TLS registry refuses.
     drop(s);
-    let s = Sigil::start(Some(&policy(&format!("  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n"))), &[]).await;
-    let got = s
-        .apiserver()
-        .admit(&review("CREATE", "default", pod("p", &[&img])), T)
-        .await;
+    let s = Sigil::start(Some(&pin_all_from(&h)), &[]).await;
+    let got = s.apiserver().create_pod("default", &[&img]).await;
     assert!(!got.allowed, "{:?}", got.response);
 }
 
@@ -651,35 +605,20 @@ async fn registry_5xx_and_429_are_reported_or_retried() {
     ));
     let s = Sigil::start(Some(&p), &[]).await;
     let api = s.apiserver();
-    let got = api
-        .admit(
-            &review("CREATE", "default", pod("p", &[&format!("{a}/x:1")])),
-            T,
-        )
-        .await;
+    let got = api.create_pod("default", &[&format!("{a}/x:1")]).await;
     assert!(
         !got.allowed && got.message.contains("503"),
         "{}",
         got.message
     );
-    let got = api
-        .admit(
-            &review("CREATE", "default", pod("p", &[&format!("{b}/x:1")])),
-            T,
-        )
-        .await;
+    let got = api.create_pod("default", &[&format!("{b}/x:1")]).await;
     assert_eq!(
         images_of(&got.object),
         [format!("{b}/x:1@{DIGEST}")],
         "Retry-After 1s fits the deadline: {}",
         got.message
     );
-    let got = api
-        .admit(
-            &review("CREATE", "default", pod("p", &[&format!("{c}/x:1")])),
-            T,
-        )
-        .await;
+    let got = api.create_pod("default", &[&format!("{c}/x:1")]).await;
     assert!(
         !got.allowed && got.message.contains("429"),
         "{}",
@@ -687,11 +626,7 @@ async fn registry_5xx_and_429_are_reported_or_retried() {
     );
     // Transient failures are not cached: the 503 host is asked again.
     let before = e503.hits.load(std::sync::atomic::Ordering::SeqCst);
-    api.admit(
-        &review("CREATE", "default", pod("p", &[&format!("{a}/x:1")])),
-        T,
-    )
-    .await;
+    api.create_pod("default", &[&format!("{a}/x:1")]).await;
     assert!(e503.hits.load(std::sync::atomic::Ordering::SeqCst) > before);
 }
 
@@ -700,7 +635,7 @@ async fn registry_5xx_and_429_are_reported_or_retried() {
 async fn concurrent_lookups_are_coalesced_into_one_request() {
     let slowish = FaultServer::start(Fault::Slow(Duration::from_millis(300))).await;
     let a = slowish.addr.to_string();
-    let s = Sigil::start(Some(&policy(&format!("  registries:\n    - {{host: \"{a}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n"))), &[]).await;
+    let s = Sigil::start(Some(&pin_all_from(&a)), &[]).await;
     let api = std::sync::Arc::new(s.apiserver());
     let mut tasks = Vec::new();
     for i in 0..50 {
@@ -808,7 +743,13 @@ async fn readyz_livez_and_metrics() {
     );
     // The readiness self-check is not counted as an admission.
     assert!(!s.metrics().await.contains("sigil_admission_requests_total"));
-    let got = s.apiserver().admit(&review("CREATE", "default", pod("p", &["nginx@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"])), T).await;
+    let got = s
+        .apiserver()
+        .create_pod(
+            "default",
+            &["nginx@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"],
+        )
+        .await;
     assert!(got.allowed);
     let m = s.metrics().await;
     assert!(

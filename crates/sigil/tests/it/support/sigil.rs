@@ -226,6 +226,15 @@ impl ApiServer {
             .expect("webhook call failed (kube-apiserver would apply failurePolicy)")
     }
 
+    /// CREATE of a Pod named `p` with these container images, 10 s timeout.
+    pub async fn create_pod(&self, namespace: &str, images: &[&str]) -> Admitted {
+        self.admit(
+            &review("CREATE", namespace, pod("p", images)),
+            Duration::from_secs(10),
+        )
+        .await
+    }
+
     /// Sends `review` like kube-apiserver and applies the answer.
     pub async fn admit(&self, review: &Value, timeout: Duration) -> Admitted {
         self.admit_inner(review, timeout, true).await
