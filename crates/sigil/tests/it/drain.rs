@@ -37,22 +37,39 @@ impl Balancer {
         // Endpoint controller: probe /readyz every 100 ms, publish after LAG.
         {
             let (replicas, endpoints, stop) = (replicas.clone(), endpoints.clone(), stop.clone());
+            let published: Arc<Mutex<Vec<SocketAddr>>> = Arc::default();
             tokio::spawn(async move {
                 let http = reqwest::Client::builder()
-                    .timeout(Duration::from_millis(500))
+                    .timeout(Duration::from_secs(1))
                     .build()
                     .unwrap();
+                // Like a readiness probe with failureThreshold 1 for a 503
+                // answer (sigil's drain signal) and 3 for probes that time out
+                // or cannot connect (a busy CI machine must not empty the list).
+                let mut misses: std::collections::HashMap<SocketAddr, u32> = Default::default();
                 while !stop.load(Ordering::SeqCst) {
                     let snapshot = replicas.lock().unwrap().clone();
                     let mut ready = Vec::new();
                     for (hook, admin) in snapshot {
-                        if let Ok(r) = http.get(format!("http://{admin}/readyz")).send().await
-                            && r.status() == 200
+                        let ok = match http.get(format!("http://{admin}/readyz")).send().await {
+                            Ok(r) if r.status() == 200 => Some(true),
+                            Ok(_) => Some(false),
+                            Err(_) => None,
+                        };
+                        let m = misses.entry(hook).or_insert(0);
+                        match ok {
+                            Some(true) => *m = 0,
+                            Some(false) => *m = 3,
+                            None => *m += 1,
+                        }
+                        // Never seen ready → not ready until it answers 200.
+                        if *m < 3 && (ok == Some(true) || published.lock().unwrap().contains(&hook))
                         {
                             ready.push(hook);
                         }
                     }
                     let endpoints = endpoints.clone();
+                    *published.lock().unwrap() = ready.clone();
                     tokio::spawn(async move {
                         tokio::time::sleep(LAG).await;
                         *endpoints.lock().unwrap() = ready;
@@ -192,7 +209,12 @@ async fn rollout(restarts: usize, shutdown_delay: &str) -> (usize, usize, Vec<St
             let client = b.build().unwrap();
             let mut n = worker * 1_000_000;
             while !stop.load(Ordering::SeqCst) {
-                tally.record(call(&client, &url, n).await.map_err(|e| {
+                let r = call(&client, &url, n).await;
+                if r.is_err() {
+                    // Do not spin on instant failures (the control run has many).
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                tally.record(r.map_err(|e| {
                     format!(
                         "worker {worker} (keep-alive: {keep_alive}) at {:?}: {e}",
                         t0.elapsed()
