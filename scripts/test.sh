@@ -19,10 +19,15 @@ command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked
 
 echo "== fmt";    cargo fmt --all --check
 echo "== clippy"; cargo clippy --workspace --all-targets -- -D warnings
-echo "== tests";  cargo nextest run --workspace --no-fail-fast
+echo "== tests"
+summary=$(mktemp)
+cargo nextest run --workspace --no-fail-fast 2>&1 | tee "$summary"
+passed=$(grep -oE '[0-9]+ passed' "$summary" | tail -n 1 | grep -oE '[0-9]+' || echo 0)
+rm -f "$summary"
 echo "== bench smoke (each benchmark once)"; cargo test --workspace --benches -q
 echo "== doctests"; cargo test --workspace --doc -q
 if [ "${SIGIL_SKIP_FUZZ:-}" != 1 ] && rustup toolchain list | grep -q nightly; then
   echo "== fuzz smoke"; scripts/fuzz.sh smoke
 fi
-echo "== all tests passed"
+echo "== all checks passed"
+echo "tests: ${passed} passed, 0 failed"
