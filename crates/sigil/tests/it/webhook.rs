@@ -630,6 +630,84 @@ async fn registry_5xx_and_429_are_reported_or_retried() {
     assert!(e503.hits.load(std::sync::atomic::Ordering::SeqCst) > before);
 }
 
+/// Without Docker-Content-Digest sigil hashes the manifest it fetched; a
+/// header that disagrees with the bytes is refused, not pinned.
+#[tokio::test]
+async fn missing_or_lying_digest_header_falls_back_to_hashing_the_manifest() {
+    let plain = FaultServer::start(Fault::NoDigestHeader { lie: false }).await;
+    let liar = FaultServer::start(Fault::NoDigestHeader { lie: true }).await;
+    let (a, b) = (plain.addr.to_string(), liar.addr.to_string());
+    let p = policy(&format!(
+        "  registries:\n    - {{host: \"{a}\", insecure: true}}\n    - {{host: \"{b}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n"
+    ));
+    let s = Sigil::start(Some(&p), &[]).await;
+    let api = s.apiserver();
+    let got = api.create_pod("default", &[&format!("{a}/x:1")]).await;
+    let want = crate::support::registry::sha256(crate::support::fault::BODY);
+    assert_eq!(
+        images_of(&got.object),
+        [format!("{a}/x:1@{want}")],
+        "{}",
+        got.message
+    );
+    let got = api.create_pod("default", &[&format!("{b}/x:1")]).await;
+    assert!(
+        !got.allowed && got.message.contains("does not match"),
+        "{}",
+        got.message
+    );
+}
+
+/// A 404 is remembered briefly: a burst of Pods naming a missing tag costs
+/// the registry one lookup, not one per Pod.
+#[tokio::test]
+async fn not_found_is_cached_briefly() {
+    let missing = FaultServer::start(Fault::Status(404)).await;
+    let a = missing.addr.to_string();
+    let s = Sigil::start(Some(&pin_all_from(&a)), &[]).await;
+    let api = s.apiserver();
+    for _ in 0..5 {
+        let got = api.create_pod("default", &[&format!("{a}/gone:1")]).await;
+        assert!(
+            !got.allowed && got.message.contains("404"),
+            "{}",
+            got.message
+        );
+    }
+    // HEAD, then GET for the registry's error body: two requests in all.
+    assert_eq!(missing.hits.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+/// `maxConcurrentRequests` bounds what one registry sees from sigil, while
+/// lookups of one Pod otherwise run concurrently (latency = the slowest).
+#[tokio::test]
+async fn per_registry_concurrency_limit_is_respected() {
+    let slow = FaultServer::start(Fault::Slow(Duration::from_millis(300))).await;
+    let a = slow.addr.to_string();
+    let imgs: Vec<String> = (0..3).map(|i| format!("{a}/x:{i}")).collect();
+    let imgs: Vec<&str> = imgs.iter().map(String::as_str).collect();
+    let s = Sigil::start(Some(&pin_all_from(&a)), &[]).await;
+    let t = Instant::now();
+    assert!(s.apiserver().create_pod("default", &imgs).await.patched);
+    let concurrent = t.elapsed();
+    drop(s);
+    let p = policy(&format!(
+        "  registries:\n    - {{host: \"{a}\", insecure: true, maxConcurrentRequests: 1}}\n  rules:\n    - {{name: all, match: [\"**\"]}}\n"
+    ));
+    let s = Sigil::start(Some(&p), &[]).await;
+    let t = Instant::now();
+    assert!(s.apiserver().create_pod("default", &imgs).await.patched);
+    let serial = t.elapsed();
+    assert!(
+        concurrent < Duration::from_millis(850),
+        "3 lookups should overlap: {concurrent:?}"
+    );
+    assert!(
+        serial >= Duration::from_millis(900),
+        "limit 1 must serialize: {serial:?}"
+    );
+}
+
 /// 50 concurrent admissions of the same new tag make one registry request.
 #[tokio::test]
 async fn concurrent_lookups_are_coalesced_into_one_request() {

@@ -20,7 +20,13 @@ pub enum Fault {
     Status(u16),
     /// 429 with Retry-After: N the first time, then 200.
     RateLimitOnce(u64),
+    /// 200 with a manifest body but no Docker-Content-Digest header (some
+    /// registries and proxies drop it); `lie` sends a wrong header on GET.
+    NoDigestHeader { lie: bool },
 }
+
+/// The manifest [`Fault::NoDigestHeader`] serves.
+pub const BODY: &[u8] = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","size":2},"layers":[]}"#;
 
 pub const DIGEST: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 
@@ -49,8 +55,9 @@ impl FaultServer {
                 };
                 let h = h.clone();
                 tokio::spawn(async move {
-                    let svc = service_fn(move |_req: hyper::Request<hyper::body::Incoming>| {
+                    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                         let n = h.fetch_add(1, Ordering::SeqCst);
+                        let head = req.method() == hyper::Method::HEAD;
                         async move {
                             let mut b = hyper::Response::builder();
                             let status = match fault {
@@ -64,6 +71,19 @@ impl FaultServer {
                                     429
                                 }
                                 Fault::RateLimitOnce(_) => 200,
+                                Fault::NoDigestHeader { lie } => {
+                                    if lie && !head {
+                                        b = b.header("docker-content-digest", DIGEST);
+                                    }
+                                    let body = if head {
+                                        Bytes::new()
+                                    } else {
+                                        Bytes::from_static(BODY)
+                                    };
+                                    return Ok::<_, Infallible>(
+                                        b.status(200).body(Full::new(body)).unwrap(),
+                                    );
+                                }
                             };
                             if status == 200 {
                                 b = b.header("docker-content-digest", DIGEST).header(
