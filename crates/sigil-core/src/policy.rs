@@ -417,7 +417,13 @@ impl Policy {
                 )
             })?;
         let mut seen_hosts = std::collections::HashSet::new();
-        for r in &spec.registries {
+        let mut registries = spec.registries;
+        for r in &mut registries {
+            // Names never carry the legacy Docker Hub host; settings for it
+            // must apply to `docker.io` names.
+            if r.host == "index.docker.io" || r.host == "registry-1.docker.io" {
+                r.host = reference::DEFAULT_DOMAIN.to_owned();
+            }
             reference::validate_domain(&r.host).map_err(|_| PolicyError::Invalid {
                 line: None,
                 message: format!("registries: host {:?} is not host[:port]", r.host),
@@ -517,7 +523,7 @@ impl Policy {
         Ok(Policy {
             name: doc.metadata.name,
             mirrors,
-            registries: spec.registries,
+            registries,
             scope: spec.pin.scope,
             platform,
             cache_ttl,
@@ -892,6 +898,12 @@ spec:
             "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  mirrors:\n    - {from: docker.io, to: m.io/a}\n    - {from: quay.io, to: m.io/a}\n",
         );
         assert!(e.contains("line 6") && e.contains("mapped back"), "{e}");
+    }
+
+    #[test]
+    fn docker_hub_registry_settings_apply_to_docker_io_names() {
+        let p = Policy::from_yaml("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  registries: [{host: index.docker.io, auth: {dockerConfig: /x}}]\n").unwrap();
+        assert_eq!(p.registries[0].host, "docker.io");
     }
 
     #[test]

@@ -134,7 +134,9 @@ pub struct Verdict {
 /// The webhook handler. One per process, shared by every connection.
 #[derive(Debug)]
 pub struct Webhook<R> {
-    engine: Engine<R>,
+    /// Swapped whole when the policy file changes; a request keeps the
+    /// engine it started with.
+    engine: arc_swap::ArcSwap<Engine<R>>,
     metrics: Arc<Metrics>,
 }
 
@@ -191,12 +193,25 @@ pub fn deadline_for(timeout: Duration, start: Instant) -> Instant {
 impl<R: DigestResolver> Webhook<R> {
     /// Creates the handler.
     pub fn new(engine: Engine<R>, metrics: Arc<Metrics>) -> Self {
-        Webhook { engine, metrics }
+        Webhook {
+            engine: arc_swap::ArcSwap::from_pointee(engine),
+            metrics,
+        }
     }
 
-    /// The policy in force.
-    pub fn policy(&self) -> &sigil_core::Policy {
-        &self.engine.policy
+    /// The engine in force now.
+    pub fn engine(&self) -> Arc<Engine<R>> {
+        self.engine.load_full()
+    }
+
+    /// Puts a new engine (policy and resolver) in force for new requests.
+    pub fn replace(&self, engine: Engine<R>) {
+        self.engine.store(Arc::new(engine));
+    }
+
+    /// The policy in force now.
+    pub fn policy(&self) -> Arc<sigil_core::Policy> {
+        self.engine.load().policy.clone()
     }
 
     /// Answers one AdmissionReview body. `Err` means HTTP 400.
@@ -237,6 +252,7 @@ impl<R: DigestResolver> Webhook<R> {
             .as_ref()
             .map(|k| k.kind.clone())
             .unwrap_or_default();
+        let engine = self.engine.load_full();
         let object = summarize(req.object)?;
         let old = summarize(req.old_object)?;
         let mut verdict = Verdict {
@@ -266,7 +282,7 @@ impl<R: DigestResolver> Webhook<R> {
             _ if req
                 .namespace
                 .as_deref()
-                .is_some_and(|ns| self.engine.policy.is_exempt(ns)) =>
+                .is_some_and(|ns| engine.policy.is_exempt(ns)) =>
             {
                 Some("exempt-namespace")
             }
@@ -283,8 +299,8 @@ impl<R: DigestResolver> Webhook<R> {
                 verdict.skipped = Some("no-object");
             }
             (None, Some(obj)) => {
-                let decision = self.engine.decide_fields(obj.fields, deadline).await;
-                let patchable = self.engine.policy.scope == Scope::Workloads || kind == "Pod";
+                let decision = engine.decide_fields(obj.fields, deadline).await;
+                let patchable = engine.policy.scope == Scope::Workloads || kind == "Pod";
                 let object = verdict.object.clone();
                 self.apply(
                     &decision,

@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod engine;
 pub mod metrics;
+pub mod reload;
 pub mod selfcheck;
 pub mod server;
 pub mod tls;

@@ -15,7 +15,6 @@ use sigil::metrics::Metrics;
 use sigil::server::{ServeConfig, serve};
 use sigil_core::Policy;
 use sigil_core::policy::{Action, Scope};
-use sigil_registry::{CacheConfig, Registry};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -95,13 +94,18 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn load_policy(path: Option<&PathBuf>) -> Result<Policy> {
+/// The policy and, for a file, the bytes it came from (for hot reload).
+fn load_policy(path: Option<&PathBuf>) -> Result<(Policy, Option<Vec<u8>>)> {
     match path {
-        None => Ok(Policy::embedded_default()),
+        None => Ok((Policy::embedded_default(), None)),
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("reading policy {}", p.display()))?;
-            Policy::from_yaml(&text).with_context(|| format!("policy {}", p.display()))
+            let bytes =
+                std::fs::read(p).with_context(|| format!("reading policy {}", p.display()))?;
+            let text = std::str::from_utf8(&bytes)
+                .with_context(|| format!("policy {} is not UTF-8", p.display()))?;
+            let policy =
+                Policy::from_yaml(text).with_context(|| format!("policy {}", p.display()))?;
+            Ok((policy, Some(bytes)))
         }
     }
 }
@@ -125,7 +129,8 @@ fn main() -> ExitCode {
 
 fn run_serve(args: ServeArgs) -> Result<ExitCode> {
     init_logging(args.log_format);
-    let policy = Arc::new(load_policy(args.policy.as_ref())?);
+    let (policy, policy_bytes) = load_policy(args.policy.as_ref())?;
+    let policy = Arc::new(policy);
     let cert = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => sigil::tls::load_files(c, k)?,
         _ => {
@@ -148,16 +153,9 @@ fn run_serve(args: ServeArgs) -> Result<ExitCode> {
         "policy loaded"
     );
     let metrics = Arc::new(Metrics::default());
-    let cache = CacheConfig {
-        ttl: policy.cache_ttl,
-        ..CacheConfig::default()
-    };
-    let registry = Registry::new(&policy.registries, cache, metrics.clone())
+    let registry = sigil::reload::registry_for(&policy, None, &metrics)
         .context("setting up registry clients")?;
-    let webhook = Arc::new(Webhook::new(
-        Engine::new(policy, registry.clone()),
-        metrics.clone(),
-    ));
+    let webhook = Arc::new(Webhook::new(Engine::new(policy, registry), metrics.clone()));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -168,10 +166,10 @@ fn run_serve(args: ServeArgs) -> Result<ExitCode> {
             admin_listen: args.admin_listen,
             cert,
             cert_files: args.tls_cert.clone().zip(args.tls_key.clone()),
+            policy_file: args.policy.clone().zip(policy_bytes),
             shutdown_delay: args.shutdown_delay,
         },
         webhook,
-        registry,
         metrics,
     ))?;
     Ok(ExitCode::SUCCESS)

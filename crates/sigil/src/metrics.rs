@@ -38,6 +38,11 @@ struct HostLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CacheLabels {
     result: &'static str,
 }
@@ -52,6 +57,7 @@ pub struct Metrics {
     registry_requests: Family<RegistryLabels, Counter>,
     registry_latency: Family<HostLabels, Histogram>,
     cache_lookups: Family<CacheLabels, Counter>,
+    policy_reloads: Family<ResultLabels, Counter>,
     /// Entries in the digest cache; set at scrape time.
     pub cache_entries: Gauge,
     /// Admission requests being handled now.
@@ -77,6 +83,7 @@ impl Default for Metrics {
             registry_requests: Family::default(),
             registry_latency: Family::new_with_constructor(latency_histogram),
             cache_lookups: Family::default(),
+            policy_reloads: Family::default(),
             cache_entries: Gauge::default(),
             inflight: Gauge::default(),
             draining: Gauge::default(),
@@ -112,6 +119,11 @@ impl Default for Metrics {
             "digest_cache_lookups",
             "Digest cache lookups by result (hit, miss)",
             m.cache_lookups.clone(),
+        );
+        registry.register(
+            "policy_reloads",
+            "Policy file changes by result (ok, error: the previous policy stays in force)",
+            m.policy_reloads.clone(),
         );
         registry.register(
             "digest_cache_entries",
@@ -155,6 +167,13 @@ impl Metrics {
     /// Records one image field's outcome.
     pub fn image(&self, outcome: &'static str) {
         self.images.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// Records a policy reload attempt.
+    pub fn policy_reload(&self, result: &'static str) {
+        self.policy_reloads
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     /// Prometheus text exposition.

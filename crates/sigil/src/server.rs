@@ -65,6 +65,9 @@ pub struct ServeConfig {
     pub cert: ServingCert,
     /// The files it came from, watched and hot-reloaded when given.
     pub cert_files: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// The policy file and the bytes the running policy came from, watched
+    /// and hot-reloaded when given.
+    pub policy_file: Option<(std::path::PathBuf, Vec<u8>)>,
     /// How long to keep serving after SIGTERM before closing the listener.
     pub shutdown_delay: Duration,
 }
@@ -129,7 +132,6 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
 pub async fn serve(
     cfg: ServeConfig,
     webhook: Arc<Webhook<Registry>>,
-    registry: Registry,
     metrics: Arc<Metrics>,
 ) -> Result<()> {
     let listener = TcpListener::bind(cfg.listen)
@@ -159,8 +161,16 @@ pub async fn serve(
         admin,
         health.clone(),
         metrics.clone(),
-        registry.clone(),
+        webhook.clone(),
     ));
+    if let Some((path, seen)) = cfg.policy_file.clone() {
+        tokio::spawn(crate::reload::watch_policy(
+            path,
+            seen,
+            webhook.clone(),
+            metrics.clone(),
+        ));
+    }
 
     let accept = {
         let mut stop_rx = phase_rx.clone();
@@ -483,7 +493,7 @@ async fn admin_loop(
     listener: TcpListener,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
-    registry: Registry,
+    webhook: Arc<Webhook<Registry>>,
 ) {
     loop {
         let (tcp, _) = match listener.accept().await {
@@ -496,7 +506,7 @@ async fn admin_loop(
         };
         let health = health.clone();
         let metrics = metrics.clone();
-        let registry = registry.clone();
+        let webhook = webhook.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
                 let r = match (req.method(), req.uri().path()) {
@@ -506,9 +516,10 @@ async fn admin_loop(
                         Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
                     },
                     (&Method::GET, "/metrics") => {
-                        metrics
-                            .cache_entries
-                            .set(i64::try_from(registry.cache_size()).unwrap_or(i64::MAX));
+                        metrics.cache_entries.set(
+                            i64::try_from(webhook.engine().resolver.cache_size())
+                                .unwrap_or(i64::MAX),
+                        );
                         let mut r = text(StatusCode::OK, metrics.encode());
                         r.headers_mut().insert(
                             header::CONTENT_TYPE,

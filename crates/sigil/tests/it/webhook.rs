@@ -910,3 +910,52 @@ async fn rotated_certificate_files_are_hot_reloaded_without_dropping_connections
     s.wait_ready().await;
     assert!(s.logs().contains("serving certificate reloaded"));
 }
+
+/// The policy ConfigMap changes: the new policy is in force within seconds,
+/// no restart; an invalid edit is refused and the previous policy stays.
+#[tokio::test]
+async fn policy_file_changes_take_effect_and_invalid_ones_are_refused() {
+    let reg = TestRegistry::start(Mode::Plain).await;
+    let h = reg.host();
+    let warn = policy(&format!(
+        "  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"], mode: warn}}\n"
+    ));
+    let s = Sigil::start(Some(&warn), &[]).await;
+    let api = s.apiserver();
+    let missing = format!("{h}/app/missing:1");
+    assert!(
+        api.create_pod("default", &[&missing]).await.allowed,
+        "warn mode admits"
+    );
+    let enforce = warn.replace("mode: warn", "mode: enforce");
+    let write = |text: &str| {
+        let tmp = s.policy_path().with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, s.policy_path()).unwrap();
+    };
+    write(&enforce);
+    let until = Instant::now() + Duration::from_secs(15);
+    while api.create_pod("default", &[&missing]).await.allowed {
+        assert!(Instant::now() < until, "new policy never took effect");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    write(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n    - {name: all, match: [\"**\"], mood: warn}\n",
+    );
+    let until = Instant::now() + Duration::from_secs(15);
+    while !s.logs().contains("policy file changed but is invalid") {
+        assert!(Instant::now() < until, "invalid policy was not reported");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(s.logs().contains("mood"), "the error names the bad field");
+    assert!(
+        !api.create_pod("default", &[&missing]).await.allowed,
+        "previous (enforce) policy stays in force"
+    );
+    assert_eq!(
+        s.counter("sigil_policy_reloads_total", &[("result", "error")])
+            .await,
+        1.0
+    );
+    s.wait_ready().await;
+}

@@ -176,6 +176,11 @@ impl Sigil {
             .sum()
     }
 
+    /// Where the policy given to `start` was written.
+    pub fn policy_path(&self) -> std::path::PathBuf {
+        self._dir.path().join("policy.yaml")
+    }
+
     pub fn logs(&self) -> String {
         self.logs.lock().unwrap().join("\n")
     }

@@ -1,0 +1,95 @@
+//! Policy hot reload: the policy file (usually a mounted ConfigMap) is
+//! re-read when it changes, and a valid new policy is put in force for new
+//! requests without a restart.
+//!
+//! Owns the decision of what to rebuild: the registry clients and digest
+//! cache are kept when the policy's registry settings and cache TTL did not
+//! change, so editing a rule does not cool the cache. An invalid new file is
+//! logged with its line and counted; the previous policy stays in force. It
+//! does not watch certificates (see `tls`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sigil_core::Policy;
+use sigil_registry::{CacheConfig, Registry, RegistryError};
+
+use crate::admission::Webhook;
+use crate::engine::Engine;
+use crate::metrics::Metrics;
+
+/// How often the policy file is checked. ConfigMap volume updates take up to
+/// a minute to reach the pod anyway.
+pub const POLL: Duration = Duration::from_secs(2);
+
+/// The registry client a policy needs, reusing `current` when nothing it
+/// depends on changed.
+pub fn registry_for(
+    policy: &Policy,
+    current: Option<(&Policy, &Registry)>,
+    metrics: &Arc<Metrics>,
+) -> Result<Registry, RegistryError> {
+    if let Some((old, reg)) = current
+        && old.registries == policy.registries
+        && old.cache_ttl == policy.cache_ttl
+    {
+        return Ok(reg.clone());
+    }
+    let cache = CacheConfig {
+        ttl: policy.cache_ttl,
+        ..CacheConfig::default()
+    };
+    Registry::new(&policy.registries, cache, metrics.clone())
+}
+
+/// Watches `path` forever; `seen` is the content the running policy came from.
+pub async fn watch_policy(
+    path: PathBuf,
+    mut seen: Vec<u8>,
+    webhook: Arc<Webhook<Registry>>,
+    metrics: Arc<Metrics>,
+) {
+    loop {
+        tokio::time::sleep(POLL).await;
+        let bytes = match tokio::fs::read(&path).await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot read the policy file; keeping the policy in force");
+                continue;
+            }
+        };
+        if bytes == seen {
+            continue;
+        }
+        seen = bytes;
+        let outcome = match std::str::from_utf8(&seen)
+            .map_err(|e| e.to_string())
+            .and_then(|t| Policy::from_yaml(t).map_err(|e| e.to_string()))
+        {
+            Ok(policy) => {
+                let current = webhook.engine();
+                match registry_for(
+                    &policy,
+                    Some((&current.policy, &current.resolver)),
+                    &metrics,
+                ) {
+                    Ok(registry) => {
+                        tracing::info!(path = %path.display(), policy = %policy.name, rules = policy.rules.len(), "policy reloaded");
+                        webhook.replace(Engine::new(Arc::new(policy), registry));
+                        "ok"
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "new policy's registry settings cannot be used; keeping the policy in force");
+                        "error"
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "policy file changed but is invalid; keeping the policy in force");
+                "error"
+            }
+        };
+        metrics.policy_reload(outcome);
+    }
+}
