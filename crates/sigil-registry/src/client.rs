@@ -279,12 +279,7 @@ impl Lookup<'_> {
             }
             if r.status == StatusCode::TOO_MANY_REQUESTS && !rate_limited_once {
                 rate_limited_once = true;
-                let wait = r
-                    .headers
-                    .get(header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|s| s.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs);
+                let wait = retry_after(&r.headers);
                 match wait {
                     Some(w) if w + Duration::from_millis(100) < self.remaining() => {
                         tokio::time::sleep(w).await;
@@ -490,6 +485,14 @@ fn error_detail(body: &[u8]) -> Option<String> {
     Some(s)
 }
 
+/// `Retry-After` in seconds (the HTTP-date form is not used by registries).
+fn retry_after(h: &HeaderMap) -> Option<Duration> {
+    h.get(header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
+}
+
 fn failure_for(r: &Resp) -> ResolveFailure {
     let detail = error_detail(&r.body).unwrap_or_else(|| {
         r.status
@@ -504,12 +507,7 @@ fn failure_for(r: &Resp) -> ResolveFailure {
             detail,
         },
         StatusCode::TOO_MANY_REQUESTS => ResolveFailure::RateLimited {
-            retry_after: r
-                .headers
-                .get(header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|s| s.trim().parse().ok())
-                .map(Duration::from_secs),
+            retry_after: retry_after(&r.headers),
         },
         s => ResolveFailure::Status {
             status: s.as_u16(),
