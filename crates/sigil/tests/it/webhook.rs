@@ -678,6 +678,25 @@ async fn not_found_is_cached_briefly() {
     assert_eq!(missing.hits.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
 
+/// IPv6 registry hosts (`[::1]:port/…`) parse, match, resolve and pin.
+#[tokio::test]
+async fn ipv6_registry_host_is_pinned() {
+    let reg = TestRegistry::start(Mode::PlainV6).await;
+    let h = reg.host();
+    assert!(h.starts_with("[::1]:"), "{h}");
+    let d = reg.push_image("v6/app", "1").await;
+    let s = Sigil::start(Some(&pin_all_from(&h)), &[]).await;
+    let img = format!("{h}/v6/app:1");
+    let got = s.apiserver().create_pod("default", &[&img]).await;
+    assert_eq!(
+        images_of(&got.object),
+        [format!("{img}@{d}")],
+        "{}",
+        got.message
+    );
+    assert!(!got.reinvoked.unwrap().patched);
+}
+
 /// `maxConcurrentRequests` bounds what one registry sees from sigil, while
 /// lookups of one Pod otherwise run concurrently (latency = the slowest).
 #[tokio::test]

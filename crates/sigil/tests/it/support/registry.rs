@@ -13,6 +13,8 @@ use sha2::{Digest as _, Sha256};
 
 pub enum Mode {
     Plain,
+    /// Plain HTTP on the IPv6 loopback, `[::1]:port`.
+    PlainV6,
     Tls,
     Htpasswd {
         user: &'static str,
@@ -72,15 +74,23 @@ impl TestRegistry {
             .expect("docker-registry not installed: run scripts/test.sh (it installs it)");
         for _attempt in 0..5 {
             let dir = tempfile::tempdir().unwrap();
-            let port = free_port();
-            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-            let mut http_cfg = format!("  addr: 127.0.0.1:{port}\n  secret: sigil-test-secret\n");
+            let ip = if matches!(mode, Mode::PlainV6) {
+                "[::1]"
+            } else {
+                "127.0.0.1"
+            };
+            let port = TcpListener::bind(format!("{ip}:0"))
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .expect("free port");
+            let addr: SocketAddr = format!("{ip}:{port}").parse().unwrap();
+            let mut http_cfg = format!("  addr: \"{ip}:{port}\"\n  secret: sigil-test-secret\n");
             let mut auth_cfg = String::new();
             let mut ca_pem = None;
             let mut basic = None;
             let mut scheme = "http";
             match &mode {
-                Mode::Plain => {}
+                Mode::Plain | Mode::PlainV6 => {}
                 Mode::Tls => {
                     let (ca, cert, key) = test_ca();
                     std::fs::write(dir.path().join("cert.pem"), &cert).unwrap();
