@@ -171,7 +171,10 @@ async fn run(size: Size, full: bool) {
             .arg(&policy)
             .arg("--ca-bundle-out")
             .arg(&ca)
-            .env("SIGIL_LOG", "warn")
+            .env(
+                "SIGIL_LOG",
+                std::env::var("BENCH_SIGIL_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
