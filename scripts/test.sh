@@ -9,6 +9,8 @@ export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" CARGO_TERM_COLOR="${CARGO_TERM_
 need_apt=()
 command -v docker-registry >/dev/null || need_apt+=(docker-registry)
 command -v htpasswd >/dev/null || need_apt+=(apache2-utils)
+# kpt runs the KRM function tests (exec functions, `kpt fn eval/render`).
+command -v kpt >/dev/null || [ -x /usr/lib/google-cloud-sdk/bin/kpt ] || need_apt+=(google-cloud-cli-kpt)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

@@ -2,7 +2,7 @@
 //!
 //! It owns image references ([`reference`]), the policy schema and its
 //! meaning ([`policy`], [`pattern`]), where images live in any object
-//! ([`walker`]), what happens to each image ([`decision`]) and the JSONPatch
+//! ([`walker`]) and how to edit them in YAML text ([`manifest`]), what happens to each image ([`decision`]) and the JSONPatch
 //! that applies it ([`patch`]). It does not talk to registries, verify
 //! signatures or serve HTTP: those edges are the traits in this file,
 //! implemented by `sigil-registry` and driven by the `sigil` binary, which runs
@@ -11,6 +11,7 @@
 //! runtime.
 
 pub mod decision;
+pub mod manifest;
 pub mod patch;
 pub mod pattern;
 pub mod policy;

@@ -12,7 +12,7 @@
 //! `--bench` (as `cargo test --benches` does) it runs a small smoke.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use serde_json::{Value, json};
-use sha2::{Digest as _, Sha256};
+
+mod common;
+use common::{Proc, free_port, push_image, wait_http};
 
 struct Size {
     concurrency: usize,
@@ -94,46 +96,11 @@ fn cpu_time(pid: u32) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port")
-}
-
 async fn run(size: Size, full: bool) {
     let dir = tempfile::tempdir().expect("tmp");
     // Registry.
-    let reg_port = free_port();
-    let reg_cfg = dir.path().join("registry.yml");
-    std::fs::write(
-        &reg_cfg,
-        format!(
-            "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{reg_port}\n  secret: bench\n",
-            dir.path().join("data").display()
-        ),
-    )
-    .expect("write registry config");
-    let _registry = Proc(
-        Command::new("docker-registry")
-            .arg("serve")
-            .arg(&reg_cfg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("docker-registry (apt install docker-registry)"),
-    );
-    let reg = format!("127.0.0.1:{reg_port}");
     let http = reqwest::Client::new();
-    wait_http(&http, &format!("http://{reg}/v2/")).await;
+    let (_registry, reg) = common::start_registry(dir.path(), &http).await;
     let warm: Vec<String> = futures_util::future::join_all(
         (0..3).map(|i| push_image(&http, &reg, "bench/app", format!("warm{i}"))),
     )
@@ -427,78 +394,6 @@ async fn registry_requests(http: &reqwest::Client, admin: u16) -> u64 {
         .filter(|l| l.starts_with("sigil_registry_requests_total"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
-}
-
-async fn wait_http(http: &reqwest::Client, url: &str) {
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(r) = http.get(url).send().await
-            && r.status().is_success()
-        {
-            return;
-        }
-        assert!(Instant::now() < until, "{url} never came up");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
-fn sha256(b: &[u8]) -> String {
-    format!(
-        "sha256:{}",
-        Sha256::digest(b)
-            .iter()
-            .map(|x| format!("{x:02x}"))
-            .collect::<String>()
-    )
-}
-
-async fn push_blob(http: &reqwest::Client, reg: &str, repo: &str, data: Vec<u8>) -> String {
-    let d = sha256(&data);
-    let r = http
-        .post(format!("http://{reg}/v2/{repo}/blobs/uploads/"))
-        .send()
-        .await
-        .expect("upload");
-    let loc = r.headers()["location"]
-        .to_str()
-        .expect("location")
-        .to_string();
-    let url = if loc.starts_with("http") {
-        loc
-    } else {
-        format!("http://{reg}{loc}")
-    };
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let r = http
-        .put(format!("{url}{sep}digest={d}"))
-        .body(data)
-        .send()
-        .await
-        .expect("put blob");
-    assert_eq!(r.status(), 201);
-    d
-}
-
-async fn push_image(http: &reqwest::Client, reg: &str, repo: &str, tag: String) -> String {
-    let tag = tag.as_str();
-    let config = serde_json::to_vec(&json!({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}, "tag": tag})).expect("json");
-    let layer = format!("{repo}:{tag}").into_bytes();
-    let (cl, ll) = (config.len(), layer.len());
-    let cd = push_blob(http, reg, repo, config).await;
-    let ld = push_blob(http, reg, repo, layer).await;
-    let m = serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": cl},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": ld, "size": ll}]}))
-    .expect("json");
-    let r = http
-        .put(format!("http://{reg}/v2/{repo}/manifests/{tag}"))
-        .header("content-type", "application/vnd.oci.image.manifest.v1+json")
-        .body(m.clone())
-        .send()
-        .await
-        .expect("put manifest");
-    assert_eq!(r.status(), 201);
-    sha256(&m)
 }
 
 fn review(images: &[&str]) -> Vec<u8> {

@@ -7,7 +7,10 @@
 
 pub mod admission;
 pub mod engine;
+pub mod files;
+pub mod krm;
 pub mod metrics;
+pub mod pin;
 pub mod reload;
 pub mod selfcheck;
 pub mod server;

@@ -16,6 +16,8 @@ use sigil::server::{ServeConfig, serve};
 use sigil_core::Policy;
 use sigil_core::policy::{Action, Scope};
 
+mod pin_cmd;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "sigil",
@@ -31,6 +33,16 @@ struct Cli {
 enum Command {
     /// Run the mutating admission webhook.
     Serve(ServeArgs),
+    /// Pin (and rewrite) every image in manifests before they go into Git.
+    ///
+    /// Exit codes: 0 done; 1 an image is denied by the policy, or (--check)
+    /// not pinned / not rewritten / failing policy; 2 bad input or usage.
+    Pin(pin_cmd::PinArgs),
+    /// Run as a KRM function: ResourceList on stdin, pinned ResourceList on stdout.
+    ///
+    /// Invoked as `sigil-krm` (a symlink), sigil runs this mode with no
+    /// arguments, for orchestrators whose exec spec takes none (kustomize).
+    Krm(pin_cmd::KrmArgs),
     /// Work with policy files.
     Policy {
         #[command(subcommand)]
@@ -119,10 +131,27 @@ fn load_policy(path: Option<&PathBuf>) -> Result<(Policy, Option<Vec<u8>>)> {
     }
 }
 
+/// Whether sigil was started as `sigil-krm` (see [`Command::Krm`]).
+fn invoked_as_krm() -> bool {
+    std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .is_some_and(|s| s == "sigil-krm")
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = if invoked_as_krm() {
+        let mut args = vec![std::ffi::OsString::from("sigil"), "krm".into()];
+        args.extend(std::env::args_os().skip(1));
+        Cli::parse_from(args)
+    } else {
+        Cli::parse()
+    };
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
+        Command::Pin(args) => pin_cmd::run_pin(args),
+        Command::Krm(args) => pin_cmd::run_krm(args),
         Command::Policy {
             command: PolicyCommand::Check { file },
         } => policy_check(&file),
@@ -131,7 +160,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(pin_cmd::EXIT_ERROR)
         }
     }
 }
@@ -149,7 +178,7 @@ fn run_serve(args: ServeArgs) -> Result<ExitCode> {
                 std::env::temp_dir().join(format!("sigil-ca-{}.pem", std::process::id()))
             });
             let pem = cert.ca_pem.as_deref().unwrap_or_default();
-            sigil::tls::write_atomic(&out, pem.as_bytes())?;
+            sigil::files::write_atomic(&out, pem.as_bytes(), sigil::files::Durability::RenameOnly)?;
             tracing::info!(ca_bundle = %out.display(), names = ?names, "no --tls-cert given: minted a CA and serving certificate in memory; clients must trust the CA bundle");
             cert
         }

@@ -206,32 +206,6 @@ pub fn default_names() -> Vec<String> {
     names
 }
 
-/// Writes `contents` to `path` so readers see the old file or the whole new
-/// one, never a part (temp file in the same directory, then rename). No
-/// fsync: the CA bundle is regenerated on every start, and an fsync on a
-/// busy node's disk can cost more than the whole start-to-Ready budget.
-pub fn write_atomic(path: &std::path::Path, contents: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".into());
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let written = std::fs::write(&tmp, contents)
-        .with_context(|| format!("writing {}", tmp.display()))
-        .and_then(|()| {
-            std::fs::rename(&tmp, path)
-                .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
-        });
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,5 +5,6 @@
 #![allow(clippy::unwrap_used)]
 
 mod drain;
+mod pin;
 mod support;
 mod webhook;

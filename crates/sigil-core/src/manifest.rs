@@ -1,0 +1,552 @@
+//! Kubernetes manifests as YAML text: read them, and edit image scalars in place.
+//!
+//! Owns the byte-exact side of client-side pinning. A multi-document YAML
+//! stream is parsed once into a tree whose every node remembers where it came
+//! from (via `serde_saphyr::Spanned`); the tree is converted to JSON for the
+//! [`walker`](crate::walker), and an image field found there is mapped back to
+//! the byte range of its scalar. Edits are splices of those ranges only, so
+//! comments, key order, quoting, indentation, anchors, line endings and
+//! document separators stay exactly as written everywhere else. It never
+//! re-serializes a document and it decides nothing about images.
+
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+use serde_saphyr::Spanned;
+
+/// Why a manifest could not be read or edited.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    /// The text is not YAML (the parser's message names line and column).
+    #[error("invalid YAML: {0}")]
+    Syntax(String),
+    /// The image scalar is written in a form sigil will not rewrite safely.
+    #[error(
+        "line {line}: the image is a {style} scalar; write it as a plain or quoted scalar so it can be edited in place"
+    )]
+    UnsupportedScalar {
+        /// 1-based line of the scalar.
+        line: u64,
+        /// e.g. "block (| or >)".
+        style: &'static str,
+    },
+    /// An anchored image scalar is also used where sigil must not change it.
+    #[error(
+        "line {line}: the image is an anchored scalar that is also used by a field that is not this image; give the image its own scalar"
+    )]
+    SharedAnchor {
+        /// 1-based line of the anchor.
+        line: u64,
+    },
+    /// One anchored scalar is used by two image fields that need different values.
+    #[error(
+        "line {line}: an anchored image is used in places that need different values ({a:?} and {b:?}); give each its own scalar"
+    )]
+    ConflictingEdit {
+        /// 1-based line of the anchor.
+        line: u64,
+        /// One wanted value.
+        a: String,
+        /// The other.
+        b: String,
+    },
+}
+
+/// One YAML node, with the span of every child.
+#[derive(Debug, Clone)]
+enum Node {
+    Null,
+    Bool(bool),
+    Int(Number),
+    Float(f64),
+    Str(String),
+    Seq(Vec<Spanned<Node>>),
+    Map(Vec<(String, Spanned<Node>)>),
+}
+
+/// Where a scalar's source text lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScalarAt {
+    /// Byte range of the scalar as written (quotes included) at its definition.
+    pub start: usize,
+    /// End of that range (exclusive).
+    pub end: usize,
+    /// 1-based line where the field uses it (the alias site for aliases).
+    pub line: u64,
+    /// 1-based column of that use.
+    pub column: u64,
+    /// Line of the definition (differs from `line` for aliases and merges).
+    pub defined_line: u64,
+    /// Byte offset of the use site (the alias for aliases).
+    pub site: usize,
+    /// How many places use the definition (1 unless it is anchored and aliased).
+    pub uses: u32,
+}
+
+/// One document of a stream.
+#[derive(Debug, Clone)]
+pub struct Document {
+    /// The document as JSON, for the walker and for output.
+    pub value: Value,
+    /// 1-based line of the document's first node.
+    pub line: u64,
+    root: Spanned<Node>,
+    /// Definition offset → number of alias/merge uses, for shared scalars.
+    aliased: std::collections::HashMap<usize, u32>,
+}
+
+impl Document {
+    /// Whether this looks like a Kubernetes object (`apiVersion` and `kind` strings).
+    pub fn is_kubernetes_object(&self) -> bool {
+        self.value.get("apiVersion").is_some_and(Value::is_string)
+            && self.value.get("kind").is_some_and(Value::is_string)
+    }
+
+    /// Finds the scalar at `path` (map keys and decimal sequence indexes).
+    pub fn scalar<'a>(&self, path: impl IntoIterator<Item = &'a str>) -> Option<ScalarAt> {
+        let mut at = &self.root;
+        for seg in path {
+            at = match &at.value {
+                Node::Map(entries) => &entries.iter().rev().find(|(k, _)| k == seg)?.1,
+                Node::Seq(items) => items.get(seg.parse::<usize>().ok()?)?,
+                _ => return None,
+            };
+        }
+        let span = at.defined.span();
+        let start = usize::try_from(span.byte_offset()?).ok()?;
+        let len = usize::try_from(span.byte_len()?).ok()?;
+        let site = at
+            .referenced
+            .span()
+            .byte_offset()
+            .and_then(|o| usize::try_from(o).ok())
+            .unwrap_or(start);
+        Some(ScalarAt {
+            start,
+            end: start + len,
+            line: at.referenced.line(),
+            column: at.referenced.column(),
+            defined_line: at.defined.line(),
+            site,
+            uses: 1 + self.aliased.get(&start).copied().unwrap_or(0),
+        })
+    }
+}
+
+/// Parses a YAML stream. Empty documents (`---` alone, comments only) are skipped.
+pub fn parse_stream(text: &str) -> Result<Vec<Document>, ManifestError> {
+    let roots: Vec<Spanned<Node>> =
+        serde_saphyr::from_multiple(text).map_err(|e| ManifestError::Syntax(e.to_string()))?;
+    Ok(roots
+        .into_iter()
+        .map(|mut root| {
+            let mut aliased = std::collections::HashMap::new();
+            count_aliases(&root, &mut aliased);
+            Document {
+                value: take_json(&mut root.value),
+                line: root.referenced.line(),
+                root,
+                aliased,
+            }
+        })
+        .collect())
+}
+
+fn offset(l: &serde_saphyr::Location) -> Option<u64> {
+    l.span().byte_offset()
+}
+
+/// Counts, per defining offset, the nodes that are aliases (or merge copies) of it.
+fn count_aliases(n: &Spanned<Node>, out: &mut std::collections::HashMap<usize, u32>) {
+    if let (Some(d), Some(r)) = (offset(&n.defined), offset(&n.referenced))
+        && d != r
+        && let Ok(d) = usize::try_from(d)
+    {
+        *out.entry(d).or_default() += 1;
+    }
+    match &n.value {
+        Node::Seq(items) => items.iter().for_each(|i| count_aliases(i, out)),
+        Node::Map(entries) => entries.iter().for_each(|(_, v)| count_aliases(v, out)),
+        _ => {}
+    }
+}
+
+/// Converts to JSON, moving scalar strings out of the tree: afterwards the
+/// tree is only needed for its spans and map keys.
+fn take_json(n: &mut Node) -> Value {
+    match n {
+        Node::Null => Value::Null,
+        Node::Bool(b) => Value::Bool(*b),
+        Node::Int(i) => Value::Number(i.clone()),
+        Node::Float(f) => Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        Node::Str(s) => Value::String(std::mem::take(s)),
+        Node::Seq(items) => {
+            Value::Array(items.iter_mut().map(|i| take_json(&mut i.value)).collect())
+        }
+        Node::Map(entries) => {
+            let mut m = Map::with_capacity(entries.len());
+            for (k, v) in entries {
+                m.insert(k.clone(), take_json(&mut v.value));
+            }
+            Value::Object(m)
+        }
+    }
+}
+
+/// One splice: replace `start..end` with `text`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edit {
+    /// Byte range start.
+    pub start: usize,
+    /// Byte range end (exclusive).
+    pub end: usize,
+    /// Replacement source text (quoted as the original was).
+    pub text: String,
+    /// The unquoted new value, for conflict messages.
+    pub value: String,
+    /// Line of the definition, for messages.
+    pub line: u64,
+    /// Use site this edit is for.
+    pub site: usize,
+    /// Places that use the edited definition; all must be edited alike.
+    pub uses: u32,
+}
+
+/// Builds the splice that turns the scalar at `at` (whose value is `old`)
+/// into `new`, keeping its quoting. Refuses forms where the source text is
+/// not simply the value (block scalars, escapes, folded lines), because a
+/// splice there could change more than the image.
+pub fn edit_scalar(text: &str, at: &ScalarAt, old: &str, new: &str) -> Result<Edit, ManifestError> {
+    let src = text.get(at.start..at.end).unwrap_or_default();
+    let unsupported = |style| ManifestError::UnsupportedScalar {
+        line: at.defined_line,
+        style,
+    };
+    let quoted = if src == old && !old.contains(['\n', '\r']) {
+        if !plain_safe(new) {
+            return Err(unsupported("plain"));
+        }
+        new.to_owned()
+    } else if src.len() == old.len() + 2
+        && src.starts_with('"')
+        && src.ends_with('"')
+        && &src[1..src.len() - 1] == old
+    {
+        if new.contains(['"', '\\']) || new.chars().any(char::is_control) {
+            return Err(unsupported("double-quoted"));
+        }
+        format!("\"{new}\"")
+    } else if src.len() == old.len() + 2
+        && src.starts_with('\'')
+        && src.ends_with('\'')
+        && &src[1..src.len() - 1] == old
+    {
+        format!("'{}'", new.replace('\'', "''"))
+    } else if !old.is_empty()
+        && !old.contains(['\n', '\r'])
+        && src
+            .strip_prefix(old)
+            .is_some_and(|rest| rest.trim().is_empty())
+    {
+        // A one-line block scalar (`|-`, `>-`): the span runs past the
+        // content to the next line's indentation. Replace the content only;
+        // an image has no spaces, so folding cannot change it.
+        if !plain_safe(new) {
+            return Err(unsupported("block"));
+        }
+        format!("{new}{}", &src[old.len()..])
+    } else if src.starts_with('"') {
+        return Err(unsupported("double-quoted (with escapes)"));
+    } else if src.starts_with('\'') {
+        return Err(unsupported("single-quoted (with escapes or line folding)"));
+    } else if old.ends_with('\n') || src.contains('\n') {
+        return Err(unsupported("block (| or >) or multi-line"));
+    } else {
+        return Err(unsupported("non-literal"));
+    };
+    Ok(Edit {
+        start: at.start,
+        end: at.end,
+        text: quoted,
+        value: new.to_owned(),
+        line: at.defined_line,
+        site: at.site,
+        uses: at.uses,
+    })
+}
+
+/// Whether `s` reads back as the same string when written as a plain scalar
+/// in block or flow context. Image references always do; anything else is
+/// refused rather than risked.
+fn plain_safe(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/' | b':' | b'@' | b'+')
+        })
+        && !s.starts_with(['-', ':', '@'])
+        && !s.contains(": ")
+}
+
+/// Applies splices to `text`. Identical edits (one anchor used by several
+/// fields) collapse to one; different edits of the same range are an error.
+pub fn apply_edits(text: &str, mut edits: Vec<Edit>) -> Result<String, ManifestError> {
+    edits.sort_by_key(|e| (e.start, e.end, e.site));
+    // Every use of a shared (anchored) scalar must be an image edited alike;
+    // otherwise the splice would change a field that is not an image.
+    let mut i = 0;
+    while i < edits.len() {
+        let same = edits[i..]
+            .iter()
+            .take_while(|e| e.start == edits[i].start && e.end == edits[i].end)
+            .count();
+        let mut sites: Vec<usize> = edits[i..i + same].iter().map(|e| e.site).collect();
+        sites.dedup();
+        if (sites.len() as u32) < edits[i].uses {
+            return Err(ManifestError::SharedAnchor {
+                line: edits[i].line,
+            });
+        }
+        i += same;
+    }
+    edits.dedup_by(|b, a| a.start == b.start && a.end == b.end && a.text == b.text);
+    for w in edits.windows(2) {
+        if w[1].start < w[0].end {
+            return Err(ManifestError::ConflictingEdit {
+                line: w[0].line,
+                a: w[0].value.clone(),
+                b: w[1].value.clone(),
+            });
+        }
+    }
+    let mut out = String::with_capacity(text.len() + edits.len() * 72);
+    let mut pos = 0;
+    for e in &edits {
+        out.push_str(text.get(pos..e.start).unwrap_or_default());
+        out.push_str(&e.text);
+        pos = e.end;
+    }
+    out.push_str(text.get(pos..).unwrap_or_default());
+    Ok(out)
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Node, D::Error> {
+        d.deserialize_any(NodeVisitor)
+    }
+}
+
+struct NodeVisitor;
+
+impl<'de> Visitor<'de> for NodeVisitor {
+    type Value = Node;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any YAML value")
+    }
+    fn visit_unit<E>(self) -> Result<Node, E> {
+        Ok(Node::Null)
+    }
+    fn visit_none<E>(self) -> Result<Node, E> {
+        Ok(Node::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
+        Node::deserialize(d)
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
+        Ok(Node::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
+        Ok(Node::Int(v.into()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
+        Ok(Node::Int(v.into()))
+    }
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Node, E> {
+        Ok(Node::Str(v.to_string()))
+    }
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Node, E> {
+        Ok(Node::Str(v.to_string()))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Node, E> {
+        Ok(Node::Float(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Node, E> {
+        Ok(Node::Str(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Node, E> {
+        Ok(Node::Str(v))
+    }
+    fn visit_bytes<E>(self, v: &[u8]) -> Result<Node, E> {
+        Ok(Node::Str(String::from_utf8_lossy(v).into_owned()))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Node, A::Error> {
+        let mut items = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1024));
+        while let Some(x) = a.next_element()? {
+            items.push(x);
+        }
+        Ok(Node::Seq(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Node, A::Error> {
+        let mut entries = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1024));
+        while let Some((k, v)) = a.next_entry::<Key, Spanned<Node>>()? {
+            entries.push((k.0, v));
+        }
+        Ok(Node::Map(entries))
+    }
+}
+
+/// A map key: any scalar, as its text (JSON keys are strings).
+struct Key(String);
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a scalar map key")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key, E> {
+                Ok(Key(v.to_owned()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key, E> {
+                Ok(Key(v))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Key, E> {
+                Ok(Key(v.to_string()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Key, E> {
+                Ok(Key(v.to_string()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Key, E> {
+                Ok(Key(v.to_string()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Key, E> {
+                Ok(Key(v.to_string()))
+            }
+            fn visit_unit<E>(self) -> Result<Key, E> {
+                Ok(Key("null".to_owned()))
+            }
+            fn visit_none<E>(self) -> Result<Key, E> {
+                Ok(Key("null".to_owned()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pin_all(text: &str, new: &str) -> Result<String, ManifestError> {
+        let docs = parse_stream(text)?;
+        let mut edits = Vec::new();
+        for d in &docs {
+            for f in crate::walker::image_fields(&d.value) {
+                let at = d
+                    .scalar(f.path.iter().map(String::as_str))
+                    .expect("span for every image field");
+                edits.push(edit_scalar(text, &at, &f.value, new)?);
+            }
+        }
+        apply_edits(text, edits)
+    }
+
+    const NEW: &str =
+        "nginx:1@sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+    #[test]
+    fn only_image_scalars_change_whatever_the_quoting() {
+        let text = "# head\r\napiVersion: v1\r\nkind: Pod\r\nspec:\r\n  containers:\r\n  - name: a\r\n    image: \"nginx:1\"  # keep\r\n  - {name: b, image: 'nginx:1'}\r\n  - name: c\r\n    image:   nginx:1\r\n";
+        let out = pin_all(text, NEW).expect("edits");
+        let want = text
+            .replace("\"nginx:1\"", &format!("\"{NEW}\""))
+            .replace("'nginx:1'", &format!("'{NEW}'"))
+            .replace("  nginx:1\r", &format!("  {NEW}\r"));
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn shared_anchor_is_edited_once() {
+        let text = "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: a\n    image: &img nginx:1\n  - name: b\n    image: *img\n";
+        let out = pin_all(text, NEW).expect("edits");
+        assert_eq!(out, text.replace("&img nginx:1", &format!("&img {NEW}")));
+    }
+
+    #[test]
+    fn anchor_needing_two_values_is_refused() {
+        let text = "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: a\n    image: &img nginx:1\n  - name: b\n    image: *img\n";
+        let docs = parse_stream(text).expect("parse");
+        let fields = crate::walker::image_fields(&docs[0].value);
+        let e: Vec<Edit> = fields
+            .iter()
+            .zip(["x:1", "y:1"])
+            .map(|(f, n)| {
+                let at = docs[0]
+                    .scalar(f.path.iter().map(String::as_str))
+                    .expect("span");
+                edit_scalar(text, &at, &f.value, n).expect("edit")
+            })
+            .collect();
+        assert!(matches!(
+            apply_edits(text, e),
+            Err(ManifestError::ConflictingEdit { line: 6, .. })
+        ));
+    }
+
+    #[test]
+    fn anchor_shared_with_a_non_image_field_is_refused() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: &n nginx\nspec:\n  containers:\n  - name: a\n    image: *n\n";
+        assert!(matches!(
+            pin_all(text, NEW),
+            Err(ManifestError::SharedAnchor { line: 4 })
+        ));
+        let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  labels: {x: *n}\nspec:\n  containers:\n  - name: a\n    image: &n nginx\n";
+        // An alias before its anchor is invalid YAML; the other order:
+        assert!(parse_stream(text).is_err());
+        let text = "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: a\n    image: &n nginx\n  - name: *n\n    image: busybox\n";
+        assert!(matches!(
+            pin_all(text, NEW),
+            Err(ManifestError::SharedAnchor { line: 6 })
+        ));
+    }
+
+    #[test]
+    fn block_scalar_image_is_refused_not_mangled() {
+        let text = "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: a\n    image: |\n      nginx:1\n";
+        let got = pin_all(text, NEW);
+        assert!(
+            matches!(got, Err(ManifestError::UnsupportedScalar { .. })),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn documents_report_their_lines_and_skip_empty_ones() {
+        let text = "a: 1\n---\n# only a comment\n---\napiVersion: v1\nkind: Pod\n";
+        let docs = parse_stream(text).expect("parse");
+        assert_eq!(docs.len(), 2);
+        assert!(!docs[0].is_kubernetes_object());
+        assert!(docs[1].is_kubernetes_object());
+        assert_eq!(docs[1].line, 5);
+    }
+
+    #[test]
+    fn non_string_keys_and_multibyte_text_keep_byte_offsets_right() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  annotations: {note: \"ünïcødé ✓\", 1: true}\nspec:\n  containers:\n  - image: nginx:1\n";
+        let out = pin_all(text, NEW).expect("edits");
+        assert_eq!(
+            out,
+            text.replace("image: nginx:1", &format!("image: {NEW}"))
+        );
+    }
+
+    #[test]
+    fn syntax_errors_are_errors() {
+        assert!(matches!(
+            parse_stream("a: [1\n"),
+            Err(ManifestError::Syntax(_))
+        ));
+    }
+}

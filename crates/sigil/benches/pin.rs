@@ -1,0 +1,171 @@
+//! `sigil pin` at repository scale (see docs/benchmarks.md).
+//!
+//! Starts the real registry, pushes the unique images, generates a tree of
+//! manifests (Deployments, CronJobs, Pods; one to three containers; comments),
+//! then times `sigil pin --write` over the tree (cold cache: every unique
+//! reference is one registry request) and `sigil pin --check` over the pinned
+//! result (no lookups: pure parse, walk, decide). Prints one table.
+//!
+//! `cargo bench -p sigil --bench pin` runs 10,000 manifests with 1,000
+//! unique images; run without `--bench` (as `cargo test --benches` does) it
+//! runs a small smoke.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+mod common;
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let (manifests, images) = if full { (10_000, 1_000) } else { (200, 20) };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(run(manifests, images));
+}
+
+/// CPU time (user, system) of waited-for children, from /proc/self/stat.
+fn children_cpu() -> (Duration, Duration) {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // Fields 16 and 17 (cutime, cstime) are at 13 and 14 after the comm field.
+    let ticks = |i: usize| Duration::from_millis(f.get(i).copied().unwrap_or(0) * 10);
+    (ticks(13), ticks(14))
+}
+
+fn generate(root: &Path, reg: &str, manifests: usize, images: usize) {
+    for i in 0..manifests {
+        let dir = root.join(format!("team-{:03}", i % 100));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let img = |k: usize| format!("{reg}/bench/img{}:v1", (i * 7 + k * 13) % images);
+        let text = match i % 3 {
+            0 => format!(
+                "# service {i}\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: svc-{i}\n  labels: {{app: svc-{i}}}\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {{app: svc-{i}}}\n  template:\n    metadata:\n      labels: {{app: svc-{i}}}\n    spec:\n      initContainers:\n        - name: init\n          image: \"{}\"\n      containers:\n        - name: app   # main\n          image: {}\n          ports: [{{containerPort: 8080}}]\n        - name: proxy\n          image: '{}'\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: svc-{i}\nspec:\n  ports: [{{port: 80}}]\n",
+                img(0),
+                img(1),
+                img(2)
+            ),
+            1 => format!(
+                "apiVersion: batch/v1\nkind: CronJob\nmetadata:\n  name: job-{i}\nspec:\n  schedule: \"*/5 * * * *\"\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: OnFailure\n          containers:\n          - name: job\n            image: {}\n",
+                img(0)
+            ),
+            _ => format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: pod-{i}\nspec:\n  containers:\n  - {{name: a, image: {}}}\n  - {{name: b, image: {}}}\n",
+                img(0),
+                img(1)
+            ),
+        };
+        std::fs::write(dir.join(format!("m{i:05}.yaml")), text).expect("write");
+    }
+}
+
+struct Run {
+    wall: Duration,
+    user: Duration,
+    sys: Duration,
+    report: serde_json::Value,
+}
+
+fn pin(args: &[&str], report_on_stderr: bool) -> Run {
+    let cpu0 = children_cpu();
+    let t = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_sigil"))
+        .args(args)
+        .output()
+        .expect("run sigil pin");
+    let wall = t.elapsed();
+    let cpu1 = children_cpu();
+    let (user, sys) = (cpu1.0.saturating_sub(cpu0.0), cpu1.1.saturating_sub(cpu0.1));
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "sigil pin failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = if report_on_stderr {
+        &out.stderr
+    } else {
+        &out.stdout
+    };
+    let report = serde_json::from_slice(json).expect("JSON report");
+    Run {
+        wall,
+        user,
+        sys,
+        report,
+    }
+}
+
+async fn run(manifests: usize, images: usize) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let http = reqwest::Client::new();
+    let (_registry, reg) = common::start_registry(dir.path(), &http).await;
+    let mut pushed = 0;
+    while pushed < images {
+        let repos: Vec<String> = (pushed..(pushed + 32).min(images))
+            .map(|i| format!("bench/img{i}"))
+            .collect();
+        let batch: Vec<_> = repos
+            .iter()
+            .map(|r| common::push_image(&http, &reg, r, "v1".into()))
+            .collect();
+        futures_util::future::join_all(batch).await;
+        pushed = (pushed + 32).min(images);
+    }
+    let tree = dir.path().join("tree");
+    generate(&tree, &reg, manifests, images);
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, format!("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  registries:\n    - {{host: \"{reg}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"], mode: enforce}}\n")).expect("policy");
+    let p = policy.to_str().expect("utf-8 path");
+    let t = tree.to_str().expect("utf-8 path");
+
+    let stdout = pin(&["pin", "--policy", p, "--output", "json", t], true);
+    let cold = pin(
+        &["pin", "--policy", p, "--write", "--output", "json", t],
+        false,
+    );
+    let check = pin(
+        &["pin", "--policy", p, "--check", "--output", "json", t],
+        false,
+    );
+    assert_eq!(
+        check.report["checkFailures"], 0,
+        "pinned tree must pass --check"
+    );
+
+    println!();
+    println!(
+        "| run | manifests | images (fields / unique) | wall | registry requests | CPU per manifest (user + kernel) |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (name, r) in [
+        ("`pin` to stdout, cold cache", &stdout),
+        ("`pin --write` (atomic rename per file), cold cache", &cold),
+        ("`pin --check` of the pinned tree", &check),
+    ] {
+        println!(
+            "| {name} | {manifests} | {} / {images} | {:.2} s | {} | {:.0} µs ({:.0} + {:.0}) |",
+            r.report["images"],
+            r.wall.as_secs_f64(),
+            r.report["registryRequests"],
+            (r.user + r.sys).as_secs_f64() * 1e6 / manifests as f64,
+            r.user.as_secs_f64() * 1e6 / manifests as f64,
+            r.sys.as_secs_f64() * 1e6 / manifests as f64,
+        );
+    }
+    println!();
+    let requests = cold.report["registryRequests"].as_u64().unwrap_or(0);
+    println!(
+        "registry requests = unique references: {} ({requests} vs {images})",
+        if requests == images as u64 {
+            "yes"
+        } else {
+            "NO"
+        }
+    );
+}

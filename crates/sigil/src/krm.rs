@@ -1,0 +1,270 @@
+//! `sigil krm`: the pin pipeline as a KRM function (kpt, kustomize).
+//!
+//! Owns the KRM Functions Specification side: reading a
+//! `config.kubernetes.io/v1` ResourceList, choosing the policy from its
+//! `functionConfig`, and writing the list back with images pinned and a
+//! `results` entry per denial or warning. Items are edited in place in the
+//! input text (like `sigil pin --write`), so every annotation the
+//! orchestrator relies on (`config.kubernetes.io/*`,
+//! `internal.config.kubernetes.io/*`) and every comment survive byte for
+//! byte. Decisions come from [`crate::pin`]; this module only adapts.
+
+use serde::Serialize;
+use serde_json::Value;
+use sigil_core::manifest::{self, Document};
+use sigil_core::{DigestResolver, Policy};
+
+use crate::engine::Engine;
+use crate::pin::{self, ImageReport, PinOptions, Status, Target};
+
+/// Why a ResourceList could not be processed at all.
+#[derive(Debug, thiserror::Error)]
+pub enum KrmError {
+    /// stdin is not YAML.
+    #[error("reading the ResourceList: {0}")]
+    Manifest(#[from] manifest::ManifestError),
+    /// stdin is YAML, but not one `config.kubernetes.io/v1` ResourceList.
+    #[error("{0}")]
+    NotAResourceList(String),
+}
+
+/// A parsed ResourceList, kept with its text for in-place edits.
+#[derive(Debug)]
+pub struct ResourceList {
+    text: String,
+    doc: Document,
+}
+
+impl ResourceList {
+    /// Parses stdin.
+    pub fn parse(text: String) -> Result<ResourceList, KrmError> {
+        let mut docs = manifest::parse_stream(&text)?;
+        if docs.len() != 1 {
+            return Err(KrmError::NotAResourceList(format!(
+                "expected one ResourceList document on stdin, got {}",
+                docs.len()
+            )));
+        }
+        let doc = docs.remove(0);
+        let kind = doc.value.get("kind").and_then(Value::as_str);
+        if kind != Some("ResourceList") {
+            return Err(KrmError::NotAResourceList(format!(
+                "expected kind ResourceList (config.kubernetes.io/v1) on stdin, got {}",
+                kind.map_or_else(|| "no kind".to_owned(), |k| format!("kind {k:?}"))
+            )));
+        }
+        Ok(ResourceList { text, doc })
+    }
+
+    /// The policy `functionConfig` carries: an ImagePolicy, or a ConfigMap
+    /// whose `data.policy` holds one. `Ok(None)` when there is none (or an
+    /// empty ConfigMap, which is what kpt sends for `fn eval` without config).
+    pub fn policy(&self) -> Result<Option<Policy>, String> {
+        let Some(fc) = self
+            .doc
+            .value
+            .get("functionConfig")
+            .filter(|v| !v.is_null())
+        else {
+            return Ok(None);
+        };
+        match fc.get("kind").and_then(Value::as_str) {
+            Some(sigil_core::policy::KIND) => Policy::from_json_value(fc.clone())
+                .map(Some)
+                .map_err(|e| format!("functionConfig (ImagePolicy): {e}")),
+            Some("ConfigMap") => match fc.pointer("/data/policy") {
+                Some(Value::String(text)) => Policy::from_yaml(text)
+                    .map(Some)
+                    .map_err(|e| format!("functionConfig ConfigMap data.policy: {e}")),
+                Some(_) => Err("functionConfig ConfigMap data.policy must be a string holding an ImagePolicy".into()),
+                None if fc.pointer("/data").is_none_or(|d| d.as_object().is_none_or(|m| m.is_empty())) => Ok(None),
+                None => Err("functionConfig ConfigMap has data but no data.policy key; put the ImagePolicy YAML under data.policy".into()),
+            },
+            None if fc.as_object().is_some_and(|m| m.is_empty()) => Ok(None),
+            other => Err(format!(
+                "functionConfig must be an ImagePolicy (sigil.dev/v1alpha1) or a ConfigMap with data.policy, not {}",
+                other.map_or_else(|| "an object without kind".to_owned(), |k| format!("kind {k:?}"))
+            )),
+        }
+    }
+
+    /// The ResourceList unchanged except for one error result (bad config).
+    pub fn fail(&self, message: String) -> KrmOutput {
+        let results = vec![KrmResult {
+            message,
+            severity: "error",
+            resource_ref: None,
+            field: None,
+            file: None,
+        }];
+        KrmOutput {
+            text: with_results(&self.text, &self.doc, &results),
+            failed: true,
+        }
+    }
+
+    /// Runs the pipeline over `items`.
+    pub async fn process<R: DigestResolver>(
+        &self,
+        engine: &Engine<R>,
+        opts: PinOptions,
+    ) -> KrmOutput {
+        let items = self
+            .doc
+            .value
+            .get("items")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let targets = items
+            .iter()
+            .enumerate()
+            .map(|(i, object)| Target {
+                prefix: vec!["items".to_owned(), i.to_string()],
+                object,
+                item: Some(i),
+            })
+            .collect();
+        let decided = pin::decide_targets(engine, &self.text, &self.doc, targets, opts).await;
+        let pinned = match pin::finish(&self.text, decided) {
+            Ok(p) => p,
+            Err(e) => return self.fail(format!("cannot edit the resources in place: {e}")),
+        };
+        let results: Vec<KrmResult> = pinned
+            .decided
+            .images
+            .iter()
+            .filter_map(|r| result_for(r, items))
+            .collect();
+        let failed = results.iter().any(|r| r.severity == "error");
+        let text = if results.is_empty() {
+            pinned.text
+        } else {
+            match manifest::parse_stream(&pinned.text) {
+                Ok(mut docs) if docs.len() == 1 => {
+                    with_results(&pinned.text, &docs.remove(0), &results)
+                }
+                _ => {
+                    return self
+                        .fail("internal error: the edited ResourceList no longer parses".into());
+                }
+            }
+        };
+        KrmOutput { text, failed }
+    }
+}
+
+/// What to write to stdout, and whether to exit non-zero.
+#[derive(Debug)]
+pub struct KrmOutput {
+    /// The ResourceList.
+    pub text: String,
+    /// Some result has severity `error`.
+    pub failed: bool,
+}
+
+/// One entry of `results`, as the KRM Functions Specification defines it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct KrmResult {
+    message: String,
+    severity: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resource_ref: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file: Option<Value>,
+}
+
+fn annotation<'a>(obj: &'a Value, keys: &[&str]) -> Option<&'a str> {
+    let ann = obj.pointer("/metadata/annotations")?;
+    keys.iter()
+        .find_map(|k| ann.get(*k).and_then(Value::as_str))
+}
+
+fn result_for(r: &ImageReport, items: &[Value]) -> Option<KrmResult> {
+    let severity = match r.status {
+        Status::Denied => "error",
+        Status::Warning | Status::NeedsRegistry => "warning",
+        Status::Ok | Status::Pinned | Status::Rewritten => return None,
+    };
+    let obj = r.item.and_then(|i| items.get(i));
+    let mut resource_ref = serde_json::json!({
+        "apiVersion": r.api_version,
+        "kind": r.object.kind,
+        "name": r.object.name,
+    });
+    if !r.object.namespace.is_empty() {
+        resource_ref["namespace"] = Value::String(r.object.namespace.clone());
+    }
+    let file = obj.and_then(|o| {
+        let path = annotation(
+            o,
+            &[
+                "internal.config.kubernetes.io/path",
+                "config.kubernetes.io/path",
+            ],
+        )?;
+        let mut f = serde_json::json!({ "path": path });
+        if let Some(i) = annotation(
+            o,
+            &[
+                "internal.config.kubernetes.io/index",
+                "config.kubernetes.io/index",
+            ],
+        )
+        .and_then(|i| i.parse::<u64>().ok())
+        {
+            f["index"] = i.into();
+        }
+        Some(f)
+    });
+    let mut field = serde_json::json!({ "path": r.field, "currentValue": r.image });
+    if let Some(new) = &r.new {
+        field["proposedValue"] = Value::String(new.clone());
+    }
+    Some(KrmResult {
+        message: r.message.clone().unwrap_or_default(),
+        severity,
+        resource_ref: Some(resource_ref),
+        field: Some(field),
+        file,
+    })
+}
+
+/// Adds `results` to the list. A block-style list gets one `results:` line
+/// appended (JSON flow inside, which is YAML), leaving the rest byte-exact;
+/// anything else (flow style, an existing `results`, a `...` end marker) is
+/// re-serialized as JSON, which every orchestrator reads as YAML.
+fn with_results(text: &str, doc: &Document, results: &[KrmResult]) -> String {
+    let results_json = serde_json::to_string(results).unwrap_or_else(|_| "[]".into());
+    let first = text
+        .lines()
+        .map(str::trim_start)
+        .find(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with("%") && *l != "---");
+    let block = first.is_some_and(|l| !l.starts_with('{'))
+        && doc.value.get("results").is_none()
+        && !text.trim_end().ends_with("...");
+    if block {
+        let mut out = text.to_owned();
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str("results: ");
+        out.push_str(&results_json);
+        out.push('\n');
+        out
+    } else {
+        let mut v = doc.value.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.insert(
+                "results".into(),
+                serde_json::from_str(&results_json).unwrap_or(Value::Null),
+            );
+        }
+        let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+}

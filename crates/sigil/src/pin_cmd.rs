@@ -1,0 +1,444 @@
+//! `sigil pin` and `sigil krm` as commands: files, stdin, stdout, exit codes.
+//!
+//! Owns what the user sees of client-side pinning: which files are read, what
+//! goes to stdout and what to stderr, the progress bar, `--write` (atomic, all
+//! or nothing), `--check`, and the exit codes documented in `docs/pin.md`.
+//! Deciding and editing live in `sigil::pin` and `sigil::krm`.
+
+use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use futures_util::StreamExt as _;
+use sigil::engine::Engine;
+use sigil::files::{Durability, write_atomic};
+use sigil::krm::ResourceList;
+use sigil::metrics::Metrics;
+use sigil::pin::{ImageReport, PinOptions, Pinned, Status, pin_text};
+use sigil_core::Policy;
+use sigil_registry::Registry;
+
+/// Exit code: something is not pinned (`--check`) or is denied by the policy.
+pub const EXIT_FINDINGS: u8 = 1;
+/// Exit code: bad input (unreadable file, invalid YAML, bad policy, usage).
+pub const EXIT_ERROR: u8 = 2;
+
+#[derive(clap::Args, Debug)]
+pub struct PinArgs {
+    /// Files or directories (recursing into *.yaml / *.yml); `-` or nothing reads stdin.
+    paths: Vec<PathBuf>,
+    /// ImagePolicy file; without it, the embedded default.
+    #[arg(long, env = "SIGIL_POLICY")]
+    policy: Option<PathBuf>,
+    /// Edit the files in place (atomically; only image values change).
+    #[arg(short = 'w', long, conflicts_with = "check")]
+    write: bool,
+    /// Change nothing; exit 1 if any image is not pinned, would be rewritten, or fails policy.
+    #[arg(long)]
+    check: bool,
+    /// No registry calls: apply mirrors and rules, report images that need a lookup.
+    #[arg(long)]
+    offline: bool,
+    /// Report format.
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+    /// Time allowed for the registry lookups of one object.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
+#[derive(clap::Args, Debug, Default)]
+pub struct KrmArgs {
+    /// Policy used when the ResourceList carries no functionConfig.
+    #[arg(long, env = "SIGIL_POLICY")]
+    policy: Option<PathBuf>,
+    /// No registry calls: apply mirrors and rules; lookups become warnings.
+    #[arg(long)]
+    offline: bool,
+    /// Time allowed for the registry lookups of one object.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
+#[derive(Copy, Clone, Debug, clap::ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+/// One input: a file or stdin.
+struct Input {
+    /// Shown in reports: the path as given, or `<stdin>`.
+    name: String,
+    path: Option<PathBuf>,
+    text: String,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting runtime")
+}
+
+fn load_policy(path: Option<&Path>) -> Result<Policy> {
+    match path {
+        None => Ok(Policy::embedded_default()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading policy {}", p.display()))?;
+            Policy::from_yaml(&text).with_context(|| format!("policy {}", p.display()))
+        }
+    }
+}
+
+fn engine_for(policy: Policy) -> Result<Engine<Registry>> {
+    let metrics = Arc::new(Metrics::default());
+    let registry = sigil::reload::registry_for(&policy, None, &metrics)
+        .context("setting up registry clients")?;
+    Ok(Engine::new(Arc::new(policy), registry))
+}
+
+fn read_stdin() -> Result<String> {
+    let mut s = String::new();
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .context("reading stdin (it must be UTF-8 YAML)")?;
+    Ok(s)
+}
+
+/// Expands PATHs: files as given, directories recursively (sorted, hidden
+/// entries skipped, only `*.yaml`/`*.yml`).
+fn collect(paths: &[PathBuf], out: &mut Vec<PathBuf>) -> Result<()> {
+    for p in paths {
+        let meta = std::fs::metadata(p).with_context(|| format!("{}", p.display()))?;
+        if !meta.is_dir() {
+            out.push(p.clone());
+            continue;
+        }
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
+            .with_context(|| format!("listing {}", p.display()))?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("listing {}", p.display()))?;
+        entries.sort();
+        let mut files = Vec::new();
+        let mut dirs = Vec::new();
+        for e in entries {
+            let hidden = e
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+            if hidden {
+                continue;
+            }
+            if e.is_dir() {
+                dirs.push(e);
+            } else if e.extension().is_some_and(|x| x == "yaml" || x == "yml") {
+                files.push(e);
+            }
+        }
+        out.extend(files);
+        collect(&dirs, out)?;
+    }
+    Ok(())
+}
+
+fn read_inputs(paths: &[PathBuf]) -> Result<Vec<Input>> {
+    if paths.is_empty() || paths.iter().all(|p| p.as_os_str() == "-") {
+        return Ok(vec![Input {
+            name: "<stdin>".into(),
+            path: None,
+            text: read_stdin()?,
+        }]);
+    }
+    if paths.iter().any(|p| p.as_os_str() == "-") {
+        bail!("`-` (stdin) cannot be mixed with file paths");
+    }
+    let mut files = Vec::new();
+    collect(paths, &mut files)?;
+    files
+        .into_iter()
+        .map(|p| {
+            let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+            let text = String::from_utf8(bytes)
+                .with_context(|| format!("{} is not UTF-8 text", p.display()))?;
+            Ok(Input {
+                name: p.display().to_string(),
+                path: Some(p),
+                text,
+            })
+        })
+        .collect()
+}
+
+fn progress(len: usize) -> indicatif::ProgressBar {
+    if len < 2 || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len as u64);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{spinner} pinning {pos}/{len} files {wide_bar} {eta}",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// `sigil pin`.
+pub fn run_pin(args: PinArgs) -> Result<ExitCode> {
+    let inputs = read_inputs(&args.paths)?;
+    if args.write && inputs.iter().any(|i| i.path.is_none()) {
+        bail!("--write edits files; for stdin, leave it out and the pinned YAML goes to stdout");
+    }
+    let engine = engine_for(load_policy(args.policy.as_deref())?)?;
+    let opts = PinOptions {
+        offline: args.offline,
+        timeout: args.timeout,
+    };
+    let bar = progress(inputs.len());
+    let results: Vec<Result<Pinned, sigil_core::manifest::ManifestError>> =
+        runtime()?.block_on(async {
+            futures_util::stream::iter(inputs.iter())
+                .map(|i| {
+                    let engine = &engine;
+                    let bar = &bar;
+                    async move {
+                        let r = pin_text(engine, &i.text, opts).await;
+                        bar.inc(1);
+                        r
+                    }
+                })
+                .buffered(64)
+                .collect()
+                .await
+        });
+    bar.finish_and_clear();
+
+    let yaml_to_stdout = !args.write && !args.check;
+    let mut results = results;
+    let mut report = Report::default();
+    for (input, result) in inputs.iter().zip(&mut results) {
+        report.add(input, result, args.check);
+    }
+    report.registry_requests = engine.resolver.loads();
+
+    let mut stdout = std::io::stdout().lock();
+    if yaml_to_stdout && report.errors == 0 {
+        for (n, r) in results.iter().flatten().enumerate() {
+            if n > 0 && !r.text.starts_with("---") {
+                stdout.write_all(b"---\n")?;
+            }
+            stdout.write_all(r.text.as_bytes())?;
+            if !r.text.ends_with('\n') && !r.text.is_empty() {
+                stdout.write_all(b"\n")?;
+            }
+        }
+        stdout.flush()?;
+    }
+    if args.write && report.errors == 0 {
+        for (input, result) in inputs.iter().zip(&results) {
+            if let (Some(path), Ok(p)) = (&input.path, result)
+                && p.changed
+            {
+                write_atomic(path, p.text.as_bytes(), Durability::RenameOnly)?;
+                report.written += 1;
+            }
+        }
+    }
+    let rendered = match args.output {
+        Output::Text => report.text(args.check, yaml_to_stdout),
+        Output::Json => {
+            let mut s = serde_json::to_string_pretty(&report)?;
+            s.push('\n');
+            s
+        }
+    };
+    if yaml_to_stdout {
+        eprint!("{rendered}");
+    } else {
+        stdout.write_all(rendered.as_bytes())?;
+        stdout.flush()?;
+    }
+    Ok(ExitCode::from(if report.errors > 0 {
+        EXIT_ERROR
+    } else if report.denied > 0 || (args.check && report.check_failures > 0) {
+        EXIT_FINDINGS
+    } else {
+        0
+    }))
+}
+
+#[derive(Debug, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report {
+    files: Vec<FileReport>,
+    images: usize,
+    pinned: usize,
+    rewritten: usize,
+    ok: usize,
+    needs_registry: usize,
+    denied: usize,
+    warnings: usize,
+    errors: usize,
+    check_failures: usize,
+    written: usize,
+    registry_requests: u64,
+}
+
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FileReport {
+    path: String,
+    changed: bool,
+    images: Vec<ImageReport>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl Report {
+    fn add(
+        &mut self,
+        input: &Input,
+        result: &mut Result<Pinned, sigil_core::manifest::ManifestError>,
+        check: bool,
+    ) {
+        let mut f = FileReport {
+            path: input.name.clone(),
+            changed: false,
+            images: Vec::new(),
+            notes: Vec::new(),
+            error: None,
+        };
+        match result {
+            Err(e) => {
+                self.errors += 1;
+                f.error = Some(e.to_string());
+            }
+            Ok(p) => {
+                f.changed = p.changed;
+                f.notes = std::mem::take(&mut p.decided.notes);
+                for i in &p.decided.images {
+                    self.images += 1;
+                    match i.status {
+                        Status::Ok => self.ok += 1,
+                        Status::Pinned => self.pinned += 1,
+                        Status::Rewritten => self.rewritten += 1,
+                        Status::NeedsRegistry => self.needs_registry += 1,
+                        Status::Denied => self.denied += 1,
+                        Status::Warning => self.warnings += 1,
+                    }
+                    if check && i.status.fails_check() {
+                        self.check_failures += 1;
+                    }
+                }
+                f.images = std::mem::take(&mut p.decided.images);
+            }
+        }
+        self.files.push(f);
+    }
+
+    fn text(&self, check: bool, quiet_changes: bool) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        for f in &self.files {
+            if let Some(e) = &f.error {
+                let _ = writeln!(s, "{}: error: {e}", f.path);
+            }
+            for n in &f.notes {
+                let _ = writeln!(s, "{}: note: {n}", f.path);
+            }
+            for i in &f.images {
+                let loc = format!("{}:{}:{}", f.path, i.line, i.column);
+                let what = format!("{} {}", i.object, i.describe);
+                match (i.status, &i.new, &i.message) {
+                    (Status::Ok, _, _) => {}
+                    (Status::Pinned | Status::Rewritten, Some(new), _) if !quiet_changes => {
+                        let verb = match (i.status, check) {
+                            (Status::Pinned, true) => "not pinned",
+                            (Status::Rewritten, true) => "not rewritten",
+                            (Status::Pinned, false) => "pinned",
+                            _ => "rewritten",
+                        };
+                        let _ = writeln!(s, "{loc}: {verb}: {what}: {} -> {new}", i.image);
+                    }
+                    (Status::Pinned | Status::Rewritten, _, _) => {}
+                    (status, _, msg) => {
+                        let label = match status {
+                            Status::Denied => "denied",
+                            Status::Warning => "warning",
+                            _ => "needs registry",
+                        };
+                        let _ =
+                            writeln!(s, "{loc}: {label}: {}", msg.as_deref().unwrap_or_default());
+                    }
+                }
+            }
+        }
+        let _ = writeln!(
+            s,
+            "sigil pin: {} file(s), {} image(s): {} pinned, {} rewritten, {} already final, {} need a registry, {} denied, {} warning(s), {} error(s); {} registry lookup(s){}",
+            self.files.len(),
+            self.images,
+            self.pinned,
+            self.rewritten,
+            self.ok,
+            self.needs_registry,
+            self.denied,
+            self.warnings,
+            self.errors,
+            self.registry_requests,
+            if self.written > 0 {
+                format!("; {} file(s) written", self.written)
+            } else {
+                String::new()
+            }
+        );
+        if check && self.check_failures > 0 {
+            let _ = writeln!(
+                s,
+                "sigil pin --check: {} image(s) not final; run `sigil pin --write` on these files and commit the result",
+                self.check_failures
+            );
+        }
+        s
+    }
+}
+
+/// `sigil krm`: ResourceList on stdin, ResourceList on stdout.
+pub fn run_krm(args: KrmArgs) -> Result<ExitCode> {
+    let list = match ResourceList::parse(read_stdin()?) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("sigil krm: {e}");
+            return Ok(ExitCode::from(EXIT_FINDINGS));
+        }
+    };
+    let out = match list.policy() {
+        Err(msg) => list.fail(msg),
+        Ok(policy) => {
+            let policy = match policy {
+                Some(p) => Ok(p),
+                None => load_policy(args.policy.as_deref()),
+            };
+            match policy.and_then(engine_for) {
+                Err(e) => list.fail(format!("{e:#}")),
+                Ok(engine) => {
+                    let opts = PinOptions {
+                        offline: args.offline,
+                        timeout: args.timeout,
+                    };
+                    runtime()?.block_on(list.process(&engine, opts))
+                }
+            }
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(out.text.as_bytes())?;
+    stdout.flush()?;
+    Ok(ExitCode::from(if out.failed { EXIT_FINDINGS } else { 0 }))
+}

@@ -1,0 +1,36 @@
+//! `sigil pin`'s in-place editor never panics, and whatever it writes parses
+//! back to the same documents with exactly the image values replaced.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use sigil_core::manifest::{apply_edits, edit_scalar, parse_stream};
+use sigil_core::walker::image_fields;
+
+const NEW: &str = "r.io/a/b:1@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(docs) = parse_stream(text) else { return };
+    let mut edits = Vec::new();
+    let mut want = Vec::new();
+    for d in &docs {
+        let mut v = d.value.clone();
+        for f in image_fields(&d.value) {
+            let Some(at) = d.scalar(f.path.iter().map(String::as_str)) else { continue };
+            match edit_scalar(text, &at, &f.value, NEW) {
+                Ok(e) => {
+                    edits.push(e);
+                    if let Some(x) = v.pointer_mut(&f.pointer) {
+                        *x = serde_json::Value::String(NEW.into());
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+        want.push(v);
+    }
+    let Ok(out) = apply_edits(text, edits) else { return };
+    let again = parse_stream(&out).expect("edited text must still parse");
+    let got: Vec<_> = again.into_iter().map(|d| d.value).collect();
+    assert_eq!(got, want, "only the image values may change");
+});
