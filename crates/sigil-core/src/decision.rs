@@ -265,6 +265,28 @@ pub struct ObjectRef {
     pub name: String,
 }
 
+impl ObjectRef {
+    /// Names an object the way messages do: `metadata.name`, else
+    /// `generateName` followed by `*` (the API server has not named it yet).
+    pub fn new(
+        kind: &str,
+        namespace: &str,
+        name: Option<&str>,
+        generate_name: Option<&str>,
+    ) -> ObjectRef {
+        let name = match (name.filter(|n| !n.is_empty()), generate_name) {
+            (Some(n), _) => n.to_owned(),
+            (None, Some(g)) if !g.is_empty() => format!("{g}*"),
+            _ => String::new(),
+        };
+        ObjectRef {
+            kind: kind.to_owned(),
+            namespace: namespace.to_owned(),
+            name,
+        }
+    }
+}
+
 impl fmt::Display for ObjectRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = if self.kind.is_empty() {

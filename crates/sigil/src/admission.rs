@@ -458,19 +458,15 @@ fn downgrade_unchanged(f: &Finding, old: Option<&ObjectSummary>) -> Finding {
 fn object_ref(req: &RequestIn<'_>, obj: Option<&ObjectSummary>, kind: &str) -> ObjectRef {
     let name = req
         .name
-        .clone()
+        .as_deref()
         .filter(|n| !n.is_empty())
-        .or_else(|| obj.and_then(|o| o.name.clone()))
-        .or_else(|| {
-            obj.and_then(|o| o.generate_name.as_ref())
-                .map(|g| format!("{g}*"))
-        })
-        .unwrap_or_default();
-    ObjectRef {
-        kind: kind.to_owned(),
-        namespace: req.namespace.clone().unwrap_or_default(),
+        .or_else(|| obj.and_then(|o| o.name.as_deref()));
+    ObjectRef::new(
+        kind,
+        req.namespace.as_deref().unwrap_or_default(),
         name,
-    }
+        obj.and_then(|o| o.generate_name.as_deref()),
+    )
 }
 
 /// Namespace of the synthetic self-check review (not a real namespace).

@@ -116,7 +116,7 @@ fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
 }
 
 /// The policy and, for a file, the bytes it came from (for hot reload).
-fn load_policy(path: Option<&PathBuf>) -> Result<(Policy, Option<Vec<u8>>)> {
+fn load_policy(path: Option<&std::path::Path>) -> Result<(Policy, Option<Vec<u8>>)> {
     match path {
         None => Ok((Policy::embedded_default(), None)),
         Some(p) => {
@@ -167,7 +167,7 @@ fn main() -> ExitCode {
 
 fn run_serve(args: ServeArgs) -> Result<ExitCode> {
     let _log_guard = init_logging(args.log_format);
-    let (policy, policy_bytes) = load_policy(args.policy.as_ref())?;
+    let (policy, policy_bytes) = load_policy(args.policy.as_deref())?;
     let policy = Arc::new(policy);
     let cert = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => sigil::tls::load_files(c, k)?,

@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 use sigil_core::decision::decide;
 use sigil_core::manifest::{self, Document, Edit, ManifestError};
-use sigil_core::walker::image_fields;
+use sigil_core::walker::summarize_value;
 use sigil_core::{DigestResolver, ImageField, Mode, ObjectRef, Outcome};
 
 use crate::engine::{Engine, ObjectDecision};
@@ -220,21 +220,6 @@ fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
     at.as_str().unwrap_or("")
 }
 
-fn object_ref(obj: &Value) -> ObjectRef {
-    let name = match str_at(obj, &["metadata", "name"]) {
-        "" => match str_at(obj, &["metadata", "generateName"]) {
-            "" => String::new(),
-            g => format!("{g}*"),
-        },
-        n => n.to_owned(),
-    };
-    ObjectRef {
-        kind: str_at(obj, &["kind"]).to_owned(),
-        namespace: str_at(obj, &["metadata", "namespace"]).to_owned(),
-        name,
-    }
-}
-
 /// Decides `targets` (objects inside `doc`, whose source is `text`).
 pub async fn decide_targets<R: DigestResolver>(
     engine: &Engine<R>,
@@ -245,22 +230,28 @@ pub async fn decide_targets<R: DigestResolver>(
 ) -> Decided {
     let decisions = join_all(targets.iter().map(|t| async move {
         let ns = str_at(t.object, &["metadata", "namespace"]);
+        let summary = summarize_value(t.object);
+        let object = ObjectRef::new(
+            summary.kind.as_deref().unwrap_or_default(),
+            ns,
+            summary.name.as_deref(),
+            summary.generate_name.as_deref(),
+        );
         if !ns.is_empty() && engine.policy.is_exempt(ns) {
-            return None;
+            return (object, None);
         }
-        let fields = image_fields(t.object);
-        Some(if opts.offline {
-            decide_offline(engine, fields)
+        let decision = if opts.offline {
+            decide_offline(engine, summary.fields)
         } else {
             engine
-                .decide_fields(fields, Instant::now() + opts.timeout)
+                .decide_fields(summary.fields, Instant::now() + opts.timeout)
                 .await
-        })
+        };
+        (object, Some(decision))
     }))
     .await;
     let mut out = Decided::default();
-    for (t, decision) in targets.iter().zip(decisions) {
-        let object = object_ref(t.object);
+    for (t, (object, decision)) in targets.iter().zip(decisions) {
         let Some(decision) = decision else {
             out.notes.push(format!(
                 "{object}: namespace {:?} is exempt in the policy; left as written",

@@ -85,14 +85,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 fn load_policy(path: Option<&Path>) -> Result<Policy> {
-    match path {
-        None => Ok(Policy::embedded_default()),
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("reading policy {}", p.display()))?;
-            Policy::from_yaml(&text).with_context(|| format!("policy {}", p.display()))
-        }
-    }
+    crate::load_policy(path).map(|(policy, _)| policy)
 }
 
 fn engine_for(policy: Policy) -> Result<Engine<Registry>> {

@@ -65,6 +65,17 @@ impl Corpus {
         self.dir.path().join("policy.yaml")
     }
 
+    /// A policy that denies `team/db` and pins the rest.
+    fn deny_db_policy(&self) -> PathBuf {
+        let path = self.dir.path().join("deny.yaml");
+        let rule = format!(
+            "    - {{name: no-db, match: [\"{}/team/db\"], action: deny}}\n",
+            self.host
+        );
+        std::fs::write(&path, self.policy_text(&rule)).unwrap();
+        path
+    }
+
     fn policy_text(&self, extra_rules: &str) -> String {
         format!(
             "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {{name: pin-test}}\nspec:\n  registries:\n    - {{host: \"{}\", insecure: true}}\n  rules:\n{extra_rules}    - {{name: all, match: [\"**\"], mode: enforce}}\n",
@@ -454,15 +465,7 @@ async fn bad_input_exits_2_and_writes_nothing() {
 #[tokio::test]
 async fn denied_images_exit_1_and_say_what_why_and_how_to_fix() {
     let c = Corpus::start().await;
-    let deny = c.dir.path().join("deny.yaml");
-    std::fs::write(
-        &deny,
-        c.policy_text(&format!(
-            "    - {{name: no-db, match: [\"{}/team/db\"], action: deny}}\n",
-            c.host
-        )),
-    )
-    .unwrap();
+    let deny = c.deny_db_policy();
     let file = c.tree().join("web.yaml");
     let out = sigil(
         &[
@@ -550,6 +553,16 @@ fn kpt_package(c: &Corpus) -> PathBuf {
     pkg
 }
 
+fn assert_kpt_pinned(c: &Corpus, pkg: &Path, out: &Output) {
+    assert!(
+        out.status.success(),
+        "kpt: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_pinned_package(c, pkg);
+}
+
 fn assert_pinned_package(c: &Corpus, pkg: &Path) {
     let web = std::fs::read_to_string(pkg.join("web.yaml")).unwrap();
     assert!(
@@ -589,13 +602,7 @@ async fn kpt_fn_eval_exec_pins_the_package_in_place() {
             .args(["--exec", &exec]),
         None,
     );
-    assert!(
-        out.status.success(),
-        "kpt: {}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    assert_pinned_package(&c, &pkg);
+    assert_kpt_pinned(&c, &pkg, &out);
 }
 
 #[tokio::test]
@@ -619,28 +626,14 @@ async fn kpt_fn_render_runs_sigil_from_the_kptfile_pipeline() {
             .arg("--allow-exec"),
         None,
     );
-    assert!(
-        out.status.success(),
-        "kpt: {}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    assert_pinned_package(&c, &pkg);
+    assert_kpt_pinned(&c, &pkg, &out);
 }
 
 #[tokio::test]
 async fn kpt_fails_and_shows_results_when_the_policy_denies() {
     let c = Corpus::start().await;
     let pkg = kpt_package(&c);
-    let deny = c.dir.path().join("deny.yaml");
-    std::fs::write(
-        &deny,
-        c.policy_text(&format!(
-            "    - {{name: no-db, match: [\"{}/team/db\"], action: deny}}\n",
-            c.host
-        )),
-    )
-    .unwrap();
+    let deny = c.deny_db_policy();
     let before = snapshot(&pkg);
     let exec = format!("{} krm --policy {}", bin(), deny.display());
     let results = c.dir.path().join("results");
