@@ -10,9 +10,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use sigil::admission::Webhook;
+use sigil::cluster::{CaSource, FailurePolicy};
 use sigil::engine::Engine;
 use sigil::metrics::Metrics;
-use sigil::server::{ServeConfig, serve};
+use sigil::server::{ServeConfig, Task, Tasks, serve};
 use sigil_core::Policy;
 use sigil_core::policy::{Action, Scope};
 
@@ -32,7 +33,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the mutating admission webhook.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Pin (and rewrite) every image in manifests before they go into Git.
     ///
     /// Exit codes: 0 done; 1 an image is denied by the policy, or (--check)
@@ -43,6 +44,12 @@ enum Command {
     /// Invoked as `sigil-krm` (a symlink), sigil runs this mode with no
     /// arguments, for orchestrators whose exec spec takes none (kustomize).
     Krm(pin_cmd::KrmArgs),
+    /// Emergency switch: delete sigil's webhook configurations and keep every
+    /// replica from registering them again, until `--end`.
+    ///
+    /// While it is on, images are NOT checked (the cluster runs fail-open).
+    /// Afterwards, audit what was admitted: see docs/operations.md.
+    BreakGlass(BreakGlassArgs),
     /// Work with policy files.
     Policy {
         #[command(subcommand)]
@@ -86,6 +93,76 @@ struct ServeArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Json, env = "SIGIL_LOG_FORMAT")]
     log_format: LogFormat,
+    /// Create or update the MutatingWebhookConfiguration once Ready (never
+    /// before), and keep it so; needs Kubernetes API access.
+    #[arg(long, env = "SIGIL_REGISTER")]
+    register: bool,
+    /// Keep a CA and serving certificate in a Secret shared by all replicas,
+    /// write the CA bundle into the webhook configuration, rotate with overlap.
+    #[arg(long, conflicts_with_all = ["tls_cert", "ca_bundle"], env = "SIGIL_SELF_MANAGED_CERTS")]
+    self_managed_certs: bool,
+    /// CA bundle to register with --tls-cert (cert-manager's ca.crt); re-read on every reconcile.
+    #[arg(long, requires = "tls_cert", env = "SIGIL_CA_BUNDLE")]
+    ca_bundle: Option<PathBuf>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// failurePolicy of the registered webhook: Fail (closed) or Ignore (open).
+    #[arg(long, value_enum, default_value_t = FailurePolicy::Fail, env = "SIGIL_FAILURE_POLICY")]
+    failure_policy: FailurePolicy,
+    /// timeoutSeconds of the registered webhook.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..=30), env = "SIGIL_WEBHOOK_TIMEOUT")]
+    webhook_timeout: i32,
+    /// Service in front of the replicas (named in the webhook configuration and the certificate).
+    #[arg(long, default_value = "sigil", env = "SIGIL_SERVICE_NAME")]
+    service_name: String,
+    /// Port of that Service.
+    #[arg(long, default_value_t = 443, env = "SIGIL_SERVICE_PORT")]
+    service_port: i32,
+    /// Register this URL (clientConfig.url) instead of the Service: sigil outside the cluster.
+    #[arg(long, env = "SIGIL_WEBHOOK_URL")]
+    webhook_url: Option<String>,
+    /// Secret holding the self-managed CA and certificate.
+    #[arg(long, default_value = "sigil-tls", env = "SIGIL_CERT_SECRET")]
+    cert_secret: String,
+    /// Lifetime of a self-managed CA (renewed with a third left).
+    #[arg(long, default_value = "365d", value_parser = humantime::parse_duration, env = "SIGIL_CA_VALIDITY")]
+    ca_validity: Duration,
+    /// Lifetime of a self-managed serving certificate (renewed with a third left).
+    #[arg(long, default_value = "90d", value_parser = humantime::parse_duration, env = "SIGIL_CERT_VALIDITY")]
+    cert_validity: Duration,
+    /// Extra DNS name or IP for the self-managed certificate (repeatable).
+    #[arg(long = "extra-san", env = "SIGIL_EXTRA_SANS", value_delimiter = ',')]
+    extra_sans: Vec<String>,
+    /// How often each replica re-checks its registration, the break-glass
+    /// marker and the certificate Secret.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, env = "SIGIL_RECONCILE_INTERVAL")]
+    reconcile_interval: Duration,
+}
+
+/// Where sigil's cluster objects are; shared by `serve` and `break-glass`.
+#[derive(clap::Args, Debug, Clone)]
+struct ClusterArgs {
+    /// sigil's namespace (default: the pod's service-account namespace, else sigil-system).
+    #[arg(long, env = "POD_NAMESPACE")]
+    namespace: Option<String>,
+    /// Name of the MutatingWebhookConfiguration.
+    #[arg(long, default_value = "sigil", env = "SIGIL_WEBHOOK_NAME")]
+    webhook_name: String,
+    /// ConfigMap in sigil's namespace that carries the break-glass marker.
+    #[arg(long, default_value = "sigil-state", env = "SIGIL_STATE_CONFIGMAP")]
+    state_configmap: String,
+}
+
+#[derive(clap::Args, Debug)]
+struct BreakGlassArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// End the emergency: clear the marker; replicas re-register within one reconcile interval.
+    #[arg(long)]
+    end: bool,
+    /// Why (recorded in the marker, for the audit afterwards).
+    #[arg(long, conflicts_with = "end")]
+    reason: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -149,9 +226,10 @@ fn main() -> ExitCode {
         Cli::parse()
     };
     let result = match cli.command {
-        Command::Serve(args) => run_serve(args),
+        Command::Serve(args) => run_serve(*args),
         Command::Pin(args) => pin_cmd::run_pin(args),
         Command::Krm(args) => pin_cmd::run_krm(args),
+        Command::BreakGlass(args) => run_break_glass(args),
         Command::Policy {
             command: PolicyCommand::Check { file },
         } => policy_check(&file),
@@ -169,18 +247,69 @@ fn run_serve(args: ServeArgs) -> Result<ExitCode> {
     let _log_guard = init_logging(args.log_format);
     let (policy, policy_bytes) = load_policy(args.policy.as_deref())?;
     let policy = Arc::new(policy);
-    let cert = match (&args.tls_cert, &args.tls_key) {
-        (Some(c), Some(k)) => sigil::tls::load_files(c, k)?,
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting runtime")?;
+    let namespace = sigil::cluster::own_namespace(args.cluster.namespace.clone());
+    // The API server is contacted only when a flag asks for it.
+    let client = if args.register || args.self_managed_certs {
+        let flag = if args.register {
+            "--register"
+        } else {
+            "--self-managed-certs"
+        };
+        Some(rt.block_on(sigil::cluster::connect(flag))?)
+    } else {
+        None
+    };
+    let cert_settings = sigil::certs::CertSettings {
+        secret: args.cert_secret.clone(),
+        ca_validity: args.ca_validity,
+        cert_validity: args.cert_validity,
+        names: sigil::certs::service_names(&args.service_name, &namespace, &args.extra_sans),
+        interval: args.reconcile_interval,
+        settle: args.reconcile_interval * 2,
+    };
+    let (cert, ca_source) = match (&args.tls_cert, &args.tls_key, &client) {
+        (Some(c), Some(k), _) => {
+            if args.register && args.ca_bundle.is_none() {
+                bail!(
+                    "--register with --tls-cert needs --ca-bundle (the CA the API server must trust, e.g. cert-manager's ca.crt)"
+                );
+            }
+            (
+                sigil::tls::load_files(c, k)?,
+                args.ca_bundle.clone().map(CaSource::File),
+            )
+        }
+        (_, _, Some(client)) if args.self_managed_certs => {
+            let m = rt.block_on(initial_certs(
+                client,
+                &namespace,
+                &args.webhook_name_ref(),
+                &cert_settings,
+            ))?;
+            (
+                m.serving_cert()?,
+                Some(CaSource::Secret(args.cert_secret.clone())),
+            )
+        }
         _ => {
             let names = sigil::tls::default_names();
             let cert = sigil::tls::self_signed(&names)?;
             let out = args.ca_bundle_out.clone().unwrap_or_else(|| {
                 std::env::temp_dir().join(format!("sigil-ca-{}.pem", std::process::id()))
             });
-            let pem = cert.ca_pem.as_deref().unwrap_or_default();
+            let pem = cert.ca_pem.clone().unwrap_or_default();
             sigil::files::write_atomic(&out, pem.as_bytes(), sigil::files::Durability::RenameOnly)?;
             tracing::info!(ca_bundle = %out.display(), names = ?names, "no --tls-cert given: minted a CA and serving certificate in memory; clients must trust the CA bundle");
-            cert
+            if args.register {
+                tracing::warn!(
+                    "--register with a CA minted in memory: fine for one replica; with more, each would register its own CA (use --self-managed-certs)"
+                );
+            }
+            (cert, Some(CaSource::Fixed(pem.into_bytes())))
         }
     };
     tracing::info!(
@@ -194,10 +323,7 @@ fn run_serve(args: ServeArgs) -> Result<ExitCode> {
     let registry = sigil::reload::registry_for(&policy, None, &metrics)
         .context("setting up registry clients")?;
     let webhook = Arc::new(Webhook::new(Engine::new(policy, registry), metrics.clone()));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting runtime")?;
+    let tasks = cluster_tasks(&args, namespace, client, ca_source, cert_settings, &metrics);
     rt.block_on(serve(
         ServeConfig {
             listen: args.listen,
@@ -206,11 +332,179 @@ fn run_serve(args: ServeArgs) -> Result<ExitCode> {
             cert_files: args.tls_cert.clone().zip(args.tls_key.clone()),
             policy_file: args.policy.clone().zip(policy_bytes),
             shutdown_delay: args.shutdown_delay,
+            tasks,
         },
         webhook,
         metrics,
     ))?;
     Ok(ExitCode::SUCCESS)
+}
+
+impl ServeArgs {
+    fn webhook_name_ref(&self) -> String {
+        self.cluster.webhook_name.clone()
+    }
+}
+
+impl ClusterArgs {
+    fn settings(&self, namespace: String) -> sigil::cluster::Settings {
+        sigil::cluster::Settings {
+            namespace,
+            config_name: self.webhook_name.clone(),
+            service: "sigil".into(),
+            service_port: 443,
+            url: None,
+            failure_policy: FailurePolicy::Fail,
+            timeout_seconds: 10,
+            state_configmap: self.state_configmap.clone(),
+            interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The Secret's certificate before serving starts: retried for a minute
+/// (the API server may be coming up with the cluster), then a clear error.
+async fn initial_certs(
+    client: &kube::Client,
+    namespace: &str,
+    config: &str,
+    cfg: &sigil::certs::CertSettings,
+) -> Result<sigil::certs::Material> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut pause = Duration::from_millis(200);
+    loop {
+        match sigil::certs::reconcile(client, namespace, config, cfg).await {
+            Ok(m) => return Ok(m),
+            Err(e) if tokio::time::Instant::now() + pause < deadline => {
+                tracing::warn!(error = %format!("{e:#}"), "self-managed certificates: cannot read or create the Secret yet; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e.context("--self-managed-certs: no certificate after 60 s")),
+        }
+    }
+}
+
+/// Registration and certificate rotation, started beside the server.
+fn cluster_tasks(
+    args: &ServeArgs,
+    namespace: String,
+    client: Option<kube::Client>,
+    ca_source: Option<CaSource>,
+    cert_settings: sigil::certs::CertSettings,
+    metrics: &Arc<Metrics>,
+) -> Tasks {
+    let mut tasks: Vec<Task> = Vec::new();
+    let Some(client) = client else {
+        return Tasks(tasks);
+    };
+    let settings = sigil::cluster::Settings {
+        service: args.service_name.clone(),
+        service_port: args.service_port,
+        url: args.webhook_url.clone(),
+        failure_policy: args.failure_policy,
+        timeout_seconds: args.webhook_timeout,
+        interval: args.reconcile_interval,
+        ..args.cluster.settings(namespace.clone())
+    };
+    if args.self_managed_certs {
+        let (client, metrics, config) = (
+            client.clone(),
+            metrics.clone(),
+            settings.config_name.clone(),
+        );
+        let namespace = namespace.clone();
+        tasks.push(Box::new(move |_ready, store| {
+            Box::pin(sigil::certs::run(
+                client,
+                namespace,
+                config,
+                cert_settings,
+                store,
+                metrics,
+            ))
+        }));
+    }
+    let scope = if args.register {
+        Some(sigil::cluster::Scope::Register)
+    } else if args.self_managed_certs {
+        Some(sigil::cluster::Scope::CaBundleOnly)
+    } else {
+        None
+    };
+    if let (Some(scope), Some(source)) = (scope, ca_source) {
+        let metrics = metrics.clone();
+        tasks.push(Box::new(move |ready, _store| {
+            Box::pin(sigil::cluster::run(
+                client,
+                settings,
+                source,
+                scope,
+                ready.wait(),
+                metrics,
+            ))
+        }));
+    }
+    Tasks(tasks)
+}
+
+fn run_break_glass(args: BreakGlassArgs) -> Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting runtime")?;
+    let namespace = sigil::cluster::own_namespace(args.cluster.namespace.clone());
+    let settings = args.cluster.settings(namespace.clone());
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    rt.block_on(async {
+        let client = sigil::cluster::connect("sigil break-glass").await?;
+        let cm = format!("{namespace}/{}", settings.state_configmap);
+        if args.end {
+            let previous = sigil::cluster::set_break_glass(&client, &settings, None, &now).await?;
+            match previous {
+                Some(p) => println!(
+                    "break-glass ended ({p}; ended={now}).\n\
+                     Running sigil replicas re-register the webhook within one reconcile interval (default 30s).\n\
+                     Now audit what was admitted while images were not checked, e.g.:\n  \
+                     kubectl get pods -A -o yaml | sigil pin --check --policy <your policy> -"
+                ),
+                None => println!("no break-glass was active (ConfigMap {cm}); nothing changed."),
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        let reason = args.reason.unwrap_or_else(|| "unspecified".into());
+        let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+        let marker = format!("since={now}; by={user}; reason={reason}");
+        // The marker first, so no replica re-registers between the delete and it.
+        let previous =
+            sigil::cluster::set_break_glass(&client, &settings, Some(marker.clone()), &now).await?;
+        if let Some(p) = previous {
+            println!("note: break-glass was already active ({p}); replaced.");
+        }
+        // Delete, then make sure it stays deleted: a replica that read "no
+        // marker" just before we set it may still write once.
+        let mut deleted = Vec::new();
+        for round in 0..5 {
+            let d = sigil::cluster::delete_configurations(&client, &settings).await?;
+            deleted.extend(d.iter().cloned());
+            if round > 0 && d.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+        deleted.sort();
+        deleted.dedup();
+        println!(
+            "break-glass ON ({marker}).\n\
+             Deleted MutatingWebhookConfiguration(s): {}.\n\
+             The API server no longer calls sigil: images are admitted UNCHECKED (fail-open) until\n  \
+             sigil break-glass --end\n\
+             Marker: annotation {} on ConfigMap {cm}.",
+            if deleted.is_empty() { "none found".to_owned() } else { deleted.join(", ") },
+            sigil::cluster::BREAK_GLASS_ANNOTATION,
+        );
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 fn policy_check(file: &PathBuf) -> Result<ExitCode> {

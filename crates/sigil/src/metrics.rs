@@ -66,6 +66,17 @@ pub struct Metrics {
     pub draining: Gauge,
     /// 1 while `/readyz` answers 200.
     pub ready: Gauge,
+    cluster_writes: Family<ClusterLabels, Counter>,
+    /// 1 while a break-glass marker stops this replica from registering.
+    pub break_glass: Gauge,
+    /// Unix time at which the served certificate expires.
+    pub cert_not_after: Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabels {
+    object: &'static str,
+    result: &'static str,
 }
 
 fn latency_histogram() -> Histogram {
@@ -88,6 +99,9 @@ impl Default for Metrics {
             inflight: Gauge::default(),
             draining: Gauge::default(),
             ready: Gauge::default(),
+            cluster_writes: Family::default(),
+            break_glass: Gauge::default(),
+            cert_not_after: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -141,6 +155,21 @@ impl Default for Metrics {
             m.draining.clone(),
         );
         registry.register("ready", "1 while /readyz answers 200", m.ready.clone());
+        registry.register(
+            "cluster_reconciles",
+            "Reconciles of cluster objects (webhook configuration, certificate Secret) by result (unchanged, created, updated, deleted, paused, error)",
+            m.cluster_writes.clone(),
+        );
+        registry.register(
+            "break_glass",
+            "1 while a break-glass marker keeps this replica from registering its webhook",
+            m.break_glass.clone(),
+        );
+        registry.register(
+            "serving_certificate_expiry_timestamp_seconds",
+            "Unix time at which the served TLS certificate expires",
+            m.cert_not_after.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -173,6 +202,13 @@ impl Metrics {
     pub fn policy_reload(&self, result: &'static str) {
         self.policy_reloads
             .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    /// Records one reconcile of a cluster object.
+    pub fn cluster(&self, object: &'static str, result: &'static str) {
+        self.cluster_writes
+            .get_or_create(&ClusterLabels { object, result })
             .inc();
     }
 

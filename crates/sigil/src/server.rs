@@ -70,12 +70,42 @@ pub struct ServeConfig {
     pub policy_file: Option<(std::path::PathBuf, Vec<u8>)>,
     /// How long to keep serving after SIGTERM before closing the listener.
     pub shutdown_delay: Duration,
+    /// Started with the server (registration, self-managed certificates).
+    pub tasks: Tasks,
+}
+
+/// Work that runs beside the server and needs its readiness or the
+/// certificate it serves. Each is spawned once the listeners are bound.
+pub type Task = Box<
+    dyn FnOnce(ReadySignal, Arc<CertStore>) -> futures_util::future::BoxFuture<'static, ()> + Send,
+>;
+
+/// The tasks of a [`ServeConfig`].
+#[derive(Default)]
+pub struct Tasks(pub Vec<Task>);
+
+impl std::fmt::Debug for Tasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tasks({})", self.0.len())
+    }
+}
+
+/// Resolves once the server has been Ready (its self-check passed) at least once.
+#[derive(Debug, Clone)]
+pub struct ReadySignal(tokio::sync::watch::Receiver<bool>);
+
+impl ReadySignal {
+    /// Waits for the first Ready.
+    pub async fn wait(mut self) {
+        let _ = self.0.wait_for(|r| *r).await;
+    }
 }
 
 /// Readiness and drain state, shared by the listeners.
 #[derive(Debug)]
 pub struct Health {
     ready: AtomicBool,
+    ever_ready: tokio::sync::watch::Sender<bool>,
     draining: AtomicBool,
     reason: Mutex<String>,
 }
@@ -84,6 +114,7 @@ impl Health {
     fn new() -> Self {
         Health {
             ready: AtomicBool::new(false),
+            ever_ready: tokio::sync::watch::Sender::new(false),
             draining: AtomicBool::new(false),
             reason: Mutex::new("starting: self-check has not passed yet".into()),
         }
@@ -91,6 +122,7 @@ impl Health {
 
     fn set_ready(&self, metrics: &Metrics) {
         self.ready.store(true, Ordering::SeqCst);
+        self.ever_ready.send_replace(true);
         metrics.ready.set(1);
     }
 
@@ -149,7 +181,16 @@ pub async fn serve(
     let store = CertStore::new(&cfg.cert, cfg.cert_files.clone())?;
     let tls = crate::tls::server_config(store.clone())?;
     if cfg.cert_files.is_some() {
-        tokio::spawn(watch_cert(store.clone()));
+        tokio::spawn(watch_cert(store.clone(), metrics.clone()));
+    }
+    if let Some(leaf) = store.leaf() {
+        metrics.cert_not_after.set(crate::tls::not_after(&leaf));
+    }
+    for task in cfg.tasks.0 {
+        tokio::spawn(task(
+            ReadySignal(health.ever_ready.subscribe()),
+            store.clone(),
+        ));
     }
     let acceptor = TlsAcceptor::from(tls);
     // Serving → Draining (SIGTERM) → Stopping (after --shutdown-delay).
@@ -379,11 +420,16 @@ pub async fn serve(
 
 /// Polls the certificate files (Secret volumes swap a symlink, so inotify on
 /// the file itself misses rotations) and swaps in a new certificate.
-async fn watch_cert(store: Arc<CertStore>) {
+async fn watch_cert(store: Arc<CertStore>, metrics: Arc<Metrics>) {
     loop {
         tokio::time::sleep(CERT_POLL).await;
         match store.reload_if_changed() {
-            Ok(true) => tracing::info!("serving certificate reloaded"),
+            Ok(true) => {
+                tracing::info!("serving certificate reloaded");
+                if let Some(leaf) = store.leaf() {
+                    metrics.cert_not_after.set(crate::tls::not_after(&leaf));
+                }
+            }
             Ok(false) => {}
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "certificate files changed but could not be loaded; still serving the previous certificate")

@@ -100,6 +100,13 @@ pub fn self_signed(names: &[String]) -> Result<ServingCert> {
     })
 }
 
+/// Unix time a certificate expires (0 if it cannot be parsed).
+pub fn not_after(cert: &CertificateDer<'_>) -> i64 {
+    x509_parser::parse_x509_certificate(cert.as_ref())
+        .map(|(_, c)| c.validity().not_after.timestamp())
+        .unwrap_or(0)
+}
+
 /// The rustls provider sigil uses everywhere.
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
@@ -141,6 +148,13 @@ impl CertStore {
     /// The leaf certificate being served now.
     pub fn leaf(&self) -> Option<CertificateDer<'static>> {
         self.current.load().cert.first().cloned()
+    }
+
+    /// Serves `cert` from now on (self-managed certificates). Open
+    /// connections keep their session; new handshakes get `cert`.
+    pub fn replace(&self, cert: &ServingCert) -> Result<()> {
+        self.current.store(Arc::new(certified(cert)?));
+        Ok(())
     }
 
     /// Re-reads the files; swaps the certificate if they changed and are valid.

@@ -1,9 +1,10 @@
 //! sigil's integration tests, compiled into one binary (ripgrep's layout).
 //! They start real servers on 127.0.0.1: the CNCF distribution registry and
-//! `sigil serve` itself.
+//! `sigil serve` itself (and, for registration, a stand-in for kube-apiserver).
 
 #![allow(clippy::unwrap_used)]
 
+mod cluster;
 mod drain;
 mod pin;
 mod support;

@@ -1,8 +1,9 @@
 //! Test harness: real registry, sigil as a child process, an apiserver-like
-//! client, and a loopback fault server.
+//! client, a loopback fault server, and a stand-in for kube-apiserver's storage.
 #![allow(dead_code)]
 
 pub mod fault;
+pub mod kube;
 pub mod registry;
 pub mod sigil;
 pub mod token;

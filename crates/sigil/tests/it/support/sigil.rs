@@ -36,18 +36,30 @@ pub fn bin() -> &'static str {
 impl Sigil {
     /// Starts `sigil serve` with `policy` (None = embedded default) and waits for /readyz.
     pub async fn start(policy: Option<&str>, extra: &[&str]) -> Sigil {
+        Sigil::start_env(policy, extra, &[]).await
+    }
+
+    /// [`Sigil::start`] with extra environment variables (KUBECONFIG).
+    pub async fn start_env(
+        policy: Option<&str>,
+        extra: &[&str],
+        env: &[(String, String)],
+    ) -> Sigil {
         let dir = tempfile::tempdir().unwrap();
         let ca_out = dir.path().join("ca.pem");
         let mut cmd = Command::new(bin());
-        cmd.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-        ]);
+        cmd.args(["serve", "--log-format", "json"]);
+        if !extra.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        if !extra.contains(&"--admin-listen") {
+            cmd.args(["--admin-listen", "127.0.0.1:0"]);
+        }
+        cmd.env_remove("KUBERNETES_SERVICE_HOST");
+        cmd.env_remove("KUBECONFIG");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         if !extra.contains(&"--shutdown-delay") {
             cmd.args(["--shutdown-delay", "0s"]);
         }
@@ -95,10 +107,8 @@ impl Sigil {
                 ),
             }
         }
-        let ca_pem = match extra.iter().position(|a| *a == "--tls-cert") {
-            Some(_) => String::new(),
-            None => std::fs::read_to_string(&ca_out).unwrap(),
-        };
+        // With --tls-cert or --self-managed-certs there is no minted CA.
+        let ca_pem = std::fs::read_to_string(&ca_out).unwrap_or_default();
         let s = Sigil {
             child,
             addr: addr.unwrap(),
