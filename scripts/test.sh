@@ -15,15 +15,19 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
-# kpt runs the KRM function tests (`kpt fn eval/render` with exec functions).
-# It comes from Google's apt repository (package google-cloud-cli-kpt); if that
-# repository is not configured, the kpt tests fail and say so.
-if ! command -v kpt >/dev/null && [ ! -x /usr/lib/google-cloud-sdk/bin/kpt ]; then
-  echo "== installing kpt"
+# kpt runs the KRM function tests (`kpt fn eval/render` with exec functions);
+# kubectl renders the deploy manifests (`kubectl kustomize`). Both come from
+# Google's apt repository (packages google-cloud-cli-kpt, kubectl); if that
+# repository is not configured, those tests fail and say so.
+need_google=()
+command -v kpt >/dev/null || [ -x /usr/lib/google-cloud-sdk/bin/kpt ] || need_google+=(google-cloud-cli-kpt)
+command -v kubectl >/dev/null || [ -x /usr/lib/google-cloud-sdk/bin/kubectl ] || need_google+=(kubectl)
+for pkg in "${need_google[@]}"; do
+  echo "== installing $pkg"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq google-cloud-cli-kpt >/dev/null \
-    || echo "warning: could not install google-cloud-cli-kpt; the kpt tests will fail" >&2
-fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$pkg" >/dev/null \
+    || echo "warning: could not install $pkg; the tests that need it will fail" >&2
+done
 command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked
 
 echo "== fmt";    cargo fmt --all --check

@@ -99,7 +99,7 @@ struct ServeArgs {
     register: bool,
     /// Keep a CA and serving certificate in a Secret shared by all replicas,
     /// write the CA bundle into the webhook configuration, rotate with overlap.
-    #[arg(long, conflicts_with_all = ["tls_cert", "ca_bundle"], env = "SIGIL_SELF_MANAGED_CERTS")]
+    #[arg(long, env = "SIGIL_SELF_MANAGED_CERTS")]
     self_managed_certs: bool,
     /// CA bundle to register with --tls-cert (cert-manager's ca.crt); re-read on every reconcile.
     #[arg(long, requires = "tls_cert", env = "SIGIL_CA_BUNDLE")]
@@ -251,6 +251,13 @@ fn run_serve(args: ServeArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting runtime")?;
+    // Checked here, not by clap: `SIGIL_SELF_MANAGED_CERTS=false` from an
+    // overlay must not count as the flag being given.
+    if args.self_managed_certs && (args.tls_cert.is_some() || args.ca_bundle.is_some()) {
+        bail!(
+            "--self-managed-certs cannot be combined with --tls-cert/--ca-bundle: choose one source of certificates"
+        );
+    }
     let namespace = sigil::cluster::own_namespace(args.cluster.namespace.clone());
     // The API server is contacted only when a flag asks for it.
     let client = if args.register || args.self_managed_certs {

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cluster;
+mod deploy;
 mod drain;
 mod pin;
 mod support;

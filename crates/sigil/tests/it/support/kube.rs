@@ -136,12 +136,10 @@ impl State {
         self.get(MWC, name)
     }
 
-    fn handle(&mut self, method: &str, path: &str, query: &str, body: &[u8]) -> (u16, Value, bool) {
+    fn handle(&mut self, method: &str, path: &str, query: &str, body: &[u8]) -> (u16, Value) {
         let Some((coll, name)) = classify(path) else {
-            let (c, v) = status(404, "NotFound", format!("the server could not find {path}"));
-            return (c, v, false);
+            return status(404, "NotFound", format!("the server could not find {path}"));
         };
-        let is_mwc = coll == MWC;
         let parsed: Option<Value> = serde_json::from_slice(body).ok();
         let (code, v) = match (method, name) {
             ("GET", Some(n)) => match self.get(&coll, &n) {
@@ -168,8 +166,7 @@ impl State {
             }
             ("POST", None) => {
                 let Some(mut o) = parsed else {
-                    let (c, v) = status(400, "BadRequest", "body is not JSON".into());
-                    return (c, v, false);
+                    return status(400, "BadRequest", "body is not JSON".into());
                 };
                 let n = o["metadata"]["name"]
                     .as_str()
@@ -194,8 +191,7 @@ impl State {
             }
             ("PUT", Some(n)) => {
                 let Some(mut o) = parsed else {
-                    let (c, v) = status(400, "BadRequest", "body is not JSON".into());
-                    return (c, v, false);
+                    return status(400, "BadRequest", "body is not JSON".into());
                 };
                 match self.get(&coll, &n) {
                     None => status(404, "NotFound", format!("{coll} \"{n}\" not found")),
@@ -229,8 +225,7 @@ impl State {
             },
             (m, _) => status(405, "MethodNotAllowed", format!("{m} not supported here")),
         };
-        let wrote_mwc = is_mwc && matches!(method, "POST" | "PUT") && code < 300;
-        (code, v, wrote_mwc)
+        (code, v)
     }
 }
 
@@ -357,16 +352,15 @@ async fn serve(
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    let (code, v, wrote_mwc) = if authed {
-        st.lock().unwrap().handle(&method, &path, &query, &body)
+    // Probe readiness *before* a webhook configuration write is stored, so
+    // the result is recorded by the time the object can be seen.
+    let writes_mwc = authed
+        && matches!(method.as_str(), "POST" | "PUT")
+        && path.contains("/mutatingwebhookconfigurations");
+    let probe = if writes_mwc {
+        st.lock().unwrap().probe.clone()
     } else {
-        let (c, v) = status(401, "Unauthorized", "Unauthorized".into());
-        (c, v, false)
-    };
-    let probe = {
-        let mut s = st.lock().unwrap();
-        s.log.push((method, path, code));
-        if wrote_mwc { s.probe.clone() } else { None }
+        None
     };
     if let Some(url) = probe {
         let got = match reqwest::get(&url).await {
@@ -375,6 +369,12 @@ async fn serve(
         };
         st.lock().unwrap().probe_results.push(got);
     }
+    let (code, v) = if authed {
+        st.lock().unwrap().handle(&method, &path, &query, &body)
+    } else {
+        status(401, "Unauthorized", "Unauthorized".into())
+    };
+    st.lock().unwrap().log.push((method, path, code));
     hyper::Response::builder()
         .status(code)
         .header("content-type", "application/json")

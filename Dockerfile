@@ -1,0 +1,23 @@
+# syntax=docker/dockerfile:1
+# sigil: a static-ish release binary on distroless, non-root.
+#   docker build -t registry.example.com/sigil:0.1.0 .
+# The image runs `sigil serve` by default; `sigil-krm` is the KRM-function
+# entry point (kustomize exec / kpt).
+
+FROM docker.io/library/rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    CARGO_BUILD_JOBS=2 cargo build --release --locked -p sigil --bin sigil \
+ && mkdir -p /out \
+ && cp target/release/sigil /out/sigil \
+ && ln -s sigil /out/sigil-krm
+
+# glibc + libgcc only (aws-lc is linked statically), no shell, uid 65532.
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /out/ /usr/local/bin/
+USER 65532:65532
+EXPOSE 8443 8080
+ENTRYPOINT ["/usr/local/bin/sigil"]
+CMD ["serve"]

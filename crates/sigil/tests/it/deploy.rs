@@ -1,0 +1,373 @@
+//! The deploy manifests as `kubectl kustomize` renders them: every object
+//! decodes into its k8s-openapi type without losing a field (a misspelled
+//! field would be dropped and fail the round trip), and carries the settings
+//! that keep sigil from ever being why a cluster breaks.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodSpec, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use serde_json::Value;
+
+use crate::support::sigil::bin;
+
+fn kubectl() -> PathBuf {
+    ["/usr/bin/kubectl", "/usr/lib/google-cloud-sdk/bin/kubectl"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .or_else(|| crate::support::registry::which("kubectl"))
+        .expect("kubectl not found: scripts/test.sh installs it (package kubectl)")
+}
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kustomize")
+}
+
+/// Renders a kustomization and returns its objects.
+fn render(dir: &str) -> Vec<Value> {
+    let out = Command::new(kubectl())
+        .arg("kustomize")
+        .arg(deploy_dir().join(dir))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {dir}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    sigil_core::manifest::parse_stream(&text)
+        .unwrap()
+        .into_iter()
+        .map(|d| d.value)
+        .collect()
+}
+
+/// Decodes `v` as `T` and requires re-encoding to give back `v` exactly.
+fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(v: &Value) -> T {
+    let t: T = serde_json::from_value(v.clone()).unwrap_or_else(|e| {
+        panic!(
+            "{} {} does not decode: {e}",
+            v["kind"], v["metadata"]["name"]
+        )
+    });
+    let back = serde_json::to_value(&t).unwrap();
+    assert_eq!(
+        &back, v,
+        "{} {} lost or changed fields when decoded (misspelled or misplaced field?)",
+        v["kind"], v["metadata"]["name"]
+    );
+    t
+}
+
+/// Every object decodes; returns them by kind/name.
+fn check_all(objects: &[Value]) -> BTreeMap<String, Value> {
+    let mut by = BTreeMap::new();
+    for o in objects {
+        let kind = o["kind"].as_str().unwrap();
+        let name = o["metadata"]["name"].as_str().unwrap();
+        match kind {
+            "Namespace" => drop(typed::<Namespace>(o)),
+            "ServiceAccount" => drop(typed::<ServiceAccount>(o)),
+            "ClusterRole" => drop(typed::<ClusterRole>(o)),
+            "ClusterRoleBinding" => drop(typed::<ClusterRoleBinding>(o)),
+            "Role" => drop(typed::<Role>(o)),
+            "RoleBinding" => drop(typed::<RoleBinding>(o)),
+            "ConfigMap" => drop(typed::<ConfigMap>(o)),
+            "Service" => drop(typed::<Service>(o)),
+            "Deployment" => drop(typed::<Deployment>(o)),
+            "PodDisruptionBudget" => drop(typed::<PodDisruptionBudget>(o)),
+            "Issuer" | "Certificate" => {
+                assert_eq!(o["apiVersion"], "cert-manager.io/v1", "{kind} {name}");
+                assert!(o["spec"].is_object(), "{kind} {name} has no spec");
+            }
+            other => panic!("unexpected kind {other} in the deploy manifests"),
+        }
+        if kind != "Namespace" && !kind.starts_with("Cluster") {
+            assert_eq!(o["metadata"]["namespace"], "sigil-system", "{kind} {name}");
+        }
+        by.insert(format!("{kind}/{name}"), o.clone());
+    }
+    by
+}
+
+fn env_of(d: &Value) -> BTreeMap<String, String> {
+    d["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_owned(),
+                e["value"].as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+fn seconds(s: &str) -> i64 {
+    s.strip_suffix('s')
+        .and_then(|n| n.parse().ok())
+        .expect("a duration like 10s")
+}
+
+/// Pod Security "restricted" as the admission plugin checks it.
+fn assert_restricted(pod: &PodSpec) {
+    let psc = pod.security_context.as_ref().expect("pod securityContext");
+    assert_eq!(pod.host_network, None);
+    assert_eq!(pod.host_pid, None);
+    assert_eq!(pod.host_ipc, None);
+    for v in pod.volumes.iter().flatten() {
+        assert!(
+            v.config_map.is_some()
+                || v.secret.is_some()
+                || v.empty_dir.is_some()
+                || v.projected.is_some()
+                || v.downward_api.is_some(),
+            "volume {} is not allowed under restricted",
+            v.name
+        );
+    }
+    for c in &pod.containers {
+        let sc = c
+            .security_context
+            .as_ref()
+            .expect("container securityContext");
+        assert_eq!(sc.allow_privilege_escalation, Some(false), "{}", c.name);
+        assert_eq!(sc.read_only_root_filesystem, Some(true), "{}", c.name);
+        assert_eq!(
+            sc.capabilities.as_ref().and_then(|c| c.drop.clone()),
+            Some(vec!["ALL".to_owned()])
+        );
+        assert!(sc.capabilities.as_ref().unwrap().add.is_none());
+        assert!(sc.run_as_non_root == Some(true) || psc.run_as_non_root == Some(true));
+        let seccomp = sc
+            .seccomp_profile
+            .as_ref()
+            .or(psc.seccomp_profile.as_ref())
+            .expect("seccompProfile");
+        assert_eq!(seccomp.type_, "RuntimeDefault");
+        assert_ne!(sc.privileged, Some(true));
+    }
+}
+
+/// The base: everything the issue lists.
+#[test]
+fn base_renders_and_carries_the_safe_settings() {
+    let by = check_all(&render("base"));
+    let ns = &by["Namespace/sigil-system"];
+    assert_eq!(
+        ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+
+    let d: Deployment = typed(&by["Deployment/sigil"]);
+    let spec = d.spec.as_ref().unwrap();
+    assert_eq!(spec.replicas, Some(3));
+    let pod = spec.template.spec.as_ref().unwrap();
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-cluster-critical")
+    );
+    let keys: Vec<&str> = pod
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .map(|t| t.topology_key.as_str())
+        .collect();
+    assert!(
+        keys.contains(&"topology.kubernetes.io/zone") && keys.contains(&"kubernetes.io/hostname")
+    );
+    assert_restricted(pod);
+    let c = &pod.containers[0];
+    let probe_path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+        p.as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .and_then(|h| h.path.clone())
+    };
+    assert_eq!(probe_path(&c.readiness_probe).as_deref(), Some("/readyz"));
+    assert_eq!(probe_path(&c.liveness_probe).as_deref(), Some("/livez"));
+    let requests = c
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .expect("requests");
+    assert!(requests.contains_key("cpu") && requests.contains_key("memory"));
+    let args = c.args.clone().unwrap();
+    let delay = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--shutdown-delay="))
+        .expect("--shutdown-delay is set explicitly");
+    let grace = pod.termination_grace_period_seconds.unwrap();
+    assert!(
+        grace > seconds(delay) + 10,
+        "grace {grace}s must exceed the shutdown delay {delay} plus the webhook timeout"
+    );
+
+    let raw = &by["Deployment/sigil"];
+    let env = env_of(raw);
+    assert_eq!(env["SIGIL_REGISTER"], "true");
+    assert_eq!(env["SIGIL_FAILURE_POLICY"], "Fail");
+    assert_eq!(env["SIGIL_SELF_MANAGED_CERTS"], "true");
+
+    // Every flag and variable the Deployment sets is one `sigil serve` knows.
+    let help = Command::new(bin())
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    for a in args.iter().skip(1) {
+        let flag = a.split('=').next().unwrap();
+        assert!(help.contains(flag), "sigil serve has no flag {flag}");
+    }
+    for k in env
+        .keys()
+        .filter(|k| k.starts_with("SIGIL_") && *k != "SIGIL_LOG")
+    {
+        assert!(
+            help.contains(&format!("env: {k}=")),
+            "sigil serve reads no {k}"
+        );
+    }
+
+    // The policy in the ConfigMap loads, at the path the flag names.
+    let policy_arg = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--policy="))
+        .unwrap();
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| policy_arg.starts_with(&m.mount_path))
+        .expect("the policy path is mounted");
+    let vol = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .unwrap();
+    let cm_name = vol.config_map.as_ref().unwrap().name.clone();
+    let cm = &by[&format!("ConfigMap/{cm_name}")];
+    let key = Path::new(policy_arg).file_name().unwrap().to_str().unwrap();
+    let policy = sigil_core::Policy::from_yaml(cm["data"][key].as_str().unwrap()).unwrap();
+    assert!(policy.is_exempt("kube-system") && policy.is_exempt("sigil-system"));
+
+    // Service and PDB select exactly these pods; the Service targets the webhook port.
+    let pod_labels = raw["spec"]["template"]["metadata"]["labels"].clone();
+    for sel in [
+        &by["Service/sigil"]["spec"]["selector"],
+        &by["PodDisruptionBudget/sigil"]["spec"]["selector"]["matchLabels"],
+    ] {
+        for (k, v) in sel.as_object().unwrap() {
+            assert_eq!(&pod_labels[k], v, "selector {k}");
+        }
+    }
+    let svc = &by["Service/sigil"]["spec"]["ports"][0];
+    assert_eq!(svc["port"], 443);
+    let port_names: Vec<&str> = c
+        .ports
+        .iter()
+        .flatten()
+        .filter_map(|p| p.name.as_deref())
+        .collect();
+    assert!(port_names.contains(&svc["targetPort"].as_str().unwrap()));
+    assert_eq!(by["PodDisruptionBudget/sigil"]["spec"]["maxUnavailable"], 1);
+
+    // Least privilege: no wildcards, no delete, names pinned where RBAC allows.
+    for key in ["ClusterRole/sigil", "Role/sigil"] {
+        for rule in by[key]["rules"].as_array().unwrap() {
+            for field in ["verbs", "resources", "apiGroups"] {
+                assert!(
+                    !rule[field].to_string().contains('*'),
+                    "{key} has a wildcard {field}"
+                );
+            }
+            for verb in rule["verbs"].as_array().unwrap() {
+                let verb = verb.as_str().unwrap();
+                assert!(
+                    ["get", "create", "update"].contains(&verb),
+                    "{key} grants {verb}"
+                );
+                if verb != "create" {
+                    assert!(
+                        rule["resourceNames"].is_array(),
+                        "{key}: {verb} is not limited by name"
+                    );
+                }
+            }
+        }
+    }
+    let cr = by["ClusterRole/sigil"].to_string();
+    assert!(cr.contains("mutatingwebhookconfigurations") && cr.contains("\"sigil\""));
+    assert!(by["Role/sigil"].to_string().contains("sigil-tls"));
+    for b in ["ClusterRoleBinding/sigil", "RoleBinding/sigil"] {
+        let s = &by[b]["subjects"][0];
+        assert_eq!(
+            (s["name"].as_str(), s["namespace"].as_str()),
+            (Some("sigil"), Some("sigil-system"))
+        );
+    }
+    assert_eq!(pod.service_account_name.as_deref(), Some("sigil"));
+}
+
+#[test]
+fn fail_open_overlay_changes_only_the_failure_policy() {
+    let base = check_all(&render("base"));
+    let open = check_all(&render("overlays/fail-open"));
+    assert_eq!(
+        base.keys().collect::<Vec<_>>(),
+        open.keys().collect::<Vec<_>>()
+    );
+    for (k, v) in &base {
+        if k != "Deployment/sigil" {
+            assert_eq!(v, &open[k], "{k} differs");
+        }
+    }
+    let mut env_base = env_of(&base["Deployment/sigil"]);
+    let env_open = env_of(&open["Deployment/sigil"]);
+    assert_eq!(env_open["SIGIL_FAILURE_POLICY"], "Ignore");
+    env_base.insert("SIGIL_FAILURE_POLICY".into(), "Ignore".into());
+    assert_eq!(env_base, env_open);
+}
+
+#[test]
+fn cert_manager_overlay_uses_its_certificate_and_drops_secret_rights() {
+    let by = check_all(&render("overlays/cert-manager"));
+    let raw = &by["Deployment/sigil"];
+    let env = env_of(raw);
+    assert_eq!(env["SIGIL_SELF_MANAGED_CERTS"], "false");
+    let d: Deployment = typed(raw);
+    let pod = d.spec.unwrap().template.spec.unwrap();
+    assert_restricted(&pod);
+    let mount = pod.containers[0]
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| env["SIGIL_TLS_CERT"].starts_with(&m.mount_path))
+        .expect("the certificate path is mounted");
+    let vol = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .unwrap();
+    let secret = vol.secret.as_ref().unwrap().secret_name.clone().unwrap();
+    let cert = by
+        .values()
+        .find(|o| o["kind"] == "Certificate" && o["spec"]["secretName"] == secret.as_str())
+        .expect("a Certificate writes the mounted Secret");
+    let dns = cert["spec"]["dnsNames"].to_string();
+    assert!(dns.contains("sigil.sigil-system.svc"));
+    let issuer = cert["spec"]["issuerRef"]["name"].as_str().unwrap();
+    assert!(by.contains_key(&format!("Issuer/{issuer}")));
+    for p in ["SIGIL_TLS_CERT", "SIGIL_TLS_KEY", "SIGIL_CA_BUNDLE"] {
+        assert!(env[p].starts_with(&mount.mount_path), "{p}");
+    }
+    assert!(!by["Role/sigil"].to_string().contains("secrets"));
+}
