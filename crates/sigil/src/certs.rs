@@ -198,6 +198,23 @@ fn new_leaf(
     Ok((cert.pem(), key.serialize_pem()))
 }
 
+/// A CA and serving certificate that live only in this process (sigil
+/// without `--tls-cert`: for trying it out). CA ten years, leaf one.
+pub fn in_memory(names: &[String]) -> Result<ServingCert> {
+    let now = unix(SystemTime::now());
+    let year = Duration::from_secs(365 * 24 * 3600);
+    let (ca, ca_key) = new_ca(now, year * 10)?;
+    let (crt, key) = new_leaf(now, year, names, &ca, &ca_key)?;
+    Material {
+        tls_crt: crt,
+        tls_key: key,
+        ca_bundle: ca.clone(),
+        signing_crt: ca,
+        signing_key: ca_key,
+    }
+    .serving_cert()
+}
+
 /// What the next rotation step is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {

@@ -8,10 +8,6 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType,
-};
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -46,58 +42,12 @@ pub fn load_files(cert: &std::path::Path, key: &std::path::Path) -> Result<Servi
     })
 }
 
-/// Mints a CA and a serving certificate for `names` (DNS names or IPs).
-/// The CA is separate from the leaf because rustls clients refuse a
-/// self-signed certificate used as its own CA.
+/// Mints a CA and a serving certificate for `names` (DNS names or IPs), the
+/// same way `--self-managed-certs` does, but only in memory. The CA is
+/// separate from the leaf because rustls clients refuse a self-signed
+/// certificate used as its own CA.
 pub fn self_signed(names: &[String]) -> Result<ServingCert> {
-    let ca_key = KeyPair::generate().context("generating CA key")?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).context("CA params")?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, "sigil self-signed CA");
-    ca_params.distinguished_name = dn;
-    let ca_cert = ca_params.self_signed(&ca_key).context("self-signing CA")?;
-    let issuer = Issuer::new(ca_params, ca_key);
-
-    let leaf_key = KeyPair::generate().context("generating serving key")?;
-    let mut params = CertificateParams::new(Vec::<String>::new()).context("serving cert params")?;
-    for n in names {
-        params
-            .subject_alt_names
-            .push(match n.parse::<std::net::IpAddr>() {
-                Ok(ip) => SanType::IpAddress(ip),
-                Err(_) => SanType::DnsName(
-                    n.clone()
-                        .try_into()
-                        .with_context(|| format!("{n:?} is not a valid DNS name"))?,
-                ),
-            });
-    }
-    let mut dn = DistinguishedName::new();
-    dn.push(
-        DnType::CommonName,
-        names.first().cloned().unwrap_or_else(|| "sigil".into()),
-    );
-    params.distinguished_name = dn;
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    let leaf = params
-        .signed_by(&leaf_key, &issuer)
-        .context("signing serving cert")?;
-    Ok(ServingCert {
-        chain: vec![leaf.der().clone(), ca_cert.der().clone()],
-        key: PrivateKeyDer::try_from(leaf_key.serialize_der())
-            .map_err(|e| anyhow::anyhow!("serving key: {e}"))?,
-        ca_pem: Some(ca_cert.pem()),
-    })
+    crate::certs::in_memory(names)
 }
 
 /// Unix time a certificate expires (0 if it cannot be parsed).
