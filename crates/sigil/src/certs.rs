@@ -201,18 +201,8 @@ fn new_leaf(
 /// A CA and serving certificate that live only in this process (sigil
 /// without `--tls-cert`: for trying it out). CA ten years, leaf one.
 pub fn in_memory(names: &[String]) -> Result<ServingCert> {
-    let now = unix(SystemTime::now());
     let year = Duration::from_secs(365 * 24 * 3600);
-    let (ca, ca_key) = new_ca(now, year * 10)?;
-    let (crt, key) = new_leaf(now, year, names, &ca, &ca_key)?;
-    Material {
-        tls_crt: crt,
-        tls_key: key,
-        ca_bundle: ca.clone(),
-        signing_crt: ca,
-        signing_key: ca_key,
-    }
-    .serving_cert()
+    Material::fresh(unix(SystemTime::now()), year * 10, year, names)?.serving_cert()
 }
 
 /// What the next rotation step is.
@@ -239,16 +229,8 @@ pub fn next_step(
 ) -> Result<Step> {
     let now = unix(now);
     let fresh = |why| -> Result<Step> {
-        let (ca, ca_key) = new_ca(now, cfg.ca_validity)?;
-        let (crt, key) = new_leaf(now, cfg.cert_validity, &cfg.names, &ca, &ca_key)?;
         Ok(Step::Write(
-            Material {
-                tls_crt: crt,
-                tls_key: key,
-                ca_bundle: ca.clone(),
-                signing_crt: ca,
-                signing_key: ca_key,
-            },
+            Material::fresh(now, cfg.ca_validity, cfg.cert_validity, &cfg.names)?,
             why,
         ))
     };
@@ -342,6 +324,24 @@ fn pem_of(der: &CertificateDer<'_>) -> String {
 }
 
 impl Material {
+    /// A new CA and a serving certificate from it.
+    fn fresh(
+        now: i64,
+        ca_validity: Duration,
+        validity: Duration,
+        names: &[String],
+    ) -> Result<Material> {
+        let (ca, ca_key) = new_ca(now, ca_validity)?;
+        let (crt, key) = new_leaf(now, validity, names, &ca, &ca_key)?;
+        Ok(Material {
+            tls_crt: crt,
+            tls_key: key,
+            ca_bundle: ca.clone(),
+            signing_crt: ca,
+            signing_key: ca_key,
+        })
+    }
+
     fn from_secret(s: &Secret) -> Option<Material> {
         let d = s.data.as_ref()?;
         let get = |k: &str| {

@@ -294,7 +294,7 @@ fn run_serve(args: ServeArgs) -> Result<ExitCode> {
             let m = rt.block_on(initial_certs(
                 client,
                 &namespace,
-                &args.webhook_name_ref(),
+                &args.cluster.webhook_name,
                 &cert_settings,
             ))?;
             (
@@ -345,12 +345,6 @@ fn run_serve(args: ServeArgs) -> Result<ExitCode> {
         metrics,
     ))?;
     Ok(ExitCode::SUCCESS)
-}
-
-impl ServeArgs {
-    fn webhook_name_ref(&self) -> String {
-        self.cluster.webhook_name.clone()
-    }
 }
 
 impl ClusterArgs {
