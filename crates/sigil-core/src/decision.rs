@@ -6,12 +6,14 @@
 //! I/O; registry failures arrive as [`ResolveFailure`] values from the I/O edge.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::policy::Plan;
 use crate::reference::{Digest, ReferenceError};
+use crate::verify::VerificationReport;
 use crate::walker::ImageField;
 
 /// What happens when an image cannot be made to satisfy its rule.
@@ -212,6 +214,15 @@ pub enum Denial {
         /// What the registry (or transport) said.
         failure: ResolveFailure,
     },
+    /// The pinned digest does not carry the signatures the rule asks for.
+    Unverified {
+        /// Rule name.
+        rule: String,
+        /// The exact image (with digest) that was checked.
+        target: String,
+        /// Per-verifier findings.
+        report: Arc<VerificationReport>,
+    },
 }
 
 impl Denial {
@@ -222,6 +233,7 @@ impl Denial {
             Denial::NoRule => "no_rule",
             Denial::StaticDeny { .. } => "static_deny",
             Denial::Unresolved { .. } => "unresolved",
+            Denial::Unverified { .. } => "unverified",
         }
     }
 
@@ -235,6 +247,9 @@ impl Denial {
             Denial::Unresolved {
                 target, failure, ..
             } => format!("could not be pinned: resolving {target}: {failure}"),
+            Denial::Unverified { target, report, .. } => {
+                format!("failed signature verification of {target}: {report}")
+            }
         }
     }
 
@@ -250,6 +265,12 @@ impl Denial {
                 "use an image the policy allows, or ask the platform team to change the rule"
             }
             Denial::Unresolved { failure, .. } => failure.hint(),
+            Denial::Unverified { report, .. } => match &report.fetch_failure {
+                Some(f) => f.hint(),
+                None => {
+                    "sign this exact digest with the keys or identities the rule lists (cosign sign / notation sign), push the signatures where sigil looks (the image's repository or signatures.repository), or ask the platform team to change the rule"
+                }
+            },
         }
     }
 }
@@ -372,11 +393,13 @@ pub enum Outcome {
     Failed(Finding),
 }
 
-/// Turns a plan and the lookup answer (if one was needed) into an outcome.
+/// Turns a plan, the lookup answer (if one was needed) and the signature
+/// report (if the rule verifies) into an outcome.
 pub fn decide(
     field: &ImageField,
     plan: Result<&Plan, &Denial>,
     resolved: Option<&Result<Digest, ResolveFailure>>,
+    verified: Option<&Arc<VerificationReport>>,
 ) -> Outcome {
     let plan = match plan {
         Ok(p) => p,
@@ -430,6 +453,29 @@ pub fn decide(
             }
         },
     };
+    if let Some(v) = &plan.verify {
+        // The digest checked is the one that will run: the resolved one, or the one written.
+        let checked = digest.or(plan.target.digest());
+        let target = match checked {
+            Some(d) => plan.target.pinned(d.clone()).to_string(),
+            None => plan.target.to_string(),
+        };
+        let report = verified.cloned().unwrap_or_else(|| {
+            Arc::new(VerificationReport::unfetched(
+                v,
+                ResolveFailure::Timeout {
+                    budget: Duration::ZERO,
+                },
+            ))
+        });
+        if !report.satisfied() {
+            return fail(Denial::Unverified {
+                rule: plan.rule.clone(),
+                target,
+                report,
+            });
+        }
+    }
     let new = plan.final_image(digest);
     if new == plan.written {
         Outcome::Unchanged {

@@ -16,14 +16,18 @@ pub mod patch;
 pub mod pattern;
 pub mod policy;
 pub mod reference;
+pub mod verify;
 pub mod walker;
 
 pub use decision::{Denial, Finding, Mode, ObjectRef, Outcome, ResolveFailure};
 pub use policy::{Plan, Platform, Policy, PolicyError, Step};
 pub use reference::{Digest, Reference, ReferenceError};
+pub use verify::{SignatureProblem, Verification, VerificationReport, VerifierOutcome};
 pub use walker::{FieldKind, ImageField, ObjectSummary};
 
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The I/O edge that turns a tag into the digest the registry serves.
@@ -40,4 +44,55 @@ pub trait DigestResolver: Send + Sync {
         platform: Option<&Platform>,
         deadline: Instant,
     ) -> impl Future<Output = Result<Digest, ResolveFailure>> + Send;
+}
+
+/// The I/O edge that fetches signature artifacts from a registry.
+///
+/// `sigil-verify` gathers signatures through it and `sigil-registry`
+/// implements it, so neither depends on the other. Every call answers before
+/// `deadline`. `Ok(None)` means "not there" (404), which for signatures is an
+/// answer, not a failure.
+pub trait ArtifactSource: Send + Sync {
+    /// A manifest by tag or digest, as raw bytes, checked against the digest when given one.
+    fn manifest(
+        &self,
+        repository: &Reference,
+        reference: &str,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, ResolveFailure>> + Send;
+
+    /// The OCI referrers index of `digest`. `Ok(None)` when the registry has no
+    /// referrers API (the caller then falls back to the tag schema).
+    fn referrers(
+        &self,
+        repository: &Reference,
+        digest: &Digest,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, ResolveFailure>> + Send;
+
+    /// A blob, checked against its digest, at most `max` bytes.
+    fn blob(
+        &self,
+        repository: &Reference,
+        digest: &Digest,
+        max: usize,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<Vec<u8>, ResolveFailure>> + Send;
+}
+
+/// A boxed future, so [`SignatureVerifier`] can be a trait object that the
+/// engine holds without another type parameter.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The I/O edge that checks a digest's signatures against a rule's verifiers.
+pub trait SignatureVerifier: Send + Sync {
+    /// Verifies `digest`, pulled from `repository`, under `verification`.
+    /// Always answers (a fetch failure is a report, not an error).
+    fn verify<'a>(
+        &'a self,
+        repository: &'a Reference,
+        digest: &'a Digest,
+        verification: &'a Arc<Verification>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Arc<VerificationReport>>;
 }

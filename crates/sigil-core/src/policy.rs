@@ -11,9 +11,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
+use std::sync::Arc;
+
 use crate::decision::{Denial, Mode};
 use crate::pattern::{Pattern, PatternError};
 use crate::reference::{self, Reference};
+use crate::verify::{SignaturesSpec, Verification, VerifierSpec};
 
 /// The only `apiVersion` this build understands.
 pub const API_VERSION: &str = "sigil.dev/v1alpha1";
@@ -238,6 +241,18 @@ pub struct RuleSpec {
     /// Free text for humans; printed by `sigil policy check`.
     #[serde(default)]
     pub description: Option<String>,
+    /// Signature verifiers run on the pinned digest.
+    #[serde(default)]
+    pub verify: Vec<VerifierSpec>,
+    /// At least this many verifiers must pass (default: all).
+    #[serde(default)]
+    pub threshold: Option<u32>,
+    /// Verifiers that must be among those that pass.
+    #[serde(default)]
+    pub required: Vec<String>,
+    /// Where signatures are looked up.
+    #[serde(default)]
+    pub signatures: Option<SignaturesSpec>,
 }
 
 /// A platform selector such as `linux/arm64/v8`.
@@ -301,6 +316,8 @@ pub struct Rule {
     pub action: Action,
     /// Free text.
     pub description: Option<String>,
+    /// Signature requirement, if the rule has `verify`.
+    pub verification: Option<Arc<Verification>>,
 }
 
 /// A loaded, validated policy. Cheap to share behind an `Arc`.
@@ -343,6 +360,8 @@ pub struct Plan {
     pub mode: Mode,
     /// Next step.
     pub step: Step,
+    /// Signatures the pinned digest must carry, if the rule verifies.
+    pub verify: Option<Arc<Verification>>,
 }
 
 /// The I/O, if any, a plan still needs.
@@ -481,12 +500,49 @@ impl Policy {
                         .map_err(|e: PatternError| invalid(p, e.to_string()))?,
                 );
             }
+            let action = r.action.unwrap_or_default();
+            let has_verify = !r.verify.is_empty();
+            if !has_verify
+                && (r.threshold.is_some() || !r.required.is_empty() || r.signatures.is_some())
+            {
+                return Err(invalid(
+                    &r.name,
+                    format!(
+                        "rule {:?}: threshold, required and signatures need a verify list",
+                        r.name.value
+                    ),
+                ));
+            }
+            if has_verify && action != Action::Pin {
+                return Err(invalid(
+                    &r.name,
+                    format!(
+                        "rule {:?}: verify checks the pinned digest, so it needs action: pin (the default)",
+                        r.name.value
+                    ),
+                ));
+            }
+            let verification = if has_verify {
+                Some(Arc::new(
+                    Verification::compile(
+                        &r.name.value,
+                        &r.verify,
+                        r.threshold,
+                        &r.required,
+                        r.signatures.as_ref(),
+                    )
+                    .map_err(|m| invalid(&r.name, m))?,
+                ))
+            } else {
+                None
+            };
             rules.push(Rule {
                 name: r.name.value.clone(),
                 patterns,
                 mode: r.mode.unwrap_or(Mode::Enforce),
-                action: r.action.unwrap_or_default(),
+                action,
                 description: r.description.clone(),
+                verification,
             });
         }
         // Ties: two rules whose equally specific patterns can match one name.
@@ -593,6 +649,7 @@ impl Policy {
             rule: rule.name.clone(),
             mode: rule.mode,
             step,
+            verify: rule.verification.clone(),
         })
     }
 }
@@ -718,6 +775,113 @@ fn normalize_prefix(p: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The issue's example, verbatim: it must load and mean exactly this.
+    const VERIFY_EXAMPLE: &str = r#"apiVersion: sigil.dev/v1alpha1
+kind: ImagePolicy
+metadata: {name: verify}
+spec:
+  rules:
+    - name: team
+      match: ["registry.example.com/team/**"]
+      mode: enforce
+      verify:
+        - name: alice
+          cosign: {key: /etc/sigil/alice.pub}      # PEM file or inline PEM: ECDSA P-256/P-384, Ed25519, RSA
+        - name: bob
+          cosign: {key: /etc/sigil/bob.pub}
+        - name: ci
+          cosign:
+            keyless:
+              issuer: https://token.actions.githubusercontent.com
+              subjectRegex: ^https://github\.com/acme/.+$
+            trustedRoot: /etc/sigil/trusted_root.json   # optional; default: Sigstore public-good root, embedded
+            transparencyLog: required                   # required | optional
+        - name: release
+          notation:
+            trustRoots: [/etc/sigil/notation-ca.pem]
+            level: strict                               # strict | permissive | audit
+      threshold: 2          # at least this many of the verifiers above must pass; default: all of them
+      required: [alice]     # these must be among those that pass
+      signatures:
+        repository: registry.example.com/team/signatures   # optional; default: the repository the image is pulled from
+"#;
+
+    #[test]
+    fn issue_verify_example_loads_with_its_meaning() {
+        use crate::verify::{NotationLevel, TlogPolicy};
+        let p = Policy::from_yaml(VERIFY_EXAMPLE).unwrap();
+        let plan = p.plan("registry.example.com/team/app:v1").unwrap();
+        assert_eq!(plan.step, Step::Resolve);
+        let v = plan.verify.expect("rule verifies");
+        assert_eq!(v.threshold, 2);
+        assert_eq!(v.required, vec!["alice"]);
+        assert_eq!(
+            v.signatures_repository.as_deref(),
+            Some("registry.example.com/team/signatures")
+        );
+        let names: Vec<&str> = v.verifiers.iter().map(|x| x.name.as_str()).collect();
+        assert_eq!(names, ["alice", "bob", "ci", "release"]);
+        let alice = v.verifiers[0].cosign.as_ref().unwrap();
+        assert_eq!(alice.key.as_deref(), Some("/etc/sigil/alice.pub"));
+        let ci = v.verifiers[2].cosign.as_ref().unwrap();
+        let kl = ci.keyless.as_ref().unwrap();
+        assert_eq!(
+            kl.issuer.as_deref(),
+            Some("https://token.actions.githubusercontent.com")
+        );
+        assert_eq!(
+            kl.subject_regex.as_deref(),
+            Some("^https://github\\.com/acme/.+$")
+        );
+        assert_eq!(
+            ci.trusted_root.as_deref(),
+            Some("/etc/sigil/trusted_root.json")
+        );
+        assert_eq!(ci.transparency_log, Some(TlogPolicy::Required));
+        let n = v.verifiers[3].notation.as_ref().unwrap();
+        assert_eq!(n.trust_roots, vec!["/etc/sigil/notation-ca.pem"]);
+        assert_eq!(n.level, NotationLevel::Strict);
+        // Images outside the rule do not verify.
+        assert!(p.plan("registry.example.com/other/app:v1").is_err());
+    }
+
+    #[test]
+    fn verify_settings_that_cannot_work_are_refused_with_the_line() {
+        let base = |rule: &str| {
+            format!("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n{rule}")
+        };
+        let cases = [
+            (
+                "    - name: a\n      match: [\"**\"]\n      action: allow\n      verify:\n        - {name: k, cosign: {key: k.pub}}\n",
+                "needs action: pin",
+            ),
+            (
+                "    - name: a\n      match: [\"**\"]\n      threshold: 1\n",
+                "need a verify list",
+            ),
+            (
+                "    - name: a\n      match: [\"**\"]\n      verify:\n        - {name: k, cosign: {key: k.pub}}\n      threshold: 2\n",
+                "exceeds",
+            ),
+            (
+                "    - name: a\n      match: [\"**\"]\n      verify:\n        - {name: k, cosign: {keyless: {issuer: x, subjectRegex: \"(\"}}}\n",
+                "subjectRegex",
+            ),
+            (
+                "    - name: a\n      match: [\"**\"]\n      verify:\n        - {name: k, cosign: {key: k.pub}, notation: {trustRoots: [r.pem]}}\n",
+                "exactly one of cosign or notation",
+            ),
+            (
+                "    - name: a\n      match: [\"**\"]\n      verify:\n        - {name: k, cosign: {key: k.pub, unknown: 1}}\n",
+                "unknown",
+            ),
+        ];
+        for (rule, want) in cases {
+            let e = Policy::from_yaml(&base(rule)).unwrap_err().to_string();
+            assert!(e.contains(want), "{want:?} not in {e:?}");
+        }
+    }
 
     /// The example from the core issue; it must load and mean exactly this.
     pub(crate) const ISSUE_EXAMPLE: &str = r#"apiVersion: sigil.dev/v1alpha1

@@ -207,6 +207,28 @@ impl Lookup<'_> {
         }
     }
 
+    /// GETs a registry path under `/v2/<name>/`; 404 is `Ok(None)`.
+    pub(crate) async fn get_optional(
+        &self,
+        target: &Reference,
+        rest: &str,
+    ) -> Result<Option<Vec<u8>>, ResolveFailure> {
+        let domain = target.domain();
+        let url = format!(
+            "{}://{}/v2/{}/{rest}",
+            self.host.scheme,
+            api_host(domain),
+            target.path()
+        );
+        let scope = format!("repository:{}:pull", target.path());
+        let r = self.send(Method::GET, &url, domain, &scope).await?;
+        match r.status {
+            StatusCode::OK => Ok(Some(r.body)),
+            StatusCode::NOT_FOUND => Ok(None),
+            _ => Err(failure_for(&r)),
+        }
+    }
+
     async fn send(
         &self,
         method: Method,

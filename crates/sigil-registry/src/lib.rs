@@ -109,7 +109,13 @@ struct Inner {
     cache: Cache<Key, Answer>,
     observer: Arc<dyn Observer>,
     lookups: AtomicU64,
+    /// Hosts known to lack the referrers API, and since when: clients go
+    /// straight to the tag schema instead of paying a 404 round trip each time.
+    no_referrers_api: std::sync::Mutex<std::collections::HashMap<String, Instant>>,
 }
+
+/// How long a host's missing referrers API is remembered (it may be upgraded).
+const REFERRERS_API_MEMORY: Duration = Duration::from_secs(600);
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -137,6 +143,7 @@ impl Registry {
                     .build(),
                 observer,
                 lookups: AtomicU64::new(0),
+                no_referrers_api: Default::default(),
             }),
         })
     }
@@ -151,6 +158,31 @@ impl Registry {
         self.inner.lookups.load(Ordering::Relaxed)
     }
 
+    fn lookup(&self, target: &Reference, deadline: Instant) -> client::Lookup<'_> {
+        client::Lookup {
+            host: self.inner.hosts.get(target.domain()),
+            tokens: &self.inner.tokens,
+            observer: self.inner.observer.as_ref(),
+            deadline,
+            budget: deadline.saturating_duration_since(Instant::now()),
+        }
+    }
+
+    /// One uncached GET under the deadline; 404 is `Ok(None)`.
+    async fn get_optional(
+        &self,
+        target: &Reference,
+        rest: &str,
+        deadline: Instant,
+    ) -> Result<Option<Vec<u8>>, ResolveFailure> {
+        let lookup = self.lookup(target, deadline);
+        let budget = lookup.budget;
+        match tokio::time::timeout_at(deadline.into(), lookup.get_optional(target, rest)).await {
+            Ok(r) => r,
+            Err(_) => Err(ResolveFailure::Timeout { budget }),
+        }
+    }
+
     /// Resolves without the cache: one fresh lookup.
     pub async fn resolve_uncached(
         &self,
@@ -158,14 +190,8 @@ impl Registry {
         platform: Option<&Platform>,
         deadline: Instant,
     ) -> Result<Digest, ResolveFailure> {
-        let budget = deadline.saturating_duration_since(Instant::now());
-        let lookup = client::Lookup {
-            host: self.inner.hosts.get(target.domain()),
-            tokens: &self.inner.tokens,
-            observer: self.inner.observer.as_ref(),
-            deadline,
-            budget,
-        };
+        let lookup = self.lookup(target, deadline);
+        let budget = lookup.budget;
         match tokio::time::timeout_at(deadline.into(), lookup.resolve(target, platform)).await {
             Ok(r) => r,
             Err(_) => Err(ResolveFailure::Timeout { budget }),
@@ -211,5 +237,94 @@ impl DigestResolver for Registry {
             }
             Err(_) => Err(ResolveFailure::Timeout { budget }),
         }
+    }
+}
+
+fn check_digest(bytes: &[u8], want: &Digest, what: &str) -> Result<(), ResolveFailure> {
+    use sha2::{Digest as _, Sha256};
+    if want.algorithm() != "sha256" {
+        return Err(ResolveFailure::BadResponse {
+            detail: format!("{what} {want}: only sha256 digests are supported"),
+        });
+    }
+    let got = Digest::from_sha256(&Sha256::digest(bytes).into());
+    if got != *want {
+        return Err(ResolveFailure::BadResponse {
+            detail: format!("{what} {want}: registry served content hashing to {got}"),
+        });
+    }
+    Ok(())
+}
+
+/// Signature artifacts are read uncached: the verification cache above
+/// holds outcomes, and a fresh signature must be seen when that expires.
+impl sigil_core::ArtifactSource for Registry {
+    async fn manifest(
+        &self,
+        repository: &Reference,
+        reference: &str,
+        deadline: Instant,
+    ) -> Result<Option<Vec<u8>>, ResolveFailure> {
+        let body = self
+            .get_optional(repository, &format!("manifests/{reference}"), deadline)
+            .await?;
+        if let (Some(b), Ok(d)) = (&body, Digest::parse(reference)) {
+            check_digest(b, &d, "manifest")?;
+        }
+        Ok(body)
+    }
+
+    async fn referrers(
+        &self,
+        repository: &Reference,
+        digest: &Digest,
+        deadline: Instant,
+    ) -> Result<Option<Vec<u8>>, ResolveFailure> {
+        // A registry with the referrers API never answers it with 404 (OCI
+        // distribution spec), so 404 means "no API": remember it per host.
+        let host = repository.domain().to_owned();
+        let known_missing = self
+            .inner
+            .no_referrers_api
+            .lock()
+            .map(|m| {
+                m.get(&host)
+                    .is_some_and(|t| t.elapsed() < REFERRERS_API_MEMORY)
+            })
+            .unwrap_or(false);
+        if known_missing {
+            return Ok(None);
+        }
+        let r = self
+            .get_optional(repository, &format!("referrers/{digest}"), deadline)
+            .await?;
+        if r.is_none()
+            && let Ok(mut m) = self.inner.no_referrers_api.lock()
+        {
+            m.insert(host, Instant::now());
+        }
+        Ok(r)
+    }
+
+    async fn blob(
+        &self,
+        repository: &Reference,
+        digest: &Digest,
+        max: usize,
+        deadline: Instant,
+    ) -> Result<Vec<u8>, ResolveFailure> {
+        let body = self
+            .get_optional(repository, &format!("blobs/{digest}"), deadline)
+            .await?
+            .ok_or_else(|| ResolveFailure::NotFound {
+                detail: format!("blob {digest} not found"),
+            })?;
+        if body.len() > max {
+            return Err(ResolveFailure::BadResponse {
+                detail: format!("blob {digest} is larger than {max} bytes"),
+            });
+        }
+        check_digest(&body, digest, "blob")?;
+        Ok(body)
     }
 }

@@ -443,10 +443,12 @@ fn downgrade_unchanged(f: &Finding, old: Option<&ObjectSummary>) -> Finding {
             .iter()
             .any(|x| x.pointer == f.field.pointer && x.value == f.field.value)
     });
-    if unchanged
-        && matches!(f.denial, sigil_core::Denial::Unresolved { .. })
-        && f.mode == Mode::Enforce
-    {
+    let lookup_failed = match &f.denial {
+        sigil_core::Denial::Unresolved { .. } => true,
+        sigil_core::Denial::Unverified { report, .. } => report.fetch_failure.is_some(),
+        _ => false,
+    };
+    if unchanged && lookup_failed && f.mode == Mode::Enforce {
         return Finding {
             mode: Mode::Warn,
             ..f.clone()

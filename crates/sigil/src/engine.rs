@@ -15,8 +15,40 @@ use sigil_core::decision::decide;
 use sigil_core::walker::image_fields;
 use sigil_core::{
     Denial, Digest, DigestResolver, ImageField, Outcome, Plan, Policy, Reference, ResolveFailure,
-    Step,
+    SignatureVerifier, Step, Verification, VerificationReport,
 };
+
+/// One verification job: the same digest under the same rule is checked once per request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct VerifyKey {
+    /// The digest that will run.
+    pub digest: Digest,
+    /// Rule whose verifiers apply.
+    pub rule: String,
+}
+
+/// The digest a verifying plan will run, if known.
+fn verify_key(p: &Plan, answer: Option<&Result<Digest, ResolveFailure>>) -> Option<VerifyKey> {
+    p.verify.as_ref()?;
+    let digest = match answer {
+        Some(Ok(d)) => d.clone(),
+        Some(Err(_)) => return None,
+        None => p.target.digest()?.clone(),
+    };
+    Some(VerifyKey {
+        digest,
+        rule: p.rule.clone(),
+    })
+}
+
+/// Where signatures are looked up: `signatures.repository`, else where the
+/// image is pulled from (the mirror, after rewrite).
+pub fn signature_repository(p: &Plan, v: &Verification) -> Reference {
+    v.signatures_repository
+        .as_deref()
+        .and_then(|r| Reference::parse(r).ok())
+        .unwrap_or_else(|| p.target.clone())
+}
 
 /// What the engine decided for one object.
 #[derive(Debug, Clone, Default)]
@@ -44,19 +76,40 @@ impl ObjectDecision {
     }
 }
 
-/// A policy plus the resolver that feeds it.
-#[derive(Debug)]
+/// A policy plus the resolver and signature verifier that feed it.
 pub struct Engine<R> {
     /// The loaded policy.
     pub policy: Arc<Policy>,
     /// Where digests come from.
     pub resolver: R,
+    /// Checks signatures for rules with `verify`; `None` when no rule verifies.
+    pub verifier: Option<Arc<dyn SignatureVerifier>>,
+}
+
+impl<R: std::fmt::Debug> std::fmt::Debug for Engine<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("policy", &self.policy.name)
+            .field("resolver", &self.resolver)
+            .field("verifier", &self.verifier.is_some())
+            .finish()
+    }
 }
 
 impl<R: DigestResolver> Engine<R> {
-    /// Creates an engine.
+    /// Creates an engine without a signature verifier.
     pub fn new(policy: Arc<Policy>, resolver: R) -> Self {
-        Engine { policy, resolver }
+        Engine {
+            policy,
+            resolver,
+            verifier: None,
+        }
+    }
+
+    /// Adds the verifier rules with `verify` need.
+    pub fn with_verifier(mut self, verifier: Arc<dyn SignatureVerifier>) -> Self {
+        self.verifier = Some(verifier);
+        self
     }
 
     /// Decides every image field of `obj`. Distinct targets are resolved
@@ -79,6 +132,7 @@ impl<R: DigestResolver> Engine<R> {
         let answers = self
             .resolve_all(plans.iter().filter_map(|p| p.as_ref().ok()), deadline)
             .await;
+        let reports = self.verify_all(&plans, &answers, deadline).await;
         let outcomes = fields
             .iter()
             .zip(&plans)
@@ -88,10 +142,64 @@ impl<R: DigestResolver> Engine<R> {
                     .ok()
                     .filter(|p| p.step == Step::Resolve)
                     .and_then(|p| answers.get(&p.target));
-                decide(f, p.as_ref(), answer)
+                let report = p
+                    .as_ref()
+                    .ok()
+                    .and_then(|p| verify_key(p, answer))
+                    .and_then(|k| reports.get(&k));
+                decide(f, p.as_ref(), answer, report)
             })
             .collect();
         ObjectDecision { fields, outcomes }
+    }
+
+    /// Verifies each distinct (signature repository, digest, rule) once, all
+    /// concurrently under the same deadline as the lookups.
+    async fn verify_all(
+        &self,
+        plans: &[Result<Plan, Denial>],
+        answers: &HashMap<Reference, Result<Digest, ResolveFailure>>,
+        deadline: Instant,
+    ) -> HashMap<VerifyKey, Arc<VerificationReport>> {
+        let mut jobs: Vec<(VerifyKey, Reference, Arc<Verification>)> = Vec::new();
+        for p in plans.iter().filter_map(|p| p.as_ref().ok()) {
+            let Some(v) = &p.verify else { continue };
+            let answer = (p.step == Step::Resolve)
+                .then(|| answers.get(&p.target))
+                .flatten();
+            let Some(key) = verify_key(p, answer) else {
+                continue;
+            };
+            if jobs.iter().any(|(k, _, _)| *k == key) {
+                continue;
+            }
+            jobs.push((key, signature_repository(p, v), v.clone()));
+        }
+        if jobs.is_empty() {
+            return HashMap::new();
+        }
+        let Some(verifier) = &self.verifier else {
+            // A policy with verify rules always gets a verifier; without one,
+            // nothing can pass (fail closed, with a reason).
+            return jobs
+                .into_iter()
+                .map(|(k, _, v)| {
+                    let r = VerificationReport::unfetched(
+                        &v,
+                        ResolveFailure::Config {
+                            detail: "no signature verifier is configured in this process".into(),
+                        },
+                    );
+                    (k, Arc::new(r))
+                })
+                .collect();
+        };
+        let reports = join_all(
+            jobs.iter()
+                .map(|(k, repo, v)| verifier.verify(repo, &k.digest, v, deadline)),
+        )
+        .await;
+        jobs.into_iter().map(|(k, _, _)| k).zip(reports).collect()
     }
 
     /// Resolves each distinct target of the plans that need a lookup.

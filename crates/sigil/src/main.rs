@@ -11,7 +11,6 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use sigil::admission::Webhook;
 use sigil::cluster::{CaSource, FailurePolicy};
-use sigil::engine::Engine;
 use sigil::metrics::Metrics;
 use sigil::server::{ServeConfig, Task, Tasks, serve};
 use sigil_core::Policy;
@@ -63,6 +62,9 @@ enum PolicyCommand {
     Check {
         /// The ImagePolicy YAML file.
         file: PathBuf,
+        /// Check only the schema: do not read the key, certificate and trusted-root files `verify` names.
+        #[arg(long)]
+        schema_only: bool,
     },
 }
 
@@ -231,8 +233,8 @@ fn main() -> ExitCode {
         Command::Krm(args) => pin_cmd::run_krm(args),
         Command::BreakGlass(args) => run_break_glass(args),
         Command::Policy {
-            command: PolicyCommand::Check { file },
-        } => policy_check(&file),
+            command: PolicyCommand::Check { file, schema_only },
+        } => policy_check(&file, schema_only),
     };
     match result {
         Ok(code) => code,
@@ -327,9 +329,9 @@ fn run_serve(args: ServeArgs) -> Result<ExitCode> {
         "policy loaded"
     );
     let metrics = Arc::new(Metrics::default());
-    let registry = sigil::reload::registry_for(&policy, None, &metrics)
-        .context("setting up registry clients")?;
-    let webhook = Arc::new(Webhook::new(Engine::new(policy, registry), metrics.clone()));
+    let engine =
+        sigil::reload::engine_for(policy, None, &metrics).context("putting the policy in force")?;
+    let webhook = Arc::new(Webhook::new(engine, metrics.clone()));
     let tasks = cluster_tasks(&args, namespace, client, ca_source, cert_settings, &metrics);
     rt.block_on(serve(
         ServeConfig {
@@ -508,13 +510,19 @@ fn run_break_glass(args: BreakGlassArgs) -> Result<ExitCode> {
     })
 }
 
-fn policy_check(file: &PathBuf) -> Result<ExitCode> {
+fn policy_check(file: &PathBuf, schema_only: bool) -> Result<ExitCode> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let p = match Policy::from_yaml(&text) {
         Ok(p) => p,
         Err(e) => bail!("{}: {e}", file.display()),
     };
+    if !schema_only && let Err(e) = sigil_verify::Material::load(&p) {
+        bail!(
+            "{}: {e} (sigil serve would refuse this policy; --schema-only checks without reading these files)",
+            file.display()
+        );
+    }
     print!("{}", describe(&p));
     Ok(ExitCode::SUCCESS)
 }
@@ -612,6 +620,23 @@ fn describe(p: &Policy) -> String {
             r.name,
             pats.join(", ")
         );
+        if let Some(v) = &r.verification {
+            let names: Vec<&str> = v.verifiers.iter().map(|x| x.name.as_str()).collect();
+            let _ = writeln!(
+                s,
+                "    and their pinned digest must be signed: at least {} of {}{}; signatures are read from {}",
+                v.threshold,
+                names.join(", "),
+                if v.required.is_empty() {
+                    String::new()
+                } else {
+                    format!(", including {}", v.required.join(", "))
+                },
+                v.signatures_repository
+                    .as_deref()
+                    .unwrap_or("the repository the image is pulled from")
+            );
+        }
         if let Some(d) = &r.description {
             let _ = writeln!(s, "    {d}");
         }

@@ -71,6 +71,14 @@ pub struct Metrics {
     pub break_glass: Gauge,
     /// Unix time at which the served certificate expires.
     pub cert_not_after: Gauge,
+    verifications: Family<VerifierLabels, Counter>,
+    verification_cache: Family<CacheLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerifierLabels {
+    verifier: String,
+    result: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -102,8 +110,20 @@ impl Default for Metrics {
             cluster_writes: Family::default(),
             break_glass: Gauge::default(),
             cert_not_after: Gauge::default(),
+            verifications: Family::default(),
+            verification_cache: Family::default(),
             registry: Registry::default(),
         };
+        registry.register(
+            "signature_verifications",
+            "Signature verifier outcomes per digest checked, by verifier and result (passed, no_signature, wrong_key, digest_mismatch, identity_mismatch, chain_invalid, log_entry_invalid, malformed, level_check)",
+            m.verifications.clone(),
+        );
+        registry.register(
+            "verification_cache_lookups",
+            "Verification cache lookups by result (hit, miss)",
+            m.verification_cache.clone(),
+        );
         registry.register(
             "admission_requests",
             "Admission requests by operation, kind and decision",
@@ -218,6 +238,25 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
         s
+    }
+}
+
+impl sigil_verify::Observer for Metrics {
+    fn verifier(&self, verifier: &str, result: &str) {
+        self.verifications
+            .get_or_create(&VerifierLabels {
+                verifier: verifier.to_owned(),
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    fn cache(&self, hit: bool) {
+        self.verification_cache
+            .get_or_create(&CacheLabels {
+                result: if hit { "hit" } else { "miss" },
+            })
+            .inc();
     }
 }
 

@@ -301,7 +301,9 @@ fn report_of<R>(
             new, pinned: None, ..
         } => (Status::Rewritten, Some(new.clone()), None),
         Outcome::Changed { new, .. } => (Status::Pinned, Some(new.clone()), None),
-        Outcome::Failed(f) if opts.offline && f.denial.kind() == "unresolved" => {
+        Outcome::Failed(f)
+            if opts.offline && matches!(f.denial.kind(), "unresolved" | "unverified") =>
+        {
             // Offline: the lookup was never tried. Still apply the mirror.
             let rewrite = engine
                 .policy
@@ -313,7 +315,7 @@ fn report_of<R>(
                 Status::NeedsRegistry,
                 rewrite,
                 Some(format!(
-                    "image {:?} in {} of {object} needs a registry lookup to be pinned (--offline)",
+                    "image {:?} in {} of {object} needs a registry lookup to be pinned or verified (--offline)",
                     field.value,
                     field.describe()
                 )),
@@ -335,7 +337,7 @@ fn report_of<R>(
 fn decide_offline<R>(engine: &Engine<R>, fields: Vec<ImageField>) -> ObjectDecision {
     let outcomes = fields
         .iter()
-        .map(|f| decide(f, engine.policy.plan(&f.value).as_ref(), None))
+        .map(|f| decide(f, engine.policy.plan(&f.value).as_ref(), None, None))
         .collect();
     ObjectDecision { fields, outcomes }
 }

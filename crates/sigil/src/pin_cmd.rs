@@ -90,9 +90,8 @@ fn load_policy(path: Option<&Path>) -> Result<Policy> {
 
 fn engine_for(policy: Policy) -> Result<Engine<Registry>> {
     let metrics = Arc::new(Metrics::default());
-    let registry = sigil::reload::registry_for(&policy, None, &metrics)
-        .context("setting up registry clients")?;
-    Ok(Engine::new(Arc::new(policy), registry))
+    sigil::reload::engine_for(Arc::new(policy), None, &metrics)
+        .context("putting the policy in force")
 }
 
 fn read_stdin() -> Result<String> {

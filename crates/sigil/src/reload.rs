@@ -43,6 +43,43 @@ pub fn registry_for(
     Registry::new(&policy.registries, cache, metrics.clone())
 }
 
+/// Why a policy could not be put in force.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Its registry settings cannot be used.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// A key, certificate or trust root it names cannot be loaded.
+    #[error("signature verification: {0}")]
+    Verify(#[from] sigil_verify::VerifyError),
+}
+
+/// Builds the engine for a policy: registry clients (reused from `current`
+/// when unchanged) and, if any rule verifies, the signature verifier with its
+/// trust material loaded now, so a bad key file fails the load, not a request.
+pub fn engine_for(
+    policy: Arc<Policy>,
+    current: Option<&Engine<Registry>>,
+    metrics: &Arc<Metrics>,
+) -> Result<Engine<Registry>, EngineError> {
+    let registry = registry_for(
+        &policy,
+        current.map(|e| (e.policy.as_ref(), &e.resolver)),
+        metrics,
+    )?;
+    let material = sigil_verify::Material::load(&policy)?;
+    let mut engine = Engine::new(policy.clone(), registry.clone());
+    if !material.is_empty() {
+        let cache = sigil_verify::CacheConfig {
+            ttl: policy.cache_ttl,
+            ..Default::default()
+        };
+        let verifier = sigil_verify::Verifier::new(registry, material, cache, metrics.clone());
+        engine = engine.with_verifier(Arc::new(verifier));
+    }
+    Ok(engine)
+}
+
 /// Watches `path` forever; `seen` is the content the running policy came from.
 pub async fn watch_policy(
     path: PathBuf,
@@ -69,18 +106,15 @@ pub async fn watch_policy(
         {
             Ok(policy) => {
                 let current = webhook.engine();
-                match registry_for(
-                    &policy,
-                    Some((&current.policy, &current.resolver)),
-                    &metrics,
-                ) {
-                    Ok(registry) => {
-                        tracing::info!(path = %path.display(), policy = %policy.name, rules = policy.rules.len(), "policy reloaded");
-                        webhook.replace(Engine::new(Arc::new(policy), registry));
+                let (name, rules) = (policy.name.clone(), policy.rules.len());
+                match engine_for(Arc::new(policy), Some(&current), &metrics) {
+                    Ok(engine) => {
+                        tracing::info!(path = %path.display(), policy = %name, rules, "policy reloaded");
+                        webhook.replace(engine);
                         "ok"
                     }
                     Err(e) => {
-                        tracing::warn!(path = %path.display(), error = %e, "new policy's registry settings cannot be used; keeping the policy in force");
+                        tracing::warn!(path = %path.display(), error = %e, "new policy cannot be put in force; keeping the policy in force");
                         "error"
                     }
                 }

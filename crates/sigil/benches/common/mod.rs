@@ -97,6 +97,48 @@ pub async fn push_image(http: &reqwest::Client, reg: &str, repo: &str, tag: Stri
     sha256(&m)
 }
 
+/// Pushes an image and a cosign signature of it (legacy `.sig` tag) made
+/// with `key`; returns the image digest.
+#[allow(dead_code)]
+pub async fn push_signed(
+    http: &reqwest::Client,
+    reg: &str,
+    repo: &str,
+    tag: String,
+    key: &aws_lc_rs::signature::EcdsaKeyPair,
+) -> String {
+    use base64::Engine as _;
+    let digest = push_image(http, reg, repo, tag).await;
+    let payload = serde_json::to_vec(&json!({"critical": {"identity": {"docker-reference": format!("{reg}/{repo}")}, "image": {"docker-manifest-digest": digest}, "type": "cosign container image signature"}, "optional": null})).expect("json");
+    let rng = aws_lc_rs::rand::SystemRandom::new();
+    let sig = key.sign(&rng, &payload).expect("sign");
+    let sig = base64::engine::general_purpose::STANDARD.encode(sig.as_ref());
+    let pl = payload.len();
+    // Unique per signature: concurrent uploads of one shared blob race in distribution 2.x.
+    let config = serde_json::to_vec(&json!({"architecture": "", "os": "", "rootfs": {"type": "layers", "diff_ids": []}, "signs": digest})).expect("json");
+    let cl = config.len();
+    let cd = push_blob(http, reg, repo, config).await;
+    let pd = push_blob(http, reg, repo, payload).await;
+    let m = serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": cl},
+        "layers": [{"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json", "digest": pd, "size": pl,
+            "annotations": {"dev.cosignproject.cosign/signature": sig}}]}))
+    .expect("json");
+    let r = http
+        .put(format!(
+            "http://{reg}/v2/{repo}/manifests/{}.sig",
+            digest.replace(':', "-")
+        ))
+        .header("content-type", "application/vnd.oci.image.manifest.v1+json")
+        .body(m)
+        .send()
+        .await
+        .expect("put signature");
+    let status = r.status();
+    assert_eq!(status, 201, "{:?}", r.text().await);
+    digest
+}
+
 /// Starts the registry with storage under `dir`; returns it and its `host:port`.
 pub async fn start_registry(dir: &std::path::Path, http: &reqwest::Client) -> (Proc, String) {
     let reg_port = free_port();

@@ -9,4 +9,5 @@ mod deploy;
 mod drain;
 mod pin;
 mod support;
+mod verify;
 mod webhook;

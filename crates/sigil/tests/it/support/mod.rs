@@ -6,6 +6,7 @@ pub mod fault;
 pub mod kube;
 pub mod registry;
 pub mod sigil;
+pub mod signing;
 pub mod token;
 
 use std::path::PathBuf;

@@ -1,0 +1,596 @@
+//! What a rule's `verify` section means, and what verifying found.
+//!
+//! This module owns the schema of verifiers (cosign key or keyless, notation),
+//! the threshold/required arithmetic that turns per-verifier results into one
+//! verdict, and the typed reasons a signature did not count. It reads no key
+//! files and does no cryptography: `sigil-verify` loads the material the
+//! paths name, checks signatures, and reports back in these types, so the
+//! denial text is rendered here, in one place, like every other denial.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::decision::ResolveFailure;
+
+/// One entry of a rule's `verify` list.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VerifierSpec {
+    /// Named in `required`, in denials and in metrics.
+    pub name: String,
+    /// A cosign verifier (key-based or keyless).
+    #[serde(default)]
+    pub cosign: Option<CosignSpec>,
+    /// A notation (Notary Project) verifier.
+    #[serde(default)]
+    pub notation: Option<NotationSpec>,
+}
+
+/// `cosign:` — exactly one of `key` and `keyless`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CosignSpec {
+    /// Public key: a PEM file path or inline PEM (ECDSA P-256/P-384, Ed25519, RSA).
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Fulcio-certificate identity to require.
+    #[serde(default)]
+    pub keyless: Option<KeylessSpec>,
+    /// Sigstore `trusted_root.json` (path); default: the embedded public-good root.
+    #[serde(default)]
+    pub trusted_root: Option<String>,
+    /// Whether a Rekor entry must be present (default: required for keyless,
+    /// optional for keys). A present entry is always checked.
+    #[serde(default)]
+    pub transparency_log: Option<TlogPolicy>,
+}
+
+/// The identity a keyless certificate must carry. Give the issuer and the
+/// subject, each exactly or as a regular expression.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KeylessSpec {
+    /// OIDC issuer, exact.
+    #[serde(default)]
+    pub issuer: Option<String>,
+    /// OIDC issuer, regular expression (unanchored unless you anchor it).
+    #[serde(default)]
+    pub issuer_regex: Option<String>,
+    /// Certificate SAN (email or URI), exact.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// Certificate SAN, regular expression.
+    #[serde(default)]
+    pub subject_regex: Option<String>,
+}
+
+/// `transparencyLog:`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TlogPolicy {
+    /// A verified Rekor entry must accompany the signature.
+    Required,
+    /// Checked if present, not required.
+    Optional,
+}
+
+/// `notation:`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NotationSpec {
+    /// PEM files (or inline PEM) of the CA or signing certificates to trust.
+    pub trust_roots: Vec<String>,
+    /// Notary Project verification level (default `strict`).
+    #[serde(default)]
+    pub level: NotationLevel,
+}
+
+/// Verification levels as the Notary Project trust policy defines them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NotationLevel {
+    /// Every check enforced.
+    #[default]
+    Strict,
+    /// Integrity and authenticity enforced; timestamp and expiry only logged.
+    Permissive,
+    /// Only integrity enforced; everything else logged.
+    Audit,
+}
+
+/// `signatures:` on a rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SignaturesSpec {
+    /// Repository holding the signatures, instead of the one the image is pulled from.
+    #[serde(default)]
+    pub repository: Option<String>,
+}
+
+/// A rule's compiled verification requirement.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Verification {
+    /// Verifiers, in the order written.
+    pub verifiers: Vec<VerifierSpec>,
+    /// At least this many must pass.
+    pub threshold: usize,
+    /// These must be among those that pass.
+    pub required: Vec<String>,
+    /// Normalized repository name (`host/path`) signatures live in, if not the image's.
+    pub signatures_repository: Option<String>,
+}
+
+/// Why one signature (or the lack of one) did not satisfy a verifier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignatureProblem {
+    /// No signature of this verifier's kind exists for the digest.
+    NoSignature,
+    /// A signature exists but the configured key did not make it.
+    WrongKey,
+    /// Validly signed, but over another image digest.
+    DigestMismatch {
+        /// The digest the signature names.
+        signed: String,
+    },
+    /// The certificate's identity is not the one the policy asks for.
+    IdentityMismatch {
+        /// Issuer and subject found in the certificate.
+        found: String,
+    },
+    /// The certificate chain does not lead to a trusted root (at the time checked).
+    ChainInvalid {
+        /// Why.
+        detail: String,
+    },
+    /// The transparency-log entry is missing, unsigned by a trusted log, or not about this signature.
+    LogEntryInvalid {
+        /// Why.
+        detail: String,
+    },
+    /// The signature or envelope could not be parsed or uses an unsupported form.
+    Malformed {
+        /// Why.
+        detail: String,
+    },
+    /// A check the verification level enforces failed (expiry, timestamp).
+    LevelCheck {
+        /// Which check and why.
+        detail: String,
+    },
+}
+
+impl SignatureProblem {
+    /// Short label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SignatureProblem::NoSignature => "no_signature",
+            SignatureProblem::WrongKey => "wrong_key",
+            SignatureProblem::DigestMismatch { .. } => "digest_mismatch",
+            SignatureProblem::IdentityMismatch { .. } => "identity_mismatch",
+            SignatureProblem::ChainInvalid { .. } => "chain_invalid",
+            SignatureProblem::LogEntryInvalid { .. } => "log_entry_invalid",
+            SignatureProblem::Malformed { .. } => "malformed",
+            SignatureProblem::LevelCheck { .. } => "level_check",
+        }
+    }
+
+    /// How bad the problem is, to pick the one worth reporting among many
+    /// signatures: a signature that got further is more telling.
+    fn rank(&self) -> u8 {
+        match self {
+            SignatureProblem::NoSignature => 0,
+            SignatureProblem::Malformed { .. } => 1,
+            SignatureProblem::WrongKey => 2,
+            SignatureProblem::ChainInvalid { .. } => 3,
+            SignatureProblem::IdentityMismatch { .. } => 4,
+            SignatureProblem::LogEntryInvalid { .. } => 5,
+            SignatureProblem::LevelCheck { .. } => 6,
+            SignatureProblem::DigestMismatch { .. } => 7,
+        }
+    }
+}
+
+impl fmt::Display for SignatureProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SignatureProblem::NoSignature => write!(f, "no signature found"),
+            SignatureProblem::WrongKey => write!(f, "wrong key (signature does not verify)"),
+            SignatureProblem::DigestMismatch { signed } => {
+                write!(f, "digest mismatch (signature is for {signed})")
+            }
+            SignatureProblem::IdentityMismatch { found } => {
+                write!(f, "identity mismatch (certificate has {found})")
+            }
+            SignatureProblem::ChainInvalid { detail } => write!(f, "chain invalid: {detail}"),
+            SignatureProblem::LogEntryInvalid { detail } => {
+                write!(f, "log entry invalid: {detail}")
+            }
+            SignatureProblem::Malformed { detail } => write!(f, "malformed signature: {detail}"),
+            SignatureProblem::LevelCheck { detail } => write!(f, "{detail}"),
+        }
+    }
+}
+
+/// What one verifier concluded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VerifierOutcome {
+    /// At least one signature satisfied it. `logged` lists checks the
+    /// verification level only logs (notation permissive/audit).
+    Passed {
+        /// Signatures of this kind that were examined.
+        examined: usize,
+        /// Failed checks that the level does not enforce.
+        logged: Vec<String>,
+    },
+    /// None did; `problem` is the most telling reason among `examined` signatures.
+    Failed {
+        /// Signatures of this kind that were examined.
+        examined: usize,
+        /// Why none counted.
+        problem: SignatureProblem,
+    },
+}
+
+impl VerifierOutcome {
+    /// Picks the failure to report among several signatures' problems.
+    pub fn failed(examined: usize, problems: Vec<SignatureProblem>) -> VerifierOutcome {
+        let problem = problems
+            .into_iter()
+            .max_by_key(SignatureProblem::rank)
+            .unwrap_or(SignatureProblem::NoSignature);
+        VerifierOutcome::Failed { examined, problem }
+    }
+
+    /// Whether the verifier passed.
+    pub fn passed(&self) -> bool {
+        matches!(self, VerifierOutcome::Passed { .. })
+    }
+}
+
+/// Every verifier's result for one digest under one rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerificationReport {
+    /// `(verifier name, outcome)` in policy order.
+    pub results: Vec<(String, VerifierOutcome)>,
+    /// Fetching the signatures failed (registry down, timeout): nothing could be checked.
+    pub fetch_failure: Option<ResolveFailure>,
+    /// Threshold the rule asks for.
+    pub threshold: usize,
+    /// Required verifiers.
+    pub required: Vec<String>,
+}
+
+impl VerificationReport {
+    /// A report for a fetch that failed before any verifier ran.
+    pub fn unfetched(v: &Verification, failure: ResolveFailure) -> VerificationReport {
+        VerificationReport {
+            results: Vec::new(),
+            fetch_failure: Some(failure),
+            threshold: v.threshold,
+            required: v.required.clone(),
+        }
+    }
+
+    /// Whether the passing set meets the threshold and includes every required verifier.
+    pub fn satisfied(&self) -> bool {
+        if self.fetch_failure.is_some() {
+            return false;
+        }
+        let passed: Vec<&str> = self
+            .results
+            .iter()
+            .filter(|(_, o)| o.passed())
+            .map(|(n, _)| n.as_str())
+            .collect();
+        passed.len() >= self.threshold && self.required.iter().all(|r| passed.contains(&r.as_str()))
+    }
+
+    /// Whether the outcome may change by itself soon (a fetch failure), so it must not be cached.
+    pub fn is_transient(&self) -> bool {
+        self.fetch_failure
+            .as_ref()
+            .is_some_and(|f| f.is_transient())
+    }
+
+    /// Names of the verifiers that passed.
+    pub fn passed_names(&self) -> Vec<&str> {
+        self.results
+            .iter()
+            .filter(|(_, o)| o.passed())
+            .map(|(n, _)| n.as_str())
+            .collect()
+    }
+}
+
+impl fmt::Display for VerificationReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(e) = &self.fetch_failure {
+            return write!(f, "signatures could not be fetched: {e}");
+        }
+        let passed = self.passed_names();
+        write!(
+            f,
+            "{} of {} verifiers passed (need {}",
+            passed.len(),
+            self.results.len(),
+            self.threshold
+        )?;
+        if !self.required.is_empty() {
+            write!(f, ", including {}", self.required.join(", "))?;
+        }
+        write!(f, ")")?;
+        for (name, o) in &self.results {
+            match o {
+                VerifierOutcome::Passed { .. } => write!(f, "; {name}: ok")?,
+                VerifierOutcome::Failed {
+                    examined: 0,
+                    problem,
+                } => write!(f, "; {name}: {problem}")?,
+                VerifierOutcome::Failed { examined, problem } => write!(
+                    f,
+                    "; {name}: {problem} ({examined} signature{} checked)",
+                    if *examined == 1 { "" } else { "s" }
+                )?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Verification {
+    /// Validates a rule's verify section. `Err` carries the message for the policy error.
+    pub fn compile(
+        rule: &str,
+        verifiers: &[VerifierSpec],
+        threshold: Option<u32>,
+        required: &[String],
+        signatures: Option<&SignaturesSpec>,
+    ) -> Result<Verification, String> {
+        let mut names = std::collections::HashSet::new();
+        for v in verifiers {
+            if v.name.trim().is_empty() {
+                return Err(format!("rule {rule:?}: a verifier has an empty name"));
+            }
+            if !names.insert(v.name.as_str()) {
+                return Err(format!(
+                    "rule {rule:?}: verifier {:?} is listed twice",
+                    v.name
+                ));
+            }
+            match (&v.cosign, &v.notation) {
+                (Some(c), None) => check_cosign(rule, &v.name, c)?,
+                (None, Some(n)) => {
+                    if n.trust_roots.is_empty() {
+                        return Err(format!(
+                            "rule {rule:?}: verifier {:?}: notation.trustRoots must list at least one certificate",
+                            v.name
+                        ));
+                    }
+                }
+                _ => {
+                    return Err(format!(
+                        "rule {rule:?}: verifier {:?} must have exactly one of cosign or notation",
+                        v.name
+                    ));
+                }
+            }
+        }
+        let threshold = match threshold {
+            None => verifiers.len(),
+            Some(0) => {
+                return Err(format!(
+                    "rule {rule:?}: threshold must be at least 1 (remove verify to skip verification)"
+                ));
+            }
+            Some(t) if t as usize > verifiers.len() => {
+                return Err(format!(
+                    "rule {rule:?}: threshold {t} exceeds the {} verifiers listed",
+                    verifiers.len()
+                ));
+            }
+            Some(t) => t as usize,
+        };
+        for r in required {
+            if !names.contains(r.as_str()) {
+                return Err(format!(
+                    "rule {rule:?}: required verifier {r:?} is not in verify (have: {})",
+                    verifiers
+                        .iter()
+                        .map(|v| v.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+        let signatures_repository = match signatures.and_then(|s| s.repository.as_deref()) {
+            None => None,
+            Some(r) => {
+                let parsed = crate::Reference::parse(r.trim()).map_err(|e| {
+                    format!(
+                        "rule {rule:?}: signatures.repository {r:?} is not a repository name: {e}"
+                    )
+                })?;
+                if parsed.digest().is_some() || parsed.tag().is_some() {
+                    return Err(format!(
+                        "rule {rule:?}: signatures.repository {r:?} must be a repository, without tag or digest"
+                    ));
+                }
+                Some(parsed.name())
+            }
+        };
+        Ok(Verification {
+            verifiers: verifiers.to_vec(),
+            threshold,
+            required: required.to_vec(),
+            signatures_repository,
+        })
+    }
+}
+
+fn check_cosign(rule: &str, name: &str, c: &CosignSpec) -> Result<(), String> {
+    match (&c.key, &c.keyless) {
+        (Some(_), None) => Ok(()),
+        (None, Some(k)) => {
+            let pairs = [
+                ("issuer", &k.issuer, &k.issuer_regex),
+                ("subject", &k.subject, &k.subject_regex),
+            ];
+            for (what, exact, re) in pairs {
+                match (exact, re) {
+                    (Some(_), Some(_)) => {
+                        return Err(format!(
+                            "rule {rule:?}: verifier {name:?}: give {what} or {what}Regex, not both"
+                        ));
+                    }
+                    (None, None) => {
+                        return Err(format!(
+                            "rule {rule:?}: verifier {name:?}: keyless needs {what} or {what}Regex (an unconstrained identity would accept anyone's certificate)"
+                        ));
+                    }
+                    (None, Some(r)) => {
+                        regex::Regex::new(r).map_err(|e| {
+                            format!("rule {rule:?}: verifier {name:?}: {what}Regex: {e}")
+                        })?;
+                    }
+                    (Some(_), None) => {}
+                }
+            }
+            Ok(())
+        }
+        _ => Err(format!(
+            "rule {rule:?}: verifier {name:?}: cosign needs exactly one of key or keyless"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> VerifierSpec {
+        VerifierSpec {
+            name: name.into(),
+            cosign: Some(CosignSpec {
+                key: Some("k.pub".into()),
+                keyless: None,
+                trusted_root: None,
+                transparency_log: None,
+            }),
+            notation: None,
+        }
+    }
+
+    fn report(results: &[(&str, bool)], threshold: usize, required: &[&str]) -> VerificationReport {
+        VerificationReport {
+            results: results
+                .iter()
+                .map(|(n, ok)| {
+                    (
+                        n.to_string(),
+                        if *ok {
+                            VerifierOutcome::Passed {
+                                examined: 1,
+                                logged: vec![],
+                            }
+                        } else {
+                            VerifierOutcome::failed(1, vec![SignatureProblem::WrongKey])
+                        },
+                    )
+                })
+                .collect(),
+            fetch_failure: None,
+            threshold,
+            required: required.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn threshold_and_required() {
+        assert!(
+            report(
+                &[("alice", true), ("bob", true), ("ci", false)],
+                2,
+                &["alice"]
+            )
+            .satisfied()
+        );
+        // Two pass but alice is not among them.
+        assert!(
+            !report(
+                &[("alice", false), ("bob", true), ("ci", true)],
+                2,
+                &["alice"]
+            )
+            .satisfied()
+        );
+        assert!(!report(&[("alice", true), ("bob", false)], 2, &[]).satisfied());
+        assert!(report(&[("alice", true)], 1, &[]).satisfied());
+    }
+
+    #[test]
+    fn default_threshold_is_all_and_bad_settings_are_refused() {
+        let v = Verification::compile("r", &[key("a"), key("b")], None, &[], None).unwrap();
+        assert_eq!(v.threshold, 2);
+        assert!(Verification::compile("r", &[key("a")], Some(2), &[], None).is_err());
+        assert!(Verification::compile("r", &[key("a")], Some(0), &[], None).is_err());
+        assert!(Verification::compile("r", &[key("a")], None, &["b".into()], None).is_err());
+        assert!(Verification::compile("r", &[key("a"), key("a")], None, &[], None).is_err());
+        let mut ks = key("k");
+        ks.cosign = Some(CosignSpec {
+            key: None,
+            keyless: Some(KeylessSpec {
+                issuer: Some("https://x".into()),
+                ..Default::default()
+            }),
+            trusted_root: None,
+            transparency_log: None,
+        });
+        let e = Verification::compile("r", &[ks], None, &[], None).unwrap_err();
+        assert!(e.contains("subject"), "{e}");
+    }
+
+    #[test]
+    fn signatures_repository_is_normalized() {
+        let v = Verification::compile(
+            "r",
+            &[key("a")],
+            None,
+            &[],
+            Some(&SignaturesSpec {
+                repository: Some("example.com/team/sigs".into()),
+            }),
+        )
+        .unwrap();
+        assert_eq!(
+            v.signatures_repository.as_deref(),
+            Some("example.com/team/sigs")
+        );
+        assert!(
+            Verification::compile(
+                "r",
+                &[key("a")],
+                None,
+                &[],
+                Some(&SignaturesSpec {
+                    repository: Some("example.com/team/sigs:v1".into()),
+                }),
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn report_names_each_verifier_and_why() {
+        let mut r = report(&[("alice", true), ("bob", false)], 2, &["alice"]);
+        r.results
+            .push(("ci".into(), VerifierOutcome::failed(0, vec![])));
+        let s = r.to_string();
+        assert!(
+            s.contains("1 of 3 verifiers passed (need 2, including alice)"),
+            "{s}"
+        );
+        assert!(s.contains("bob: wrong key"), "{s}");
+        assert!(s.contains("ci: no signature found"), "{s}");
+    }
+}

@@ -1,0 +1,393 @@
+//! cosign signatures: the legacy `sha256-<hex>.sig` layout and Sigstore
+//! bundles (v0.3, found through referrers), checked against a key or a
+//! keyless identity.
+//!
+//! Owns turning either layout into one [`Item`] (what was signed, the
+//! signature, the certificate and chain if any, the Rekor entries) and the
+//! order of checks for one item under one verifier: signature, log entry,
+//! chain at the log's integrated time, identity, and last the binding to the
+//! pinned digest. It fetches nothing; `gather` hands it bytes.
+
+use base64::Engine as _;
+use regex::Regex;
+use serde_json::Value;
+use sigil_core::SignatureProblem;
+use sigil_core::verify::TlogPolicy;
+
+use crate::keys::{PublicKey, SigEncoding};
+use crate::rekor::{Entry, Expected};
+use crate::trust::TrustedRoot;
+use crate::x509::{self, Eku};
+
+/// Annotation holding the base64 signature of a legacy layer.
+pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+/// Annotation holding the Fulcio certificate (PEM).
+pub const CERT_ANNOTATION: &str = "dev.sigstore.cosign/certificate";
+/// Annotation holding the certificate chain (PEM).
+pub const CHAIN_ANNOTATION: &str = "dev.sigstore.cosign/chain";
+/// Annotation holding the Rekor bundle (JSON).
+pub const BUNDLE_ANNOTATION: &str = "dev.sigstore.cosign/bundle";
+/// Media type (and artifactType) of a Sigstore bundle v0.3.
+pub const BUNDLE_MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
+/// The in-toto predicate `cosign sign --new-bundle-format` signs.
+pub const SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
+
+/// One cosign signature, in either layout.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// The exact bytes the signature covers.
+    pub message: Vec<u8>,
+    /// SHA-256 of the payload as the log records it.
+    pub payload_sha256: [u8; 32],
+    /// Raw signature.
+    pub signature: Vec<u8>,
+    /// Signing certificate (DER), for keyless.
+    pub cert: Option<Vec<u8>>,
+    /// Chain certificates (DER) that came with it.
+    pub chain: Vec<Vec<u8>>,
+    /// Log entries (or why one could not be read).
+    pub entries: Vec<Result<Entry, String>>,
+    /// The image digest the payload names, or why none could be read.
+    pub signed_digest: Result<String, String>,
+}
+
+impl Item {
+    /// A layer of a legacy `.sig` manifest: the simple-signing payload blob
+    /// and the layer's annotations.
+    pub fn from_legacy(
+        payload: Vec<u8>,
+        annotations: &serde_json::Map<String, Value>,
+    ) -> Result<Item, String> {
+        let ann = |k: &str| annotations.get(k).and_then(|v| v.as_str());
+        let sig_b64 = ann(SIGNATURE_ANNOTATION).ok_or("layer has no signature annotation")?;
+        let signature = base64::engine::general_purpose::STANDARD
+            .decode(sig_b64.trim())
+            .map_err(|e| format!("signature annotation is not base64: {e}"))?;
+        let cert = match ann(CERT_ANNOTATION).filter(|s| !s.trim().is_empty()) {
+            Some(pem) => Some(
+                x509::certs_from_pem(pem)
+                    .into_iter()
+                    .next()
+                    .ok_or("certificate annotation holds no certificate")?,
+            ),
+            None => None,
+        };
+        let chain = ann(CHAIN_ANNOTATION)
+            .map(x509::certs_from_pem)
+            .unwrap_or_default();
+        let entries = ann(BUNDLE_ANNOTATION)
+            .map(|b| vec![Entry::from_legacy_annotation(b)])
+            .unwrap_or_default();
+        let signed_digest = simple_signing_digest(&payload);
+        Ok(Item {
+            payload_sha256: crate::sha256(&payload),
+            message: payload,
+            signature,
+            cert,
+            chain,
+            entries,
+            signed_digest,
+        })
+    }
+
+    /// A Sigstore bundle (v0.3; v0.1/v0.2 certificate chains also read) with a DSSE envelope.
+    pub fn from_bundle(bytes: &[u8]) -> Result<Item, String> {
+        let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("bundle: {e}"))?;
+        let std = base64::engine::general_purpose::STANDARD;
+        let b64 = |p: &str| -> Result<Vec<u8>, String> {
+            let s = v
+                .pointer(p)
+                .and_then(|x| x.as_str())
+                .ok_or_else(|| format!("bundle has no {p}"))?;
+            std.decode(s.trim()).map_err(|e| format!("bundle {p}: {e}"))
+        };
+        let mt = v
+            .get("mediaType")
+            .and_then(|m| m.as_str())
+            .unwrap_or_default();
+        if !mt.starts_with("application/vnd.dev.sigstore.bundle") {
+            return Err(format!("not a Sigstore bundle (mediaType {mt:?})"));
+        }
+        if v.get("dsseEnvelope").is_none() {
+            return Err("bundle carries a messageSignature, not the DSSE envelope cosign sign writes for images".into());
+        }
+        let payload = b64("/dsseEnvelope/payload")?;
+        let payload_type = v
+            .pointer("/dsseEnvelope/payloadType")
+            .and_then(|x| x.as_str())
+            .ok_or("bundle has no payloadType")?;
+        let signature = b64("/dsseEnvelope/signatures/0/sig")?;
+        let cert = if v.pointer("/verificationMaterial/certificate").is_some() {
+            Some(b64("/verificationMaterial/certificate/rawBytes")?)
+        } else if v
+            .pointer("/verificationMaterial/x509CertificateChain")
+            .is_some()
+        {
+            Some(b64(
+                "/verificationMaterial/x509CertificateChain/certificates/0/rawBytes",
+            )?)
+        } else {
+            None
+        };
+        let entries = v
+            .pointer("/verificationMaterial/tlogEntries")
+            .and_then(|t| t.as_array())
+            .map(|a| a.iter().map(bundle_entry).collect())
+            .unwrap_or_default();
+        let signed_digest = if payload_type == "application/vnd.in-toto+json" {
+            statement_digest(&payload)
+        } else {
+            Err(format!(
+                "DSSE payload type {payload_type:?} is not an in-toto statement"
+            ))
+        };
+        Ok(Item {
+            message: pae(payload_type, &payload),
+            payload_sha256: crate::sha256(&payload),
+            signature,
+            cert,
+            chain: Vec::new(),
+            entries,
+            signed_digest,
+        })
+    }
+}
+
+/// DSSE pre-authentication encoding.
+fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+    let mut m = format!(
+        "DSSEv1 {} {} {} ",
+        payload_type.len(),
+        payload_type,
+        payload.len()
+    )
+    .into_bytes();
+    m.extend_from_slice(payload);
+    m
+}
+
+fn int_field(v: &Value, k: &str) -> Option<i64> {
+    match v.get(k)? {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn bundle_entry(t: &Value) -> Result<Entry, String> {
+    let std = base64::engine::general_purpose::STANDARD;
+    let get = |p: &str| t.pointer(p).and_then(|x| x.as_str());
+    let key_id = get("/logId/keyId").ok_or("log entry has no logId")?;
+    let set = get("/inclusionPromise/signedEntryTimestamp")
+        .ok_or("log entry has no inclusion promise (SET)")?;
+    Ok(Entry {
+        body: std
+            .decode(get("/canonicalizedBody").ok_or("log entry has no body")?)
+            .map_err(|e| format!("log entry body: {e}"))?,
+        integrated_time: int_field(t, "integratedTime").ok_or("log entry has no integratedTime")?,
+        log_index: int_field(t, "logIndex").ok_or("log entry has no logIndex")?,
+        log_id: crate::trust::hex(&std.decode(key_id).map_err(|e| format!("logId: {e}"))?),
+        set: std.decode(set).map_err(|e| format!("SET: {e}"))?,
+    })
+}
+
+/// `critical.image.docker-manifest-digest` of a simple-signing payload.
+pub fn simple_signing_digest(payload: &[u8]) -> Result<String, String> {
+    let v: Value =
+        serde_json::from_slice(payload).map_err(|e| format!("simple-signing payload: {e}"))?;
+    let ty = v.pointer("/critical/type").and_then(|t| t.as_str());
+    if ty != Some("cosign container image signature") {
+        return Err(format!(
+            "payload type {ty:?} is not a cosign container image signature"
+        ));
+    }
+    v.pointer("/critical/image/docker-manifest-digest")
+        .and_then(|d| d.as_str())
+        .map(str::to_owned)
+        .ok_or_else(|| "payload names no docker-manifest-digest".to_owned())
+}
+
+/// The subject digest of an in-toto statement made by `cosign sign`.
+fn statement_digest(payload: &[u8]) -> Result<String, String> {
+    let v: Value =
+        serde_json::from_slice(payload).map_err(|e| format!("in-toto statement: {e}"))?;
+    let pt = v.get("predicateType").and_then(|p| p.as_str());
+    if pt != Some(SIGN_PREDICATE) {
+        return Err(format!(
+            "in-toto predicateType {pt:?} is an attestation, not a cosign image signature"
+        ));
+    }
+    let subjects = v
+        .get("subject")
+        .and_then(|s| s.as_array())
+        .ok_or("statement has no subject")?;
+    match subjects.as_slice() {
+        [one] => one
+            .pointer("/digest/sha256")
+            .and_then(|d| d.as_str())
+            .map(|h| format!("sha256:{}", h.to_ascii_lowercase()))
+            .ok_or_else(|| "statement subject has no sha256 digest".to_owned()),
+        _ => Err(format!(
+            "statement names {} subjects; expected one image",
+            subjects.len()
+        )),
+    }
+}
+
+/// A keyless identity, compiled.
+#[derive(Debug, Clone)]
+pub enum Matcher {
+    /// Exact string.
+    Exact(String),
+    /// Regular expression.
+    Regex(Regex),
+}
+
+impl Matcher {
+    fn matches(&self, s: &str) -> bool {
+        match self {
+            Matcher::Exact(e) => e == s,
+            Matcher::Regex(r) => r.is_match(s),
+        }
+    }
+}
+
+/// A loaded cosign verifier.
+#[derive(Debug)]
+pub enum CosignCheck {
+    /// Key-based.
+    Key {
+        /// The trusted public key.
+        key: PublicKey,
+        /// Whether a log entry is required.
+        tlog: TlogPolicy,
+        /// Logs to check entries against.
+        trust: std::sync::Arc<TrustedRoot>,
+    },
+    /// Keyless (Fulcio).
+    Keyless {
+        /// Required OIDC issuer.
+        issuer: Matcher,
+        /// Required SAN.
+        subject: Matcher,
+        /// Whether a log entry is required.
+        tlog: TlogPolicy,
+        /// Fulcio CAs and Rekor keys.
+        trust: std::sync::Arc<TrustedRoot>,
+    },
+}
+
+impl CosignCheck {
+    /// Checks one item; `Ok` means this signature satisfies the verifier for `digest`.
+    pub fn check(&self, item: &Item, digest: &str, now: i64) -> Result<(), SignatureProblem> {
+        match self {
+            CosignCheck::Key { key, tlog, trust } => {
+                if !key.verify(SigEncoding::Der, &item.message, &item.signature) {
+                    return Err(SignatureProblem::WrongKey);
+                }
+                check_entries(item, trust, *tlog, &key.spki)?;
+                bind(item, digest)
+            }
+            CosignCheck::Keyless {
+                issuer,
+                subject,
+                tlog,
+                trust,
+            } => {
+                let Some(cert) = &item.cert else {
+                    return Err(SignatureProblem::ChainInvalid {
+                        detail: "signature carries no certificate (it was made with a key)".into(),
+                    });
+                };
+                let spki =
+                    x509::spki(cert).map_err(|detail| SignatureProblem::Malformed { detail })?;
+                let key = PublicKey::from_spki(&spki).map_err(|e| SignatureProblem::Malformed {
+                    detail: e.to_string(),
+                })?;
+                if !key.verify(SigEncoding::Der, &item.message, &item.signature) {
+                    return Err(SignatureProblem::WrongKey);
+                }
+                // Fulcio leaves live ten minutes: the chain is checked at the
+                // time the log saw the signature, never at "now".
+                let at = check_entries(item, trust, *tlog, cert)?.unwrap_or(now);
+                let mut last = String::from("no Fulcio authority in the trusted root");
+                let ok = trust.authorities.iter().any(|a| {
+                    let mut inter = item.chain.clone();
+                    inter.extend(a.intermediates.iter().cloned());
+                    match x509::verify_chain(
+                        cert,
+                        &inter,
+                        std::slice::from_ref(&a.root),
+                        at,
+                        Eku::Required,
+                    ) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            last = e;
+                            false
+                        }
+                    }
+                });
+                if !ok {
+                    return Err(SignatureProblem::ChainInvalid { detail: last });
+                }
+                let id = x509::identity(cert)
+                    .map_err(|detail| SignatureProblem::Malformed { detail })?;
+                let issuer_ok = id.issuer.as_deref().is_some_and(|i| issuer.matches(i));
+                let subject_ok = id.subjects.iter().any(|s| subject.matches(s));
+                if !(issuer_ok && subject_ok) {
+                    return Err(SignatureProblem::IdentityMismatch {
+                        found: id.to_string(),
+                    });
+                }
+                bind(item, digest)
+            }
+        }
+    }
+}
+
+/// Verifies the item's log entries; returns the integrated time of the first
+/// valid one. A present entry that fails is always an error; a missing one
+/// only when the policy requires it.
+fn check_entries(
+    item: &Item,
+    trust: &TrustedRoot,
+    tlog: TlogPolicy,
+    signer_der: &[u8],
+) -> Result<Option<i64>, SignatureProblem> {
+    if item.entries.is_empty() {
+        return match tlog {
+            TlogPolicy::Required => Err(SignatureProblem::LogEntryInvalid {
+                detail: "no transparency-log entry, and the policy requires one".into(),
+            }),
+            TlogPolicy::Optional => Ok(None),
+        };
+    }
+    let expect = Expected {
+        payload_sha256: item.payload_sha256,
+        signature: &item.signature,
+        signer_der,
+    };
+    let mut last = String::new();
+    for e in &item.entries {
+        match e
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|e| e.verify(trust, &expect))
+        {
+            Ok(t) => return Ok(Some(t)),
+            Err(m) => last = m,
+        }
+    }
+    Err(SignatureProblem::LogEntryInvalid { detail: last })
+}
+
+fn bind(item: &Item, digest: &str) -> Result<(), SignatureProblem> {
+    match &item.signed_digest {
+        Ok(d) if d == digest => Ok(()),
+        Ok(d) => Err(SignatureProblem::DigestMismatch { signed: d.clone() }),
+        Err(detail) => Err(SignatureProblem::Malformed {
+            detail: detail.clone(),
+        }),
+    }
+}

@@ -1,0 +1,256 @@
+//! Finding every signature of one digest, fetching each artifact once.
+//!
+//! Owns where signatures live: the legacy cosign tag `sha256-<hex>.sig`, and
+//! referrers (the OCI referrers API, else the referrers tag schema
+//! `sha256-<hex>`) whose artifactType is a notation signature or a Sigstore
+//! bundle. Everything found is fetched once per verification, however many
+//! verifiers and signatures there are; blobs shared by several layers (cosign
+//! writes one payload per layer) are fetched once. Parse failures are kept
+//! per signature so a verifier can say "malformed"; a registry failure fails
+//! the whole gather (nothing was checked, so nothing may pass).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use futures_util::future::join_all;
+use serde_json::Value;
+use sigil_core::{ArtifactSource, Digest, Reference, ResolveFailure};
+
+use crate::cosign::{self, Item};
+use crate::notation::{self, Envelope};
+
+/// Largest signature payload, envelope or bundle read (they are a few KiB).
+pub const MAX_SIGNATURE_BLOB: usize = 1 << 20;
+/// At most this many referrers are examined per digest.
+pub const MAX_REFERRERS: usize = 32;
+
+/// Every signature found for one digest.
+#[derive(Debug, Default)]
+pub struct Artifacts {
+    /// cosign signatures (legacy layers and bundles), or why one could not be read.
+    pub cosign: Vec<Result<Item, String>>,
+    /// notation envelopes, or why one could not be read.
+    pub notation: Vec<Result<Envelope, String>>,
+    /// Manifests and blobs fetched, for tests and logs.
+    pub fetches: usize,
+}
+
+fn not_json(what: &str, e: serde_json::Error) -> ResolveFailure {
+    ResolveFailure::BadResponse {
+        detail: format!("{what}: {e}"),
+    }
+}
+
+/// Gathers the signatures of `digest` stored in `repo`. The legacy cosign
+/// tag and the referrers are followed concurrently, so the slower of the two
+/// chains (not their sum) sets the latency.
+pub async fn gather<S: ArtifactSource>(
+    source: &S,
+    repo: &Reference,
+    digest: &Digest,
+    deadline: Instant,
+) -> Result<Artifacts, ResolveFailure> {
+    let (legacy, referred) = futures_util::join!(
+        legacy(source, repo, digest, deadline),
+        referred(source, repo, digest, deadline)
+    );
+    let (mut cosign, f1) = legacy?;
+    let (bundles, notation, f2) = referred?;
+    cosign.extend(bundles);
+    Ok(Artifacts {
+        cosign,
+        notation,
+        fetches: f1 + f2,
+    })
+}
+
+type Fetched<T> = Result<(Vec<Result<T, String>>, usize), ResolveFailure>;
+
+/// Legacy cosign: one manifest at `sha256-<hex>.sig` whose layers each carry a signature.
+async fn legacy<S: ArtifactSource>(
+    source: &S,
+    repo: &Reference,
+    digest: &Digest,
+    deadline: Instant,
+) -> Fetched<Item> {
+    let sig_tag = format!("{}-{}.sig", digest.algorithm(), digest.hex());
+    let mut out = Vec::new();
+    let Some(bytes) = source.manifest(repo, &sig_tag, deadline).await? else {
+        return Ok((out, 1));
+    };
+    let m: Value = serde_json::from_slice(&bytes).map_err(|e| not_json(&sig_tag, e))?;
+    let mut layers: Vec<(Digest, serde_json::Map<String, Value>)> = Vec::new();
+    for l in m
+        .get("layers")
+        .and_then(|l| l.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let ann = l
+            .get("annotations")
+            .and_then(|a| a.as_object())
+            .cloned()
+            .unwrap_or_default();
+        match l.get("digest").and_then(|d| d.as_str()).map(Digest::parse) {
+            Some(Ok(d)) => layers.push((d, ann)),
+            _ => out.push(Err("signature layer has no valid digest".into())),
+        }
+    }
+    let (blobs, n) = fetch_blobs(source, repo, layers.iter().map(|(d, _)| d), deadline).await?;
+    for (d, ann) in &layers {
+        out.push(match blobs.get(d) {
+            Some(payload) => Item::from_legacy(payload.clone(), ann),
+            None => Err(format!(
+                "signature payload {d} is missing from the registry"
+            )),
+        });
+    }
+    Ok((out, 1 + n))
+}
+
+/// Referrers: notation signatures and Sigstore bundles.
+async fn referred<S: ArtifactSource>(
+    source: &S,
+    repo: &Reference,
+    digest: &Digest,
+    deadline: Instant,
+) -> Result<
+    (
+        Vec<Result<Item, String>>,
+        Vec<Result<Envelope, String>>,
+        usize,
+    ),
+    ResolveFailure,
+> {
+    let mut fetches = 1;
+    let mut wanted: Vec<(Digest, &'static str)> = Vec::new();
+    if let Some(index) = referrers(source, repo, digest, deadline).await? {
+        let v: Value =
+            serde_json::from_slice(&index).map_err(|e| not_json("referrers index", e))?;
+        for d in v
+            .get("manifests")
+            .and_then(|m| m.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let at = d
+                .get("artifactType")
+                .and_then(|a| a.as_str())
+                .unwrap_or_default();
+            let kind = match at {
+                notation::ARTIFACT_TYPE => "notation",
+                cosign::BUNDLE_MEDIA_TYPE => "bundle",
+                _ => continue,
+            };
+            if let Some(Ok(dg)) = d.get("digest").and_then(|x| x.as_str()).map(Digest::parse)
+                && wanted.len() < MAX_REFERRERS
+                && !wanted.iter().any(|(w, _)| *w == dg)
+            {
+                wanted.push((dg, kind));
+            }
+        }
+    }
+    let manifests = join_all(
+        wanted
+            .iter()
+            .map(|(d, _)| source.manifest(repo, d.as_str(), deadline)),
+    )
+    .await;
+    fetches += manifests.len();
+    // (blob digest, media type, kind) of every envelope or bundle to read.
+    let mut envelopes: Vec<(Digest, String, &'static str)> = Vec::new();
+    for ((d, kind), m) in wanted.iter().zip(manifests) {
+        let Some(bytes) = m? else {
+            continue; // listed but gone: nothing to check
+        };
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| not_json(d.as_str(), e))?;
+        if v.pointer("/subject/digest").and_then(|s| s.as_str()) != Some(digest.as_str()) {
+            // A referrer must point at the digest it is listed for.
+            continue;
+        }
+        for l in v
+            .get("layers")
+            .and_then(|l| l.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let mt = l
+                .get("mediaType")
+                .and_then(|m| m.as_str())
+                .unwrap_or_default();
+            let ok = match *kind {
+                "notation" => mt == notation::JWS_MEDIA_TYPE || mt == notation::COSE_MEDIA_TYPE,
+                _ => mt.starts_with("application/vnd.dev.sigstore.bundle"),
+            };
+            if let (true, Some(Ok(bd))) = (
+                ok,
+                l.get("digest").and_then(|x| x.as_str()).map(Digest::parse),
+            ) {
+                envelopes.push((bd, mt.to_owned(), kind));
+            }
+        }
+    }
+    let (blobs, n) =
+        fetch_blobs(source, repo, envelopes.iter().map(|(d, _, _)| d), deadline).await?;
+    fetches += n;
+    let (mut bundles, mut envs) = (Vec::new(), Vec::new());
+    for (d, mt, kind) in &envelopes {
+        let missing = || format!("signature blob {d} is missing from the registry");
+        match (*kind, blobs.get(d)) {
+            ("notation", Some(b)) => envs.push(Envelope::parse(mt, b)),
+            ("notation", None) => envs.push(Err(missing())),
+            (_, Some(b)) => bundles.push(Item::from_bundle(b)),
+            (_, None) => bundles.push(Err(missing())),
+        }
+    }
+    Ok((bundles, envs, fetches))
+}
+
+/// Fetches each distinct blob once, concurrently. A blob the registry lists
+/// but cannot find is left out (a broken signature, not an outage).
+async fn fetch_blobs<'d, S: ArtifactSource>(
+    source: &S,
+    repo: &Reference,
+    digests: impl Iterator<Item = &'d Digest>,
+    deadline: Instant,
+) -> Result<(HashMap<Digest, Vec<u8>>, usize), ResolveFailure> {
+    let mut distinct: Vec<&Digest> = Vec::new();
+    for d in digests {
+        if !distinct.contains(&d) {
+            distinct.push(d);
+        }
+    }
+    let got = join_all(
+        distinct
+            .iter()
+            .map(|d| source.blob(repo, d, MAX_SIGNATURE_BLOB, deadline)),
+    )
+    .await;
+    let mut out = HashMap::new();
+    for (d, b) in distinct.iter().zip(got) {
+        match b {
+            Ok(bytes) => {
+                out.insert((*d).clone(), bytes);
+            }
+            Err(ResolveFailure::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((out, distinct.len()))
+}
+
+/// The referrers index: the API if the registry has it, else the tag schema.
+async fn referrers<S: ArtifactSource>(
+    source: &S,
+    repo: &Reference,
+    digest: &Digest,
+    deadline: Instant,
+) -> Result<Option<Vec<u8>>, ResolveFailure> {
+    match source.referrers(repo, digest, deadline).await? {
+        Some(index) => Ok(Some(index)),
+        None => {
+            let tag = format!("{}-{}", digest.algorithm(), digest.hex());
+            source.manifest(repo, &tag, deadline).await
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! sigil-verify: signature verification of the exact digest sigil pins.
+//!
+//! It owns loading the trust material a policy names (keys, Fulcio/Rekor
+//! trusted roots, notation roots) once per policy load, checking cosign
+//! (key, keyless, Sigstore bundle) and notation (JWS, COSE) signatures, and
+//! the verification cache: outcomes per (signature repository, digest,
+//! verifier set) with a TTL, concurrent verifications of one key coalesced
+//! into one. It fetches through [`sigil_core::ArtifactSource`], so it has no
+//! HTTP stack of its own, and it decides nothing about admission: it reports
+//! per-verifier outcomes in sigil-core's types and the engine decides.
+
+pub mod cosign;
+pub mod gather;
+pub mod keys;
+pub mod notation;
+pub mod rekor;
+pub mod trust;
+pub mod x509;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use moka::Expiry;
+use moka::future::Cache;
+use regex::Regex;
+use sigil_core::verify::{TlogPolicy, VerifierSpec};
+use sigil_core::{
+    ArtifactSource, BoxFuture, Digest, Policy, Reference, SignatureProblem, SignatureVerifier,
+    Verification, VerificationReport, VerifierOutcome,
+};
+
+use crate::cosign::{CosignCheck, Matcher};
+use crate::gather::Artifacts;
+use crate::notation::NotationCheck;
+use crate::trust::TrustedRoot;
+
+/// Why a policy's verification material could not be loaded.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum VerifyError {
+    /// A key, certificate or trust-root file could not be read.
+    #[error("{path}: {detail}")]
+    File {
+        /// The path as written in the policy.
+        path: String,
+        /// The I/O error.
+        detail: String,
+    },
+    /// A public key is malformed or of an unsupported type.
+    #[error("public key: {0}")]
+    Key(String),
+    /// A trusted_root.json is malformed.
+    #[error("trusted root: {0}")]
+    TrustRoot(String),
+    /// A certificate file holds no usable certificate.
+    #[error("certificate: {0}")]
+    Certificate(String),
+    /// A verifier entry could not be loaded (names the rule and verifier).
+    #[error("rule {rule:?}, verifier {verifier:?}: {source}")]
+    Verifier {
+        /// Rule name.
+        rule: String,
+        /// Verifier name.
+        verifier: String,
+        /// The underlying problem.
+        #[source]
+        source: Box<VerifyError>,
+    },
+}
+
+/// SHA-256 of `data`.
+pub fn sha256(data: &[u8]) -> [u8; 32] {
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
+
+/// One verifier, ready to check signatures.
+#[derive(Debug)]
+pub enum Check {
+    /// A cosign verifier.
+    Cosign(CosignCheck),
+    /// A notation verifier.
+    Notation(NotationCheck),
+}
+
+/// A verifier with its name.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Name from the policy.
+    pub name: String,
+    /// The check.
+    pub check: Check,
+}
+
+/// The material of every verifying rule of a policy, loaded once.
+#[derive(Debug, Default)]
+pub struct Material {
+    sets: HashMap<Verification, Arc<Vec<Loaded>>>,
+}
+
+fn matcher(exact: &Option<String>, re: &Option<String>) -> Result<Matcher, VerifyError> {
+    match (exact, re) {
+        (Some(e), _) => Ok(Matcher::Exact(e.clone())),
+        (None, Some(r)) => Regex::new(r)
+            .map(Matcher::Regex)
+            .map_err(|e| VerifyError::Key(format!("regex {r:?}: {e}"))),
+        // Policy validation refuses this; never match anything if it slips through.
+        (None, None) => Ok(Matcher::Exact(String::from("\u{0}unset"))),
+    }
+}
+
+impl Material {
+    /// Loads what every rule's `verify` names. Fails on the first unreadable file.
+    pub fn load(policy: &Policy) -> Result<Material, VerifyError> {
+        let mut roots: HashMap<Option<String>, Arc<TrustedRoot>> = HashMap::new();
+        let mut sets = HashMap::new();
+        for rule in &policy.rules {
+            let Some(v) = &rule.verification else {
+                continue;
+            };
+            if sets.contains_key(v.as_ref()) {
+                continue;
+            }
+            let mut loaded = Vec::with_capacity(v.verifiers.len());
+            for spec in &v.verifiers {
+                let check = load_one(spec, &mut roots).map_err(|e| VerifyError::Verifier {
+                    rule: rule.name.clone(),
+                    verifier: spec.name.clone(),
+                    source: Box::new(e),
+                })?;
+                loaded.push(Loaded {
+                    name: spec.name.clone(),
+                    check,
+                });
+            }
+            sets.insert(v.as_ref().clone(), Arc::new(loaded));
+        }
+        Ok(Material { sets })
+    }
+
+    /// Whether any rule verifies.
+    pub fn is_empty(&self) -> bool {
+        self.sets.is_empty()
+    }
+
+    /// The loaded verifiers of a rule's verification.
+    pub fn get(&self, v: &Verification) -> Option<&Arc<Vec<Loaded>>> {
+        self.sets.get(v)
+    }
+}
+
+fn load_one(
+    spec: &VerifierSpec,
+    roots: &mut HashMap<Option<String>, Arc<TrustedRoot>>,
+) -> Result<Check, VerifyError> {
+    if let Some(n) = &spec.notation {
+        let mut certs = Vec::new();
+        for r in &n.trust_roots {
+            let found = x509::certs_from_pem(&keys::pem_text(r)?);
+            if found.is_empty() {
+                return Err(VerifyError::Certificate(format!(
+                    "{} holds no PEM certificate",
+                    if r.contains("-----BEGIN") {
+                        "inline PEM"
+                    } else {
+                        r.as_str()
+                    }
+                )));
+            }
+            certs.extend(found);
+        }
+        return Ok(Check::Notation(NotationCheck {
+            roots: certs,
+            level: n.level,
+        }));
+    }
+    let Some(c) = &spec.cosign else {
+        return Err(VerifyError::Key(
+            "verifier has neither cosign nor notation".into(),
+        ));
+    };
+    let trust = match roots.get(&c.trusted_root) {
+        Some(t) => t.clone(),
+        None => {
+            let t = Arc::new(match &c.trusted_root {
+                Some(path) => {
+                    TrustedRoot::from_json(&std::fs::read_to_string(path).map_err(|e| {
+                        VerifyError::File {
+                            path: path.clone(),
+                            detail: e.to_string(),
+                        }
+                    })?)?
+                }
+                None => TrustedRoot::public_good()?,
+            });
+            roots.insert(c.trusted_root.clone(), t.clone());
+            t
+        }
+    };
+    Ok(Check::Cosign(match (&c.key, &c.keyless) {
+        (Some(k), _) => CosignCheck::Key {
+            key: keys::PublicKey::from_pem(&keys::pem_text(k)?)?,
+            tlog: c.transparency_log.unwrap_or(TlogPolicy::Optional),
+            trust,
+        },
+        (None, Some(kl)) => CosignCheck::Keyless {
+            issuer: matcher(&kl.issuer, &kl.issuer_regex)?,
+            subject: matcher(&kl.subject, &kl.subject_regex)?,
+            tlog: c.transparency_log.unwrap_or(TlogPolicy::Required),
+            trust,
+        },
+        (None, None) => return Err(VerifyError::Key("cosign needs key or keyless".into())),
+    }))
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Runs every verifier over the gathered signatures. Pure: no I/O.
+pub fn evaluate(
+    verification: &Verification,
+    loaded: &[Loaded],
+    artifacts: &Artifacts,
+    digest: &str,
+    now: i64,
+) -> VerificationReport {
+    let results = loaded
+        .iter()
+        .map(|l| {
+            let outcome = match &l.check {
+                Check::Cosign(c) => run(&artifacts.cosign, |i| {
+                    c.check(i, digest, now).map(|()| Vec::new())
+                }),
+                Check::Notation(n) => run(&artifacts.notation, |e| n.check(e, digest, now)),
+            };
+            (l.name.clone(), outcome)
+        })
+        .collect();
+    VerificationReport {
+        results,
+        fetch_failure: None,
+        threshold: verification.threshold,
+        required: verification.required.clone(),
+    }
+}
+
+fn run<T>(
+    items: &[Result<T, String>],
+    check: impl Fn(&T) -> Result<Vec<String>, SignatureProblem>,
+) -> VerifierOutcome {
+    let mut problems = Vec::new();
+    for item in items {
+        match item {
+            Ok(i) => match check(i) {
+                Ok(logged) => {
+                    return VerifierOutcome::Passed {
+                        examined: items.len(),
+                        logged,
+                    };
+                }
+                Err(p) => problems.push(p),
+            },
+            Err(detail) => problems.push(SignatureProblem::Malformed {
+                detail: detail.clone(),
+            }),
+        }
+    }
+    VerifierOutcome::failed(items.len(), problems)
+}
+
+/// Receives verification events, for metrics.
+pub trait Observer: Send + Sync + 'static {
+    /// One verifier's result for one digest (`passed`, or a problem kind).
+    fn verifier(&self, verifier: &str, result: &str);
+    /// A verification was answered from the cache (`hit`) or had to run.
+    fn cache(&self, hit: bool);
+}
+
+/// Records nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {
+    fn verifier(&self, _: &str, _: &str) {}
+    fn cache(&self, _: bool) {}
+}
+
+/// Cache lifetimes.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheConfig {
+    /// How long a satisfied verification is reused.
+    pub ttl: Duration,
+    /// How long a failed one is reused (short: a signature may be pushed next).
+    pub negative_ttl: Duration,
+    /// Most entries.
+    pub capacity: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            ttl: Duration::from_secs(300),
+            negative_ttl: Duration::from_secs(10),
+            capacity: 50_000,
+        }
+    }
+}
+
+type Key = (String, Digest, Arc<Verification>);
+type Answer = Arc<VerificationReport>;
+
+struct TtlByOutcome(CacheConfig);
+
+impl Expiry<Key, Answer> for TtlByOutcome {
+    fn expire_after_create(&self, _: &Key, v: &Answer, _: std::time::Instant) -> Option<Duration> {
+        Some(if v.satisfied() {
+            self.0.ttl
+        } else if v.is_transient() {
+            Duration::ZERO
+        } else {
+            self.0.negative_ttl.min(self.0.ttl)
+        })
+    }
+}
+
+/// The signature verifier: one per policy load.
+pub struct Verifier<S> {
+    source: S,
+    material: Material,
+    cache: Cache<Key, Answer>,
+    observer: Arc<dyn Observer>,
+}
+
+impl<S> std::fmt::Debug for Verifier<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Verifier")
+            .field("sets", &self.material.sets.len())
+            .field("cached", &self.cache.entry_count())
+            .finish()
+    }
+}
+
+impl<S: ArtifactSource + 'static> Verifier<S> {
+    /// A verifier for the loaded material, fetching through `source`.
+    pub fn new(
+        source: S,
+        material: Material,
+        cache: CacheConfig,
+        observer: Arc<dyn Observer>,
+    ) -> Self {
+        Verifier {
+            source,
+            material,
+            cache: Cache::builder()
+                .max_capacity(cache.capacity)
+                .expire_after(TtlByOutcome(cache))
+                .build(),
+            observer,
+        }
+    }
+
+    /// Verifies without the cache.
+    pub async fn verify_uncached(
+        &self,
+        repo: &Reference,
+        digest: &Digest,
+        v: &Verification,
+        deadline: Instant,
+    ) -> VerificationReport {
+        let Some(loaded) = self.material.get(v) else {
+            return VerificationReport::unfetched(
+                v,
+                sigil_core::ResolveFailure::Config {
+                    detail: "verifiers of this rule were not loaded (policy changed while the request ran?)".into(),
+                },
+            );
+        };
+        let budget = deadline.saturating_duration_since(Instant::now());
+        let gathered = tokio::time::timeout_at(
+            deadline.into(),
+            gather::gather(&self.source, repo, digest, deadline),
+        )
+        .await
+        .unwrap_or(Err(sigil_core::ResolveFailure::Timeout { budget }));
+        let report = match gathered {
+            Ok(a) => evaluate(v, loaded, &a, digest.as_str(), unix_now()),
+            Err(f) => VerificationReport::unfetched(v, f),
+        };
+        for (name, o) in &report.results {
+            let result = match o {
+                VerifierOutcome::Passed { .. } => "passed",
+                VerifierOutcome::Failed { problem, .. } => problem.kind(),
+            };
+            self.observer.verifier(name, result);
+        }
+        report
+    }
+}
+
+impl<S: ArtifactSource + 'static> SignatureVerifier for Verifier<S> {
+    fn verify<'a>(
+        &'a self,
+        repo: &'a Reference,
+        digest: &'a Digest,
+        verification: &'a Arc<Verification>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Arc<VerificationReport>> {
+        Box::pin(async move {
+            let key: Key = (repo.name(), digest.clone(), verification.clone());
+            if let Some(v) = self.cache.get(&key).await {
+                self.observer.cache(true);
+                return v;
+            }
+            let budget = deadline.saturating_duration_since(Instant::now());
+            let load = async {
+                Arc::new(
+                    self.verify_uncached(repo, digest, verification, deadline)
+                        .await,
+                )
+            };
+            match tokio::time::timeout_at(
+                deadline.into(),
+                self.cache.entry(key).or_insert_with(load),
+            )
+            .await
+            {
+                Ok(e) => {
+                    self.observer.cache(!e.is_fresh());
+                    e.into_value()
+                }
+                Err(_) => Arc::new(VerificationReport::unfetched(
+                    verification,
+                    sigil_core::ResolveFailure::Timeout { budget },
+                )),
+            }
+        })
+    }
+}

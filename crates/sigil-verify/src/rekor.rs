@@ -1,0 +1,206 @@
+//! Rekor transparency-log entries, checked offline.
+//!
+//! Owns the Signed Entry Timestamp (the log's signature over the canonical
+//! JSON of body, integratedTime, logID and logIndex) and tying the entry's
+//! body to the signature in hand: same signature bytes, same signer, same
+//! payload hash. A valid SET over an unrelated body proves nothing, so both
+//! checks always run together. Inclusion proofs against a checkpoint are not
+//! checked (they need the log's current tree head); the SET is the promise.
+
+use base64::Engine as _;
+use serde::Deserialize;
+
+use crate::keys::SigEncoding;
+use crate::trust::TrustedRoot;
+
+/// A log entry in the form both cosign layouts reduce to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The canonicalized body, decoded.
+    pub body: Vec<u8>,
+    /// Seconds since the epoch at which the log integrated the entry.
+    pub integrated_time: i64,
+    /// Index in the log.
+    pub log_index: i64,
+    /// Hex log id (SHA-256 of the log key).
+    pub log_id: String,
+    /// The Signed Entry Timestamp.
+    pub set: Vec<u8>,
+}
+
+#[derive(Deserialize)]
+struct LegacyBundle {
+    #[serde(rename = "SignedEntryTimestamp")]
+    set: String,
+    #[serde(rename = "Payload")]
+    payload: LegacyPayload,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LegacyPayload {
+    body: String,
+    integrated_time: i64,
+    log_index: i64,
+    #[serde(rename = "logID")]
+    log_id: String,
+}
+
+impl Entry {
+    /// Parses the `dev.sigstore.cosign/bundle` annotation of a legacy signature.
+    pub fn from_legacy_annotation(text: &str) -> Result<Entry, String> {
+        let b: LegacyBundle =
+            serde_json::from_str(text).map_err(|e| format!("Rekor bundle annotation: {e}"))?;
+        let std = base64::engine::general_purpose::STANDARD;
+        Ok(Entry {
+            body: std
+                .decode(b.payload.body.trim())
+                .map_err(|e| format!("Rekor body: {e}"))?,
+            integrated_time: b.payload.integrated_time,
+            log_index: b.payload.log_index,
+            log_id: b.payload.log_id.to_ascii_lowercase(),
+            set: std
+                .decode(b.set.trim())
+                .map_err(|e| format!("SignedEntryTimestamp: {e}"))?,
+        })
+    }
+
+    /// The bytes the SET signs: canonical JSON (sorted keys, no spaces).
+    fn set_message(&self) -> String {
+        let body = base64::engine::general_purpose::STANDARD.encode(&self.body);
+        format!(
+            "{{\"body\":{},\"integratedTime\":{},\"logID\":{},\"logIndex\":{}}}",
+            serde_json::Value::String(body),
+            self.integrated_time,
+            serde_json::Value::String(self.log_id.clone()),
+            self.log_index
+        )
+    }
+
+    /// Checks the SET against the trusted logs and that the body records
+    /// exactly this signature. Returns the integrated time on success.
+    pub fn verify(&self, trust: &TrustedRoot, expect: &Expected<'_>) -> Result<i64, String> {
+        let log = trust
+            .log(&self.log_id, self.integrated_time)
+            .ok_or_else(|| {
+                format!(
+                    "log {} is not a trusted transparency log (or its key was not valid at {})",
+                    short(&self.log_id),
+                    self.integrated_time
+                )
+            })?;
+        if !log
+            .key
+            .verify(SigEncoding::Der, self.set_message().as_bytes(), &self.set)
+        {
+            return Err(format!(
+                "signed entry timestamp does not verify with the key of log {}",
+                short(&self.log_id)
+            ));
+        }
+        check_body(&self.body, expect)?;
+        Ok(self.integrated_time)
+    }
+}
+
+fn short(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
+}
+
+/// What the entry must record.
+#[derive(Debug)]
+pub struct Expected<'a> {
+    /// SHA-256 of the signed payload (hashedrekord) or DSSE payload.
+    pub payload_sha256: [u8; 32],
+    /// The raw signature.
+    pub signature: &'a [u8],
+    /// DER of the signer: the certificate, or the public key's SPKI.
+    pub signer_der: &'a [u8],
+}
+
+/// `(signature, signer)` as a log entry records them, base64.
+type LoggedSignature<'a> = (Option<&'a str>, Option<&'a str>);
+
+/// Compares the logged body with the signature in hand.
+fn check_body(body: &[u8], expect: &Expected<'_>) -> Result<(), String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| format!("log entry body: {e}"))?;
+    let kind = v.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+    let spec = v.get("spec").ok_or("log entry body has no spec")?;
+    let std = base64::engine::general_purpose::STANDARD;
+    let want_hash = crate::trust::hex(&expect.payload_sha256);
+    let (hash, sigs): (Option<&str>, Vec<LoggedSignature<'_>>) = match kind {
+        "hashedrekord" => (
+            spec.pointer("/data/hash/value").and_then(|x| x.as_str()),
+            vec![(
+                spec.pointer("/signature/content").and_then(|x| x.as_str()),
+                spec.pointer("/signature/publicKey/content")
+                    .and_then(|x| x.as_str()),
+            )],
+        ),
+        "dsse" => (
+            spec.pointer("/payloadHash/value").and_then(|x| x.as_str()),
+            spec.get("signatures")
+                .and_then(|s| s.as_array())
+                .map(|a| {
+                    a.iter()
+                        .map(|s| {
+                            (
+                                s.get("signature").and_then(|x| x.as_str()),
+                                s.get("verifier").and_then(|x| x.as_str()),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        ),
+        other => return Err(format!("log entry kind {other:?} is not supported")),
+    };
+    if hash.map(str::to_ascii_lowercase).as_deref() != Some(want_hash.as_str()) {
+        return Err("log entry records a different payload hash".into());
+    }
+    let matches = sigs.iter().any(|(sig, signer)| {
+        let sig_ok = sig
+            .and_then(|s| std.decode(s.trim()).ok())
+            .is_some_and(|s| s == expect.signature);
+        let signer_ok = signer
+            .and_then(|s| std.decode(s.trim()).ok())
+            .and_then(|pem| String::from_utf8(pem).ok())
+            .is_some_and(|pem| {
+                crate::keys::pem_blocks(&pem)
+                    .iter()
+                    .any(|(_, der)| der == expect.signer_der)
+            });
+        sig_ok && signer_ok
+    });
+    if !matches {
+        return Err("log entry records a different signature or signer".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ANNOTATION: &str =
+        include_str!("../tests/vectors/derived/keyless-rekor-test/bundle.json");
+
+    #[test]
+    fn set_of_the_real_keyless_vector_verifies_with_the_public_rekor_key() {
+        let e = Entry::from_legacy_annotation(ANNOTATION).unwrap();
+        let trust = TrustedRoot::public_good().unwrap();
+        let log = trust.log(&e.log_id, e.integrated_time).unwrap();
+        assert!(
+            log.key
+                .verify(SigEncoding::Der, e.set_message().as_bytes(), &e.set)
+        );
+        let mut tampered = e.clone();
+        tampered.integrated_time += 1;
+        assert!(!log.key.verify(
+            SigEncoding::Der,
+            tampered.set_message().as_bytes(),
+            &tampered.set
+        ));
+    }
+}

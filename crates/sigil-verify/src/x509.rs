@@ -1,0 +1,221 @@
+//! Certificate chains and the identities in them.
+//!
+//! Owns path building to a trust anchor at a *given* time (rustls-webpki
+//! does the RFC 5280 work), and reading what keyless and notation policies
+//! match on: the SAN (email or URI) and Fulcio's OIDC-issuer extension. It
+//! does not decide which time to check at; callers pass the Rekor
+//! integratedTime or the signing time.
+
+use rustls_pki_types::{CertificateDer, UnixTime};
+use webpki::{EndEntityCert, KeyUsage};
+use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension, X509Certificate};
+
+/// id-kp-codeSigning (1.3.6.1.5.5.7.3.3), DER value bytes.
+const CODE_SIGNING: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x03];
+/// Fulcio OIDC issuer, v1 (raw string value).
+const FULCIO_ISSUER_V1: &str = "1.3.6.1.4.1.57264.1.1";
+/// Fulcio OIDC issuer, v2 (DER UTF8String value).
+const FULCIO_ISSUER_V2: &str = "1.3.6.1.4.1.57264.1.8";
+
+static ALGS: &[&dyn rustls_pki_types::SignatureVerificationAlgorithm] = &[
+    webpki::aws_lc_rs::ECDSA_P256_SHA256,
+    webpki::aws_lc_rs::ECDSA_P256_SHA384,
+    webpki::aws_lc_rs::ECDSA_P384_SHA256,
+    webpki::aws_lc_rs::ECDSA_P384_SHA384,
+    webpki::aws_lc_rs::ED25519,
+    webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA256,
+    webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA384,
+    webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA512,
+    webpki::aws_lc_rs::RSA_PSS_2048_8192_SHA256_LEGACY_KEY,
+    webpki::aws_lc_rs::RSA_PSS_2048_8192_SHA384_LEGACY_KEY,
+    webpki::aws_lc_rs::RSA_PSS_2048_8192_SHA512_LEGACY_KEY,
+];
+
+/// How strictly the code-signing EKU is required.
+#[derive(Debug, Clone, Copy)]
+pub enum Eku {
+    /// Must be present (Fulcio always sets it).
+    Required,
+    /// Checked only if the certificate has an EKU extension (Notary Project rule).
+    IfPresent,
+}
+
+/// Verifies that `leaf` chains through `intermediates` to one of `roots`,
+/// with every certificate valid at `at` (Unix seconds).
+pub fn verify_chain(
+    leaf: &[u8],
+    intermediates: &[Vec<u8>],
+    roots: &[Vec<u8>],
+    at: i64,
+    eku: Eku,
+) -> Result<(), String> {
+    let leaf_der = CertificateDer::from(leaf);
+    let ee = EndEntityCert::try_from(&leaf_der).map_err(|e| format!("leaf certificate: {e}"))?;
+    let root_ders: Vec<CertificateDer<'_>> = roots
+        .iter()
+        .map(|r| CertificateDer::from(r.as_slice()))
+        .collect();
+    let anchors: Vec<_> = root_ders
+        .iter()
+        .filter_map(|r| webpki::anchor_from_trusted_cert(r).ok())
+        .collect();
+    if anchors.is_empty() {
+        return Err("no usable trust root".into());
+    }
+    let inter: Vec<CertificateDer<'_>> = intermediates
+        .iter()
+        .map(|c| CertificateDer::from(c.as_slice()))
+        .collect();
+    let time = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
+        u64::try_from(at).map_err(|_| "time before 1970".to_owned())?,
+    ));
+    let usage = match eku {
+        Eku::Required => KeyUsage::required(CODE_SIGNING),
+        Eku::IfPresent => KeyUsage::required_if_present(CODE_SIGNING),
+    };
+    ee.verify_for_usage(ALGS, &anchors, &inter, time, usage, None, None)
+        .map(|_| ())
+        .map_err(|e| describe(&e, leaf, at))
+}
+
+fn describe(e: &webpki::Error, leaf: &[u8], at: i64) -> String {
+    let when = time::OffsetDateTime::from_unix_timestamp(at)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| at.to_string());
+    match e {
+        webpki::Error::CertExpired { .. } | webpki::Error::CertNotValidYet { .. } => {
+            let validity = X509Certificate::from_der(leaf)
+                .map(|(_, c)| {
+                    format!(
+                        " (leaf valid {} to {})",
+                        c.validity().not_before,
+                        c.validity().not_after
+                    )
+                })
+                .unwrap_or_default();
+            format!("certificate not valid at {when}{validity}")
+        }
+        webpki::Error::UnknownIssuer => "issuer is not a trusted root".into(),
+        other => format!("{other:?} (checked at {when})"),
+    }
+}
+
+/// What a certificate says about who signed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    /// SAN values: emails and URIs.
+    pub subjects: Vec<String>,
+    /// Fulcio OIDC issuer, if present.
+    pub issuer: Option<String>,
+}
+
+impl std::fmt::Display for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "subject {}, issuer {}",
+            if self.subjects.is_empty() {
+                "(none)".to_owned()
+            } else {
+                self.subjects.join(", ")
+            },
+            self.issuer.as_deref().unwrap_or("(none)")
+        )
+    }
+}
+
+/// Reads the SAN and Fulcio issuer of a DER certificate.
+pub fn identity(der: &[u8]) -> Result<Identity, String> {
+    let (_, cert) = X509Certificate::from_der(der).map_err(|e| format!("certificate: {e}"))?;
+    let mut id = Identity::default();
+    let mut v1 = None;
+    let mut v2 = None;
+    for ext in cert.extensions() {
+        match ext.parsed_extension() {
+            ParsedExtension::SubjectAlternativeName(san) => {
+                for n in &san.general_names {
+                    match n {
+                        GeneralName::RFC822Name(s) | GeneralName::URI(s) => {
+                            id.subjects.push((*s).to_owned())
+                        }
+                        GeneralName::OtherName(_, _) | GeneralName::DNSName(_) => {}
+                        _ => {}
+                    }
+                }
+            }
+            _ => {
+                let oid = ext.oid.to_id_string();
+                if oid == FULCIO_ISSUER_V1 {
+                    v1 = std::str::from_utf8(ext.value).ok().map(str::to_owned);
+                } else if oid == FULCIO_ISSUER_V2 {
+                    v2 = der_utf8(ext.value);
+                }
+            }
+        }
+    }
+    id.issuer = v2.or(v1);
+    Ok(id)
+}
+
+/// Decodes a DER UTF8String (tag 12) with a short-form or long-form length.
+fn der_utf8(v: &[u8]) -> Option<String> {
+    let (&tag, rest) = v.split_first()?;
+    if tag != 0x0c {
+        return None;
+    }
+    let (&len0, rest) = rest.split_first()?;
+    let (len, body) = if len0 < 0x80 {
+        (len0 as usize, rest)
+    } else {
+        let n = (len0 & 0x7f) as usize;
+        if n == 0 || n > 2 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n].iter().fold(0usize, |a, &b| (a << 8) | b as usize);
+        (len, &rest[n..])
+    };
+    std::str::from_utf8(body.get(..len)?)
+        .ok()
+        .map(str::to_owned)
+}
+
+/// The DER SubjectPublicKeyInfo of a certificate.
+pub fn spki(der: &[u8]) -> Result<Vec<u8>, String> {
+    let (_, cert) = X509Certificate::from_der(der).map_err(|e| format!("certificate: {e}"))?;
+    Ok(cert.public_key().raw.to_vec())
+}
+
+/// Certificates (DER) from PEM text, in order.
+pub fn certs_from_pem(text: &str) -> Vec<Vec<u8>> {
+    crate::keys::pem_blocks(text)
+        .into_iter()
+        .filter(|(l, _)| l == "CERTIFICATE")
+        .map(|(_, d)| d)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEAF: &str = include_str!("../tests/vectors/derived/keyless-rekor-test/cert.pem");
+    const CHAIN: &str = include_str!("../tests/vectors/derived/keyless-rekor-test/chain.pem");
+    const FULCIO: &str = include_str!("../tests/vectors/fulcio_v1.crt.pem");
+
+    #[test]
+    fn fulcio_chain_is_valid_at_signing_time_only() {
+        let leaf = &certs_from_pem(LEAF)[0];
+        let chain = certs_from_pem(CHAIN);
+        let roots = certs_from_pem(FULCIO);
+        verify_chain(leaf, &chain, &roots, 1_717_082_297, Eku::Required).unwrap();
+        let e = verify_chain(leaf, &chain, &roots, 1_800_000_000, Eku::Required).unwrap_err();
+        assert!(e.contains("not valid at"), "{e}");
+    }
+
+    #[test]
+    fn reads_fulcio_identity() {
+        let id = identity(&certs_from_pem(LEAF)[0]).unwrap();
+        assert_eq!(id.subjects, vec!["philipp.belitz@securesystems.de"]);
+        assert_eq!(id.issuer.as_deref(), Some("https://github.com/login/oauth"));
+    }
+}

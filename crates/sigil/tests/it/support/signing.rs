@@ -1,0 +1,407 @@
+//! Signing inside the tests, the way cosign and notation sign: keys of each
+//! family, simple-signing payloads, a Fulcio-like CA with ten-minute leaves,
+//! a Rekor-like log key producing SETs, Sigstore bundles, and notation JWS
+//! envelopes. Everything is pushed into the real registry through its API.
+
+use aws_lc_rs::encoding::AsDer;
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{self, EcdsaKeyPair, Ed25519KeyPair, KeyPair as _};
+use base64::Engine as _;
+use rcgen::{
+    BasicConstraints, CertificateParams, CustomExtension, ExtendedKeyUsagePurpose, IsCa, Issuer,
+    KeyPair, SanType,
+};
+use serde_json::{Value, json};
+
+use super::registry::{TestRegistry, sha256};
+
+pub fn b64(d: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(d)
+}
+
+fn pem(label: &str, der: &[u8]) -> String {
+    let body = b64(der);
+    let lines: Vec<&str> = body
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect();
+    format!(
+        "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+        lines.join("\n")
+    )
+}
+
+/// A signing key of one family.
+pub enum Signer {
+    P256(EcdsaKeyPair),
+    Ed25519(Ed25519KeyPair),
+    Rsa(aws_lc_rs::rsa::KeyPair),
+}
+
+impl Signer {
+    pub fn p256() -> Signer {
+        Signer::P256(EcdsaKeyPair::generate(&signature::ECDSA_P256_SHA256_ASN1_SIGNING).unwrap())
+    }
+    pub fn ed25519() -> Signer {
+        Signer::Ed25519(Ed25519KeyPair::generate().unwrap())
+    }
+    pub fn rsa() -> Signer {
+        Signer::Rsa(aws_lc_rs::rsa::KeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).unwrap())
+    }
+
+    /// SubjectPublicKeyInfo DER.
+    pub fn spki(&self) -> Vec<u8> {
+        match self {
+            Signer::P256(k) => k.public_key().as_der().unwrap().as_ref().to_vec(),
+            Signer::Ed25519(k) => k.public_key().as_der().unwrap().as_ref().to_vec(),
+            Signer::Rsa(k) => k.public_key().as_der().unwrap().as_ref().to_vec(),
+        }
+    }
+
+    pub fn public_pem(&self) -> String {
+        pem("PUBLIC KEY", &self.spki())
+    }
+
+    /// The signature cosign would make (ASN.1 ECDSA, pure Ed25519, RSA PKCS#1 v1.5 SHA-256).
+    pub fn sign(&self, msg: &[u8]) -> Vec<u8> {
+        let rng = SystemRandom::new();
+        match self {
+            Signer::P256(k) => k.sign(&rng, msg).unwrap().as_ref().to_vec(),
+            Signer::Ed25519(k) => k.sign(msg).as_ref().to_vec(),
+            Signer::Rsa(k) => {
+                let mut sig = vec![0; k.public_modulus_len()];
+                k.sign(&signature::RSA_PKCS1_SHA256, &rng, msg, &mut sig)
+                    .unwrap();
+                sig
+            }
+        }
+    }
+
+    /// JWS PS256 / ES256 signature (fixed-width ECDSA).
+    pub fn sign_jose(&self, msg: &[u8]) -> Vec<u8> {
+        let rng = SystemRandom::new();
+        match self {
+            Signer::Rsa(k) => {
+                let mut sig = vec![0; k.public_modulus_len()];
+                k.sign(&signature::RSA_PSS_SHA256, &rng, msg, &mut sig)
+                    .unwrap();
+                sig
+            }
+            Signer::P256(k) => {
+                let pkcs8 = k.to_pkcs8v1().unwrap();
+                let fixed = EcdsaKeyPair::from_pkcs8(
+                    &signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+                    pkcs8.as_ref(),
+                )
+                .unwrap();
+                fixed.sign(&rng, msg).unwrap().as_ref().to_vec()
+            }
+            Signer::Ed25519(_) => unreachable!("notation does not use Ed25519"),
+        }
+    }
+
+    /// The key as rcgen sees it, to put it in a certificate.
+    pub fn rcgen(&self) -> KeyPair {
+        let der = match self {
+            Signer::P256(k) => k.to_pkcs8v1().unwrap().as_ref().to_vec(),
+            Signer::Rsa(k) => k.as_der().unwrap().as_ref().to_vec(),
+            Signer::Ed25519(_) => unreachable!(),
+        };
+        let der = rustls::pki_types::PrivatePkcs8KeyDer::from(der);
+        match self {
+            Signer::Rsa(_) => {
+                KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_RSA_SHA256).unwrap()
+            }
+            _ => KeyPair::try_from(&der).unwrap(),
+        }
+    }
+}
+
+/// cosign's simple-signing payload for `digest`.
+pub fn simple_signing(reference: &str, digest: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "critical": {
+            "identity": {"docker-reference": reference},
+            "image": {"docker-manifest-digest": digest},
+            "type": "cosign container image signature"
+        },
+        "optional": null
+    }))
+    .unwrap()
+}
+
+/// One layer of a legacy `.sig` manifest.
+pub struct Layer {
+    pub payload: Vec<u8>,
+    pub annotations: serde_json::Map<String, Value>,
+}
+
+impl Layer {
+    pub fn new(payload: Vec<u8>, signature: &[u8]) -> Layer {
+        let mut annotations = serde_json::Map::new();
+        annotations.insert(
+            "dev.cosignproject.cosign/signature".into(),
+            json!(b64(signature)),
+        );
+        Layer {
+            payload,
+            annotations,
+        }
+    }
+}
+
+/// Pushes a legacy cosign signature manifest at `sha256-<hex>.sig` of `repo`.
+pub async fn push_legacy(reg: &TestRegistry, repo: &str, image_digest: &str, layers: Vec<Layer>) {
+    let config = br#"{"architecture":"","config":{},"created":"0001-01-01T00:00:00Z","history":[{"created":"0001-01-01T00:00:00Z"}],"os":"","rootfs":{"type":"layers","diff_ids":[]}}"#;
+    let cd = reg.push_blob(repo, config).await;
+    let mut ls = Vec::new();
+    for l in layers {
+        let d = reg.push_blob(repo, &l.payload).await;
+        ls.push(json!({
+            "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+            "size": l.payload.len(), "digest": d, "annotations": l.annotations
+        }));
+    }
+    let m = serde_json::to_vec(&json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": config.len(), "digest": cd},
+        "layers": ls
+    }))
+    .unwrap();
+    let tag = format!("{}.sig", image_digest.replace(':', "-"));
+    reg.push_manifest(repo, &tag, "application/vnd.oci.image.manifest.v1+json", &m)
+        .await;
+}
+
+/// Pushes `blob` as a referrer of `subject` (manifest with `artifactType`,
+/// one layer) and records it in the referrers tag-schema index, which is
+/// where clients look on registries without the referrers API.
+pub async fn push_referrer(
+    reg: &TestRegistry,
+    repo: &str,
+    subject: &str,
+    subject_size: usize,
+    artifact_type: &str,
+    layer_media_type: &str,
+    blob: &[u8],
+) {
+    let empty = reg.push_blob(repo, b"{}").await;
+    let bd = reg.push_blob(repo, blob).await;
+    let m = serde_json::to_vec(&json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": artifact_type,
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "size": 2, "digest": empty},
+        "layers": [{"mediaType": layer_media_type, "size": blob.len(), "digest": bd}],
+        "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "size": subject_size, "digest": subject}
+    }))
+    .unwrap();
+    let md = sha256(&m);
+    reg.push_manifest(repo, &md, "application/vnd.oci.image.manifest.v1+json", &m)
+        .await;
+    let index = serde_json::to_vec(&json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": m.len(), "artifactType": artifact_type}]
+    }))
+    .unwrap();
+    reg.push_manifest(
+        repo,
+        &subject.replace(':', "-"),
+        "application/vnd.oci.image.index.v1+json",
+        &index,
+    )
+    .await;
+}
+
+/// A Fulcio-like CA and a Rekor-like log, written out as a trusted_root.json.
+pub struct Sigstore {
+    ca: Issuer<'static, KeyPair>,
+    pub ca_der: Vec<u8>,
+    log: Signer,
+}
+
+/// Fulcio's OIDC-issuer extension (v2) OID.
+const ISSUER_V2: &[u64] = &[1, 3, 6, 1, 4, 1, 57264, 1, 8];
+
+fn der_utf8(s: &str) -> Vec<u8> {
+    assert!(s.len() < 128);
+    let mut v = vec![0x0c, s.len() as u8];
+    v.extend_from_slice(s.as_bytes());
+    v
+}
+
+/// A signature made with a short-lived certificate, and its log entry.
+pub struct Keyless {
+    pub cert_pem: String,
+    pub chain_pem: String,
+    pub signature: Vec<u8>,
+    pub bundle_annotation: String,
+}
+
+impl Sigstore {
+    pub fn new() -> Sigstore {
+        let ca_key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, "test-fulcio");
+        let ca_cert = p.self_signed(&ca_key).unwrap();
+        Sigstore {
+            ca_der: ca_cert.der().to_vec(),
+            ca: Issuer::new(p, ca_key),
+            log: Signer::p256(),
+        }
+    }
+
+    pub fn trusted_root(&self) -> Value {
+        let spki = self.log.spki();
+        json!({
+            "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
+            "tlogs": [{
+                "baseUrl": "https://rekor.test", "hashAlgorithm": "SHA2_256",
+                "publicKey": {"rawBytes": b64(&spki), "keyDetails": "PKIX_ECDSA_P256_SHA_256", "validFor": {"start": "2020-01-01T00:00:00Z"}},
+                "logId": {"keyId": b64(&hex_sha(&spki))}
+            }],
+            "certificateAuthorities": [{
+                "subject": {"organization": "test", "commonName": "test-fulcio"},
+                "uri": "https://fulcio.test",
+                "certChain": {"certificates": [{"rawBytes": b64(&self.ca_der)}]},
+                "validFor": {"start": "2020-01-01T00:00:00Z"}
+            }],
+            "ctlogs": []
+        })
+    }
+
+    /// Signs `payload` with a fresh ten-minute leaf for `subject`/`issuer`,
+    /// valid from `not_before` (Unix seconds), logged at `integrated_time`.
+    /// `log` signs the SET (pass another key to forge one).
+    pub fn sign(
+        &self,
+        payload: &[u8],
+        subject: &str,
+        issuer: &str,
+        not_before: i64,
+        integrated_time: i64,
+        log: Option<&Signer>,
+    ) -> Keyless {
+        let leaf_key = Signer::p256();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.subject_alt_names = vec![SanType::URI(subject.try_into().unwrap())];
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::CodeSigning];
+        p.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+        p.not_before = time::OffsetDateTime::from_unix_timestamp(not_before).unwrap();
+        p.not_after = time::OffsetDateTime::from_unix_timestamp(not_before + 600).unwrap();
+        p.custom_extensions = vec![CustomExtension::from_oid_content(
+            ISSUER_V2,
+            der_utf8(issuer),
+        )];
+        let cert = p.signed_by(&leaf_key.rcgen(), &self.ca).unwrap();
+        let cert_pem = cert.pem();
+        let signature = leaf_key.sign(payload);
+        let body = serde_json::to_vec(&json!({
+            "apiVersion": "0.0.1", "kind": "hashedrekord",
+            "spec": {
+                "data": {"hash": {"algorithm": "sha256", "value": sha256(payload).trim_start_matches("sha256:")}},
+                "signature": {"content": b64(&signature), "publicKey": {"content": b64(cert_pem.as_bytes())}}
+            }
+        }))
+        .unwrap();
+        let log_id = hex(&hex_sha(&self.log.spki()));
+        let body_b64 = b64(&body);
+        let set_msg = format!(
+            "{{\"body\":\"{body_b64}\",\"integratedTime\":{integrated_time},\"logID\":\"{log_id}\",\"logIndex\":7}}"
+        );
+        let set = log.unwrap_or(&self.log).sign(set_msg.as_bytes());
+        let bundle_annotation = serde_json::to_string(&json!({
+            "SignedEntryTimestamp": b64(&set),
+            "Payload": {"body": body_b64, "integratedTime": integrated_time, "logIndex": 7, "logID": log_id}
+        }))
+        .unwrap();
+        Keyless {
+            cert_pem,
+            chain_pem: pem("CERTIFICATE", &self.ca_der),
+            signature,
+            bundle_annotation,
+        }
+    }
+}
+
+impl Keyless {
+    pub fn layer(&self, payload: Vec<u8>) -> Layer {
+        let mut l = Layer::new(payload, &self.signature);
+        l.annotations.insert(
+            "dev.sigstore.cosign/certificate".into(),
+            json!(self.cert_pem),
+        );
+        l.annotations
+            .insert("dev.sigstore.cosign/chain".into(), json!(self.chain_pem));
+        l.annotations.insert(
+            "dev.sigstore.cosign/bundle".into(),
+            json!(self.bundle_annotation),
+        );
+        l
+    }
+}
+
+fn hex_sha(d: &[u8]) -> Vec<u8> {
+    use sha2::Digest;
+    sha2::Sha256::digest(d).to_vec()
+}
+
+fn hex(d: &[u8]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A Sigstore bundle v0.3 as `cosign sign --new-bundle-format --key` writes
+/// it: DSSE envelope over an in-toto statement naming `digest`.
+pub fn dsse_bundle(key: &Signer, digest: &str) -> Vec<u8> {
+    let statement = serde_json::to_vec(&json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "", "digest": {"sha256": digest.trim_start_matches("sha256:")}}],
+        "predicateType": "https://sigstore.dev/cosign/sign/v1",
+        "predicate": {}
+    }))
+    .unwrap();
+    let pt = "application/vnd.in-toto+json";
+    let mut pae = format!("DSSEv1 {} {pt} {} ", pt.len(), statement.len()).into_bytes();
+    pae.extend_from_slice(&statement);
+    let sig = key.sign(&pae);
+    serde_json::to_vec(&json!({
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": {"publicKey": {"hint": "test"}, "tlogEntries": []},
+        "dsseEnvelope": {"payload": b64(&statement), "payloadType": pt, "signatures": [{"sig": b64(&sig), "keyid": ""}]}
+    }))
+    .unwrap()
+}
+
+/// A self-signed notation signing certificate for `key` (a trust root).
+pub fn notation_cert(key: &Signer, name: &str) -> (Vec<u8>, String) {
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.distinguished_name.push(rcgen::DnType::CommonName, name);
+    p.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::CodeSigning];
+    let c = p.self_signed(&key.rcgen()).unwrap();
+    (c.der().to_vec(), c.pem())
+}
+
+/// A notation JWS envelope over `digest`, signed by `key` with certificate `cert_der`.
+pub fn notation_jws(
+    key: &Signer,
+    alg: &str,
+    cert_der: &[u8],
+    digest: &str,
+    size: usize,
+) -> Vec<u8> {
+    let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let payload = serde_json::to_vec(&json!({"targetArtifact": {"digest": digest, "mediaType": "application/vnd.oci.image.manifest.v1+json", "size": size}})).unwrap();
+    let protected = serde_json::to_vec(&json!({
+        "alg": alg, "crit": ["io.cncf.notary.signingScheme"],
+        "cty": "application/vnd.cncf.notary.payload.v1+json",
+        "io.cncf.notary.signingScheme": "notary.x509",
+        "io.cncf.notary.signingTime": time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap()
+    }))
+    .unwrap();
+    let (p64, pl64) = (url.encode(&protected), url.encode(&payload));
+    let sig = key.sign_jose(format!("{p64}.{pl64}").as_bytes());
+    serde_json::to_vec(&json!({"payload": pl64, "protected": p64, "header": {"x5c": [b64(cert_der)]}, "signature": url.encode(sig)})).unwrap()
+}
