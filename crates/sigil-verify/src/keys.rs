@@ -139,6 +139,23 @@ impl PublicKey {
         })
     }
 
+    /// Verifies a JOSE/COSE signature with exactly the algorithm its header
+    /// names (`PS256`, `ES384`, …); an algorithm that does not fit the key fails.
+    pub fn verify_jose(&self, alg: &str, msg: &[u8], sig: &[u8]) -> bool {
+        let want: &'static dyn VerificationAlgorithm = match (alg, self.kind) {
+            ("PS256", KeyType::Rsa) => &signature::RSA_PSS_2048_8192_SHA256,
+            ("PS384", KeyType::Rsa) => &signature::RSA_PSS_2048_8192_SHA384,
+            ("PS512", KeyType::Rsa) => &signature::RSA_PSS_2048_8192_SHA512,
+            ("ES256", KeyType::P256) => &signature::ECDSA_P256_SHA256_FIXED,
+            ("ES384", KeyType::P384) => &signature::ECDSA_P384_SHA384_FIXED,
+            _ => return false,
+        };
+        self.parsed.iter().any(|p| {
+            std::ptr::addr_eq(want as *const _, p.algorithm() as *const _)
+                && p.verify_sig(msg, sig).is_ok()
+        })
+    }
+
     /// Whether `sig` is a valid signature of `msg` by this key, in any
     /// algorithm the encoding allows for the key's family.
     pub fn verify(&self, enc: SigEncoding, msg: &[u8], sig: &[u8]) -> bool {

@@ -55,6 +55,9 @@ pub enum VerifyError {
     /// A certificate file holds no usable certificate.
     #[error("certificate: {0}")]
     Certificate(String),
+    /// A keyless identity pattern is not a valid regular expression.
+    #[error("keyless identity: {0}")]
+    Identity(String),
     /// A verifier entry could not be loaded (names the rule and verifier).
     #[error("rule {rule:?}, verifier {verifier:?}: {source}")]
     Verifier {
@@ -105,7 +108,7 @@ fn matcher(exact: &Option<String>, re: &Option<String>) -> Result<Matcher, Verif
         (Some(e), _) => Ok(Matcher::Exact(e.clone())),
         (None, Some(r)) => Regex::new(r)
             .map(Matcher::Regex)
-            .map_err(|e| VerifyError::Key(format!("regex {r:?}: {e}"))),
+            .map_err(|e| VerifyError::Identity(format!("regex {r:?}: {e}"))),
         // Policy validation refuses this; never match anything if it slips through.
         (None, None) => Ok(Matcher::Exact(String::from("\u{0}unset"))),
     }
@@ -138,6 +141,29 @@ impl Material {
             sets.insert(v.as_ref().clone(), Arc::new(loaded));
         }
         Ok(Material { sets })
+    }
+
+    /// The files the policy's verifiers read (inline PEM excluded), so a
+    /// watcher can notice a rotated key or trust root.
+    pub fn files(policy: &Policy) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut add = |v: &str| {
+            if !v.contains("-----BEGIN ") && !out.iter().any(|o| o == v.trim()) {
+                out.push(v.trim().to_owned());
+            }
+        };
+        for v in policy.rules.iter().filter_map(|r| r.verification.as_ref()) {
+            for spec in &v.verifiers {
+                if let Some(c) = &spec.cosign {
+                    c.key.as_deref().into_iter().for_each(&mut add);
+                    c.trusted_root.as_deref().into_iter().for_each(&mut add);
+                }
+                if let Some(n) = &spec.notation {
+                    n.trust_roots.iter().for_each(|r| add(r));
+                }
+            }
+        }
+        out
     }
 
     /// Whether any rule verifies.

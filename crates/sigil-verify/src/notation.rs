@@ -15,7 +15,7 @@ use serde_json::Value;
 use sigil_core::SignatureProblem;
 use sigil_core::verify::NotationLevel;
 
-use crate::keys::{KeyType, PublicKey, SigEncoding};
+use crate::keys::{KeyType, PublicKey};
 use crate::x509::{self, Eku};
 
 /// `artifactType` of notation signature manifests.
@@ -310,7 +310,7 @@ impl NotationCheck {
                 ),
             });
         }
-        if !key.verify(SigEncoding::Jose, &env.message, &env.signature) {
+        if !key.verify_jose(&env.alg, &env.message, &env.signature) {
             return Err(SignatureProblem::WrongKey);
         }
         if !matches!(

@@ -80,6 +80,19 @@ pub fn engine_for(
     Ok(engine)
 }
 
+/// The contents of every file the policy's verifiers read (unreadable files
+/// count as empty), to notice rotations.
+async fn material_bytes(policy: &Policy) -> Vec<u8> {
+    let mut out = Vec::new();
+    for f in sigil_verify::Material::files(policy) {
+        out.extend_from_slice(f.as_bytes());
+        out.push(0);
+        out.extend(tokio::fs::read(&f).await.unwrap_or_default());
+        out.push(0);
+    }
+    out
+}
+
 /// Watches `path` forever; `seen` is the content the running policy came from.
 pub async fn watch_policy(
     path: PathBuf,
@@ -87,6 +100,7 @@ pub async fn watch_policy(
     webhook: Arc<Webhook<Registry>>,
     metrics: Arc<Metrics>,
 ) {
+    let mut seen_material = material_bytes(&webhook.engine().policy).await;
     loop {
         tokio::time::sleep(POLL).await;
         let bytes = match tokio::fs::read(&path).await {
@@ -97,7 +111,12 @@ pub async fn watch_policy(
             }
         };
         if bytes == seen {
-            continue;
+            // Keys and trust roots rotate without the policy changing.
+            let material = material_bytes(&webhook.engine().policy).await;
+            if material == seen_material {
+                continue;
+            }
+            tracing::info!(path = %path.display(), "a key, certificate or trusted root the policy names changed; reloading");
         }
         seen = bytes;
         let outcome = match std::str::from_utf8(&seen)
@@ -107,6 +126,9 @@ pub async fn watch_policy(
             Ok(policy) => {
                 let current = webhook.engine();
                 let (name, rules) = (policy.name.clone(), policy.rules.len());
+                // Recorded whatever the outcome: a broken key file is reported
+                // once, then again only when it changes.
+                seen_material = material_bytes(&policy).await;
                 match engine_for(Arc::new(policy), Some(&current), &metrics) {
                     Ok(engine) => {
                         tracing::info!(path = %path.display(), policy = %name, rules, "policy reloaded");

@@ -62,6 +62,29 @@ async fn push_cosign_vectors(reg: &TestRegistry, repo: &str) {
     }
 }
 
+/// Writes `key`'s public PEM to `dir/name` and returns the path, as a policy names it.
+fn key_file(dir: &tempfile::TempDir, name: &str, key: &Signer) -> String {
+    let path = dir.path().join(name);
+    std::fs::write(&path, key.public_pem()).unwrap();
+    path.display().to_string()
+}
+
+/// Pushes an image and a legacy cosign signature of it by `key`, stored in
+/// `sig_repo`; returns the image digest.
+async fn push_signed(
+    reg: &TestRegistry,
+    repo: &str,
+    tag: &str,
+    sig_repo: &str,
+    key: &Signer,
+) -> String {
+    let d = reg.push_image(repo, tag).await;
+    let p = signing::simple_signing(&format!("{}/{repo}", reg.host()), &d);
+    let sig = key.sign(&p);
+    signing::push_legacy(reg, sig_repo, &d, vec![Layer::new(p, &sig)]).await;
+    d
+}
+
 async fn pod(sigil: &Sigil, image: &str) -> Admitted {
     sigil.apiserver().create_pod("team", &[image]).await
 }
@@ -362,17 +385,13 @@ async fn own_key_signatures_of_each_family_and_the_must_fail_cases() {
         ("ed25519", Signer::ed25519()),
         ("rsa", Signer::rsa()),
     ] {
-        let path = dir.path().join(format!("{name}.pub"));
-        std::fs::write(&path, signer.public_pem()).unwrap();
-        keys.push((name, signer, path.display().to_string()));
+        let path = key_file(&dir, &format!("{name}.pub"), &signer);
+        keys.push((name, signer, path));
     }
     let mut rules = String::new();
     for (name, signer, path) in &keys {
         let repo = format!("own/{name}");
-        let d = reg.push_image(&repo, "v1").await;
-        let payload = signing::simple_signing(&format!("{h}/{repo}"), &d);
-        let sig = signer.sign(&payload);
-        signing::push_legacy(&reg, &repo, &d, vec![Layer::new(payload, &sig)]).await;
+        push_signed(&reg, &repo, "v1", &repo, signer).await;
         rules.push_str(&key_rule(name, &format!("{h}/{repo}"), &[(name, path)], ""));
     }
     let (_, p256, p256_path) = &keys[0];
@@ -514,8 +533,7 @@ async fn own_bundle_and_notation_signatures_via_referrers() {
     let h = reg.host();
     let dir = tempfile::tempdir().unwrap();
     let key = Signer::p256();
-    let key_path = dir.path().join("cosign.pub");
-    std::fs::write(&key_path, key.public_pem()).unwrap();
+    let key_path = key_file(&dir, "cosign.pub", &key);
     let d = reg.push_image("ref/bundle", "v1").await;
     let size = manifest_size(&reg, "ref/bundle", &d).await;
     signing::push_referrer(
@@ -569,7 +587,7 @@ async fn own_bundle_and_notation_signatures_via_referrers() {
         key_rule(
             "bundle",
             &format!("{h}/ref/bundle"),
-            &[("key", &key_path.display().to_string())],
+            &[("key", &key_path)],
             ""
         ),
         root_path.display(),
@@ -618,8 +636,7 @@ async fn mirrored_images_verify_against_mirrored_signatures_or_the_signatures_re
     let h = reg.host();
     let dir = tempfile::tempdir().unwrap();
     let key = Signer::ed25519();
-    let key_path = dir.path().join("k.pub");
-    std::fs::write(&key_path, key.public_pem()).unwrap();
+    let kp = key_file(&dir, "k.pub", &key);
     // Mirrored image and its mirrored signature.
     let d = reg.push_image("mirror/team/app", "v1").await;
     let p = signing::simple_signing("origin.example/team/app", &d);
@@ -631,17 +648,8 @@ async fn mirrored_images_verify_against_mirrored_signatures_or_the_signatures_re
     )
     .await;
     // Image whose signatures live in a separate repository.
-    let s = reg.push_image("apps/svc", "v1").await;
-    let ps = signing::simple_signing(&format!("{h}/apps/svc"), &s);
-    signing::push_legacy(
-        &reg,
-        "signatures/svc",
-        &s,
-        vec![Layer::new(ps.clone(), &key.sign(&ps))],
-    )
-    .await;
+    push_signed(&reg, "apps/svc", "v1", "signatures/svc", &key).await;
     let u = reg.push_image("warned/app", "v1").await;
-    let kp = key_path.display().to_string();
     let rules = format!(
         "{}{}{}",
         key_rule("origin", "origin.example/team/**", &[("k", &kp)], ""),
@@ -817,4 +825,96 @@ fn serve_refuses_a_policy_whose_key_cannot_be_read() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("verifier \"k\": /nonexistent/k.pub"), "{err}");
+}
+
+/// Client-side pinning runs the same verification: `sigil pin` pins the
+/// signed image and refuses the unsigned one with the same reason.
+#[tokio::test]
+async fn sigil_pin_verifies_like_the_webhook() {
+    let reg = TestRegistry::start(Mode::Plain).await;
+    let h = reg.host();
+    let dir = tempfile::tempdir().unwrap();
+    let key = Signer::p256();
+    let key_path = key_file(&dir, "k.pub", &key);
+    let d = push_signed(&reg, "cli/app", "signed", "cli/app", &key).await;
+    reg.push_image("cli/app", "unsigned").await;
+    let policy_file = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy_file,
+        policy(
+            &h,
+            &key_rule("cli", &format!("{h}/cli/**"), &[("k", &key_path)], ""),
+        ),
+    )
+    .unwrap();
+    let manifest = |tag: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: team}}\nspec:\n  containers:\n    - name: app\n      image: {h}/cli/app:{tag}\n"
+        )
+    };
+    let run = |tag: &str| {
+        let mut child = std::process::Command::new(crate::support::sigil::bin())
+            .args(["pin", "--policy"])
+            .arg(&policy_file)
+            .arg("-")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(manifest(tag).as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    // The registry is another process: blocking this test's thread is fine.
+    let (ok, bad) = (run("signed"), run("unsigned"));
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).contains(&format!("{h}/cli/app:signed@{d}")));
+    assert_eq!(bad.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("failed signature verification") && err.contains("k: no signature found"),
+        "{err}"
+    );
+}
+
+/// A rotated key file takes effect without a restart or a policy edit: the
+/// policy watcher also watches the files `verify` names.
+#[tokio::test]
+async fn rotated_key_file_takes_effect_without_restart() {
+    let reg = TestRegistry::start(Mode::Plain).await;
+    let h = reg.host();
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (Signer::p256(), Signer::p256());
+    let key_path = key_file(&dir, "k.pub", &old);
+    push_signed(&reg, "rot/app", "v1", "rot/app", &new).await;
+    let rules = key_rule("rot", &format!("{h}/rot/**"), &[("k", &key_path)], "");
+    let sigil = Sigil::start(Some(&policy(&h, &rules)), &[]).await;
+    let image = format!("{h}/rot/app:v1");
+    assert!(
+        !pod(&sigil, &image).await.allowed,
+        "signed by the new key, policy trusts the old"
+    );
+    key_file(&dir, "k.pub", &new);
+    let until = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        if pod(&sigil, &image).await.allowed {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "rotated key never took effect: {}",
+            sigil.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
