@@ -254,3 +254,121 @@ async fn referrers<S: ArtifactSource>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The referrers-API path, which the test registry (distribution 2.x)
+    //! does not have: an in-memory source that answers it.
+
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Mem {
+        manifests: HashMap<String, Vec<u8>>,
+        blobs: HashMap<String, Vec<u8>>,
+        referrers: Option<Vec<u8>>,
+        calls: Mutex<Vec<String>>,
+    }
+
+    impl ArtifactSource for Mem {
+        async fn manifest(
+            &self,
+            _: &Reference,
+            r: &str,
+            _: Instant,
+        ) -> Result<Option<Vec<u8>>, ResolveFailure> {
+            self.calls.lock().unwrap().push(format!("manifest {r}"));
+            Ok(self.manifests.get(r).cloned())
+        }
+        async fn referrers(
+            &self,
+            _: &Reference,
+            d: &Digest,
+            _: Instant,
+        ) -> Result<Option<Vec<u8>>, ResolveFailure> {
+            self.calls.lock().unwrap().push(format!("referrers {d}"));
+            Ok(self.referrers.clone())
+        }
+        async fn blob(
+            &self,
+            _: &Reference,
+            d: &Digest,
+            _: usize,
+            _: Instant,
+        ) -> Result<Vec<u8>, ResolveFailure> {
+            self.calls.lock().unwrap().push(format!("blob {d}"));
+            self.blobs
+                .get(d.as_str())
+                .cloned()
+                .ok_or(ResolveFailure::NotFound {
+                    detail: "blob".into(),
+                })
+        }
+    }
+
+    fn sha(b: &[u8]) -> String {
+        format!("sha256:{}", crate::trust::hex(&crate::sha256(b)))
+    }
+
+    #[tokio::test]
+    async fn referrers_api_answer_is_used_without_the_tag_schema() {
+        let subject = format!("sha256:{}", "ab".repeat(32));
+        let env = br#"{"payload":"e30","protected":"e30","signature":"AA"}"#.to_vec();
+        let m = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "artifactType": notation::ARTIFACT_TYPE,
+            "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha(b"{}"), "size": 2},
+            "layers": [{"mediaType": notation::JWS_MEDIA_TYPE, "digest": sha(&env), "size": env.len()}],
+            "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": subject, "size": 1}
+        }))
+        .unwrap();
+        // A second referrer claims another subject: it must be ignored.
+        let stray = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2, "artifactType": notation::ARTIFACT_TYPE,
+            "layers": [{"mediaType": notation::JWS_MEDIA_TYPE, "digest": sha(&env), "size": env.len()}],
+            "subject": {"digest": format!("sha256:{}", "cd".repeat(32))}
+        }))
+        .unwrap();
+        let index = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": [
+            {"digest": sha(&m), "artifactType": notation::ARTIFACT_TYPE},
+            {"digest": sha(&stray), "artifactType": notation::ARTIFACT_TYPE},
+            {"digest": sha(b"sbom"), "artifactType": "application/spdx+json"}
+        ]}))
+        .unwrap();
+        let mem = Mem {
+            manifests: [(sha(&m), m.clone()), (sha(&stray), stray.clone())]
+                .into_iter()
+                .collect(),
+            blobs: [(sha(&env), env.clone())].into_iter().collect(),
+            referrers: Some(index),
+            ..Default::default()
+        };
+        let repo = Reference::parse("r.example/app").unwrap();
+        let d = Digest::parse(&subject).unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        let a = gather(&mem, &repo, &d, deadline).await.unwrap();
+        assert_eq!(
+            a.notation.len(),
+            1,
+            "one envelope, from the referrer naming this subject"
+        );
+        let calls = mem.calls.lock().unwrap().clone();
+        let tag_schema = format!("manifest sha256-{}", "ab".repeat(32));
+        assert!(
+            !calls.contains(&tag_schema),
+            "API answered: no tag-schema lookup: {calls:?}"
+        );
+        assert_eq!(
+            calls.iter().filter(|c| c.starts_with("blob")).count(),
+            1,
+            "{calls:?}"
+        );
+        assert!(
+            !calls.iter().any(|c| c.contains(&sha(b"sbom"))),
+            "other artifact types are not fetched"
+        );
+    }
+}

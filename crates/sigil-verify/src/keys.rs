@@ -237,6 +237,15 @@ mod tests {
         let sig = p256.sign(&rng, msg).unwrap();
         assert!(k.verify(SigEncoding::Der, msg, sig.as_ref()));
         assert!(!k.verify(SigEncoding::Der, b"other", sig.as_ref()));
+        // P-384 with SHA-384, as cosign signs with a P-384 key.
+        let p384 = EcdsaKeyPair::generate(&signature::ECDSA_P384_SHA384_ASN1_SIGNING).unwrap();
+        let k = PublicKey::from_spki(&spki_of_ec(&p384, OID_P384)).unwrap();
+        assert_eq!(k.kind, KeyType::P384);
+        assert!(k.verify(
+            SigEncoding::Der,
+            msg,
+            p384.sign(&rng, msg).unwrap().as_ref()
+        ));
         let ed = Ed25519KeyPair::generate().unwrap();
         let spki = {
             use aws_lc_rs::encoding::AsDer;

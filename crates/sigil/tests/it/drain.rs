@@ -24,12 +24,23 @@ struct Balancer {
     addr: SocketAddr,
     /// Connections dropped because no endpoint was published, and when.
     dropped: Arc<Mutex<Vec<Duration>>>,
+    /// The endpoint list connections are routed by now.
+    endpoints: Arc<Mutex<Vec<SocketAddr>>>,
     /// (webhook addr, admin addr) of every replica that exists.
     replicas: Arc<Mutex<Vec<(SocketAddr, SocketAddr)>>>,
     stop: Arc<AtomicBool>,
 }
 
 impl Balancer {
+    /// Waits (at most 10 s) until connections are routed to `hook`.
+    async fn wait_routed(&self, hook: SocketAddr) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !self.endpoints.lock().unwrap().contains(&hook) {
+            assert!(Instant::now() < until, "balancer never published {hook}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     async fn start() -> Balancer {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
@@ -87,6 +98,7 @@ impl Balancer {
             });
         }
         let rr = Arc::new(AtomicUsize::new(0));
+        let routed = endpoints.clone();
         let dropped: Arc<Mutex<Vec<Duration>>> = Arc::default();
         let dropped_log = dropped.clone();
         let started = Instant::now();
@@ -117,6 +129,7 @@ impl Balancer {
         Balancer {
             addr,
             dropped,
+            endpoints: routed,
             replicas,
             stop,
         }
@@ -246,6 +259,13 @@ async fn rollout(restarts: usize, shutdown_delay: &str) -> (usize, usize, Vec<St
         assert!(Instant::now() < deadline, "rollout took too long");
         let next = Sigil::start(None, &args).await;
         lb.replicas.lock().unwrap().push((next.addr, next.admin));
+        // The old replica goes only once the new one receives traffic, as
+        // with several replicas behind a Service (sigil's Deployment runs 3
+        // with maxUnavailable 0). Without this wait the single-replica model
+        // here has a ~100 ms window where the old replica's 503 is published
+        // one probe round before the new replica's 200, and the balancer has
+        // nowhere to route: a harness gap, not a drain failure.
+        lb.wait_routed(next.addr).await;
         // Like a Deployment rollout: the old pod is terminated once the new one is Ready.
         let old = std::mem::replace(&mut current, next);
         eprintln!("{:?}: terminate {}", t0.elapsed(), old.addr);

@@ -567,6 +567,23 @@ async fn own_bundle_and_notation_signatures_via_referrers() {
     let (_, other_pem) = signing::notation_cert(&Signer::rsa(), "someone-else");
     let other_path = dir.path().join("other.pem");
     std::fs::write(&other_path, &other_pem).unwrap();
+    // COSE: an ES256 envelope under its own certificate, trusted by the same rule shape.
+    let ckey = Signer::p256();
+    let (ccert_der, ccert_pem) = signing::notation_cert(&ckey, "cose-signer");
+    let croot = dir.path().join("cose.pem");
+    std::fs::write(&croot, &ccert_pem).unwrap();
+    let c = reg.push_image("ref/cose", "v1").await;
+    let csize = manifest_size(&reg, "ref/cose", &c).await;
+    signing::push_referrer(
+        &reg,
+        "ref/cose",
+        &c,
+        csize,
+        "application/vnd.cncf.notary.signature",
+        "application/cose",
+        &signing::notation_cose(&ckey, &ccert_der, &c, csize),
+    )
+    .await;
     for repo in ["ref/notation", "ref/notation-wrong"] {
         let n = reg.push_image(repo, "v1").await;
         let size = manifest_size(&reg, repo, &n).await;
@@ -583,7 +600,7 @@ async fn own_bundle_and_notation_signatures_via_referrers() {
         .await;
     }
     let rules = format!(
-        "{}    - name: notation\n      match: [\"{h}/ref/notation\"]\n      verify:\n        - {{name: release, notation: {{trustRoots: [\"{}\"]}}}}\n    - name: notation-wrong\n      match: [\"{h}/ref/notation-wrong\"]\n      verify:\n        - {{name: release, notation: {{trustRoots: [\"{}\"]}}}}\n",
+        "{}    - name: notation\n      match: [\"{h}/ref/notation\"]\n      verify:\n        - {{name: release, notation: {{trustRoots: [\"{}\"]}}}}\n    - name: notation-wrong\n      match: [\"{h}/ref/notation-wrong\"]\n      verify:\n        - {{name: release, notation: {{trustRoots: [\"{}\"]}}}}\n    - name: cose\n      match: [\"{h}/ref/cose\"]\n      verify:\n        - {{name: release, notation: {{trustRoots: [\"{}\"], level: strict}}}}\n",
         key_rule(
             "bundle",
             &format!("{h}/ref/bundle"),
@@ -591,7 +608,8 @@ async fn own_bundle_and_notation_signatures_via_referrers() {
             ""
         ),
         root_path.display(),
-        other_path.display()
+        other_path.display(),
+        croot.display()
     );
     let sigil = Sigil::start(Some(&policy(&h, &rules)), &[]).await;
     let a = pod(&sigil, &format!("{h}/ref/bundle:v1")).await;
@@ -606,6 +624,9 @@ async fn own_bundle_and_notation_signatures_via_referrers() {
     );
     let a = pod(&sigil, &format!("{h}/ref/notation:v1")).await;
     assert!(a.allowed, "{}", a.message);
+    let a = pod(&sigil, &format!("{h}/ref/cose:v1")).await;
+    assert!(a.allowed, "COSE envelope: {}", a.message);
+    assert_eq!(image_of(&a), format!("{h}/ref/cose:v1@{c}"));
     let a = pod(&sigil, &format!("{h}/ref/notation-wrong:v1")).await;
     assert!(!a.allowed);
     assert!(

@@ -405,3 +405,40 @@ pub fn notation_jws(
     let sig = key.sign_jose(format!("{p64}.{pl64}").as_bytes());
     serde_json::to_vec(&json!({"payload": pl64, "protected": p64, "header": {"x5c": [b64(cert_der)]}, "signature": url.encode(sig)})).unwrap()
 }
+
+/// The same notation signature as a COSE_Sign1 envelope (`notation sign
+/// --signature-format cose`), ES256 with a P-256 key.
+pub fn notation_cose(key: &Signer, cert_der: &[u8], digest: &str, size: usize) -> Vec<u8> {
+    use coset::{CoseSign1Builder, HeaderBuilder, TaggedCborSerializable, iana};
+    let payload = serde_json::to_vec(&json!({"targetArtifact": {"digest": digest, "mediaType": "application/vnd.oci.image.manifest.v1+json", "size": size}})).unwrap();
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let protected = HeaderBuilder::new()
+        .algorithm(iana::Algorithm::ES256)
+        .content_type("application/vnd.cncf.notary.payload.v1+json".into())
+        .add_critical_label(coset::RegisteredLabel::Text(
+            "io.cncf.notary.signingScheme".into(),
+        ))
+        .text_value(
+            "io.cncf.notary.signingScheme".into(),
+            ciborium::Value::Text("notary.x509".into()),
+        )
+        .text_value(
+            "io.cncf.notary.signingTime".into(),
+            ciborium::Value::Tag(1, Box::new(ciborium::Value::Integer(now.into()))),
+        )
+        .build();
+    let unprotected = HeaderBuilder::new()
+        .value(
+            33,
+            ciborium::Value::Array(vec![ciborium::Value::Bytes(cert_der.to_vec())]),
+        )
+        .build();
+    CoseSign1Builder::new()
+        .protected(protected)
+        .unprotected(unprotected)
+        .payload(payload)
+        .create_signature(b"", |m| key.sign_jose(m))
+        .build()
+        .to_tagged_vec()
+        .unwrap()
+}
