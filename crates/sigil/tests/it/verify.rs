@@ -206,6 +206,17 @@ async fn connaisseur_cosign_vectors_verify_as_expected_through_sigil_serve() {
         a.message
     );
 
+    // Images already written with a digest are verified on that digest, unchanged.
+    for written in [
+        format!("{h}/k-alice/testimage@{ALICE}"),
+        format!("{h}/k-alice/testimage:alice@{ALICE}"),
+    ] {
+        let a = pod(&sigil, &written).await;
+        assert!(a.allowed && !a.patched, "{written}: {}", a.message);
+    }
+    let a = pod(&sigil, &format!("{h}/k-alice/testimage@{unsigned}")).await;
+    assert!(!a.allowed, "a digest without signatures is refused too");
+
     // bob's key: alice's signature is not bob's.
     let a = pod(&sigil, &format!("{h}/k-bob/testimage:alice")).await;
     assert!(!a.allowed);
@@ -938,4 +949,36 @@ async fn rotated_key_file_takes_effect_without_restart() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Signatures in a registry that needs credentials are fetched with the
+/// policy's credentials (manifests and blobs alike), and the password never
+/// reaches the logs.
+#[tokio::test]
+async fn signatures_behind_htpasswd_are_fetched_with_the_policy_credentials() {
+    let reg = TestRegistry::start(Mode::Htpasswd {
+        user: "robot",
+        password: "s3cr3t-pa55",
+    })
+    .await;
+    let h = reg.host();
+    let dir = tempfile::tempdir().unwrap();
+    let key = Signer::p256();
+    let kp = key_file(&dir, "k.pub", &key);
+    let d = push_signed(&reg, "private/app", "v1", "private/app", &key).await;
+    let pw = dir.path().join("pw");
+    std::fs::write(&pw, "s3cr3t-pa55\n").unwrap();
+    let text = policy(&h, &key_rule("private", &format!("{h}/private/**"), &[("k", &kp)], ""))
+        .replace(
+            &format!("    - {{host: \"{h}\", insecure: true}}\n"),
+            &format!(
+                "    - host: \"{h}\"\n      insecure: true\n      auth: {{username: robot, passwordFile: \"{}\"}}\n",
+                pw.display()
+            ),
+        );
+    let sigil = Sigil::start(Some(&text), &[]).await;
+    let a = pod(&sigil, &format!("{h}/private/app:v1")).await;
+    assert!(a.allowed, "{}", a.message);
+    assert_eq!(image_of(&a), format!("{h}/private/app:v1@{d}"));
+    assert!(!sigil.logs().contains("s3cr3t-pa55"));
 }
