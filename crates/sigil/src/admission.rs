@@ -336,7 +336,20 @@ impl<R: DigestResolver> Webhook<R> {
         // `field: from -> to` per change, `; `-separated: greppable in audit
         // logs, and cheap to embed (no JSON-in-JSON escaping).
         let mut audit = String::new();
-        for (field, outcome) in d.fields.iter().zip(&d.outcomes) {
+        // `field: verifier, verifier` per verified image: who vouched for what runs.
+        let mut verified = String::new();
+        for (i, (field, outcome)) in d.fields.iter().zip(&d.outcomes).enumerate() {
+            if let Some(Some(r)) = d.reports.get(i)
+                && r.satisfied()
+                && !matches!(outcome, Outcome::Failed(_))
+            {
+                if !verified.is_empty() {
+                    verified.push_str("; ");
+                }
+                verified.push_str(&field.dotted());
+                verified.push_str(": ");
+                verified.push_str(&r.passed_names().join(", "));
+            }
             match outcome {
                 Outcome::Unchanged { .. } => {
                     self.metrics.image("unchanged");
@@ -385,6 +398,9 @@ impl<R: DigestResolver> Webhook<R> {
             });
             verdict.decision = "denied";
             return Ok(());
+        }
+        if !verified.is_empty() {
+            resp.audit_annotations.insert("verified".into(), verified);
         }
         let changes = d.changes();
         if patchable && !changes.is_empty() {

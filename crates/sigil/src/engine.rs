@@ -57,6 +57,8 @@ pub struct ObjectDecision {
     pub fields: Vec<ImageField>,
     /// One outcome per field.
     pub outcomes: Vec<Outcome>,
+    /// Per field, the signature report when its rule verifies (empty when no rule did).
+    pub reports: Vec<Option<Arc<VerificationReport>>>,
 }
 
 impl ObjectDecision {
@@ -133,6 +135,7 @@ impl<R: DigestResolver> Engine<R> {
             .resolve_all(plans.iter().filter_map(|p| p.as_ref().ok()), deadline)
             .await;
         let reports = self.verify_all(&plans, &answers, deadline).await;
+        let mut per_field = Vec::new();
         let outcomes = fields
             .iter()
             .zip(&plans)
@@ -147,10 +150,17 @@ impl<R: DigestResolver> Engine<R> {
                     .ok()
                     .and_then(|p| verify_key(p, answer))
                     .and_then(|k| reports.get(&k));
+                if !reports.is_empty() {
+                    per_field.push(report.cloned());
+                }
                 decide(f, p.as_ref(), answer, report)
             })
             .collect();
-        ObjectDecision { fields, outcomes }
+        ObjectDecision {
+            fields,
+            outcomes,
+            reports: per_field,
+        }
     }
 
     /// Verifies each distinct (signature repository, digest, rule) once, all

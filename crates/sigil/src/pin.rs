@@ -339,7 +339,11 @@ fn decide_offline<R>(engine: &Engine<R>, fields: Vec<ImageField>) -> ObjectDecis
         .iter()
         .map(|f| decide(f, engine.policy.plan(&f.value).as_ref(), None, None))
         .collect();
-    ObjectDecision { fields, outcomes }
+    ObjectDecision {
+        fields,
+        outcomes,
+        reports: Vec::new(),
+    }
 }
 
 #[cfg(test)]

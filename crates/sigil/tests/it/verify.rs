@@ -232,11 +232,13 @@ async fn connaisseur_cosign_vectors_verify_as_expected_through_sigil_serve() {
             .allowed
     );
 
-    // threshold 3 of 4 with alice required: abc has alice, bob, charlie.
-    assert!(
-        pod(&sigil, &format!("{h}/k-threshold/testimage:abc"))
-            .await
-            .allowed
+    // threshold 3 of 4 with alice required: abc has alice, bob, charlie;
+    // the audit annotation records who vouched for the image.
+    let a = pod(&sigil, &format!("{h}/k-threshold/testimage:abc")).await;
+    assert!(a.allowed, "{}", a.message);
+    assert_eq!(
+        a.response["response"]["auditAnnotations"]["verified"],
+        "spec.containers[0].image: alice, bob, charlie"
     );
     let a = pod(&sigil, &format!("{h}/k-threshold/testimage:alice")).await;
     assert!(!a.allowed);
