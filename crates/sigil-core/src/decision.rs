@@ -454,12 +454,6 @@ pub fn decide(
         },
     };
     if let Some(v) = &plan.verify {
-        // The digest checked is the one that will run: the resolved one, or the one written.
-        let checked = digest.or(plan.target.digest());
-        let target = match checked {
-            Some(d) => plan.target.pinned(d.clone()).to_string(),
-            None => plan.target.to_string(),
-        };
         let report = verified.cloned().unwrap_or_else(|| {
             Arc::new(VerificationReport::unfetched(
                 v,
@@ -469,6 +463,11 @@ pub fn decide(
             ))
         });
         if !report.satisfied() {
+            // The digest checked is the one that will run: the resolved one, or the one written.
+            let target = match digest.or(plan.target.digest()) {
+                Some(d) => plan.target.pinned(d.clone()).to_string(),
+                None => plan.target.to_string(),
+            };
             return fail(Denial::Unverified {
                 rule: plan.rule.clone(),
                 target,

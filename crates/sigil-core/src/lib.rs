@@ -30,7 +30,53 @@ pub use walker::{FieldKind, ImageField, ObjectSummary};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long the I/O crates keep an answer (digests, verification outcomes).
+/// One rule for both: a good answer lives `ttl`; a definite "no" lives
+/// briefly (the image or signature may be pushed next); a transient failure
+/// is never kept (waiters coalesced on its load still share it).
+#[derive(Debug, Clone, Copy)]
+pub struct CacheConfig {
+    /// Lifetime of a good answer.
+    pub ttl: Duration,
+    /// Lifetime of a definite negative answer (capped at `ttl`).
+    pub negative_ttl: Duration,
+    /// Most entries kept.
+    pub capacity: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            ttl: Duration::from_secs(300),
+            negative_ttl: Duration::from_secs(10),
+            capacity: 100_000,
+        }
+    }
+}
+
+/// What kind of answer is being cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// A positive answer.
+    Good,
+    /// A negative answer that will not change by itself.
+    Definite,
+    /// A failure that may go away (timeout, 5xx, 429).
+    Transient,
+}
+
+impl CacheConfig {
+    /// How long an answer of this kind is kept.
+    pub fn lifetime(&self, f: Freshness) -> Duration {
+        match f {
+            Freshness::Good => self.ttl,
+            Freshness::Definite => self.negative_ttl.min(self.ttl),
+            Freshness::Transient => Duration::ZERO,
+        }
+    }
+}
 
 /// The I/O edge that turns a tag into the digest the registry serves.
 ///
@@ -97,4 +143,25 @@ pub trait SignatureVerifier: Send + Sync {
         verification: &'a Arc<Verification>,
         deadline: Instant,
     ) -> BoxFuture<'a, Arc<VerificationReport>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_lifetimes_by_kind_of_answer() {
+        let c = CacheConfig {
+            ttl: Duration::from_secs(5),
+            ..CacheConfig::default()
+        };
+        assert_eq!(c.lifetime(Freshness::Good), Duration::from_secs(5));
+        // The negative lifetime never outlives the positive one.
+        assert_eq!(c.lifetime(Freshness::Definite), Duration::from_secs(5));
+        assert_eq!(
+            CacheConfig::default().lifetime(Freshness::Definite),
+            Duration::from_secs(10)
+        );
+        assert_eq!(c.lifetime(Freshness::Transient), Duration::ZERO);
+    }
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use moka::Expiry;
 use moka::future::Cache;
 use sigil_core::policy::RegistrySpec;
-use sigil_core::{Digest, DigestResolver, Platform, Reference, ResolveFailure};
+use sigil_core::{Digest, DigestResolver, Freshness, Platform, Reference, ResolveFailure};
 
 /// Why the registry client could not be built from the policy.
 #[derive(Debug, thiserror::Error)]
@@ -53,26 +53,8 @@ impl Observer for NoObserver {
     fn cache(&self, _: bool) {}
 }
 
-/// Cache settings.
-#[derive(Debug, Clone, Copy)]
-pub struct CacheConfig {
-    /// Lifetime of a resolved digest.
-    pub ttl: Duration,
-    /// Lifetime of a not-found answer.
-    pub negative_ttl: Duration,
-    /// Most entries kept.
-    pub capacity: u64,
-}
-
-impl Default for CacheConfig {
-    fn default() -> Self {
-        CacheConfig {
-            ttl: Duration::from_secs(300),
-            negative_ttl: Duration::from_secs(10),
-            capacity: 100_000,
-        }
-    }
-}
+/// Cache settings (shared with the verification cache).
+pub use sigil_core::CacheConfig;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
@@ -88,12 +70,11 @@ struct TtlByAnswer(CacheConfig);
 
 impl Expiry<Key, Answer> for TtlByAnswer {
     fn expire_after_create(&self, _: &Key, v: &Answer, _: std::time::Instant) -> Option<Duration> {
-        Some(match v.as_ref() {
-            Ok(_) => self.0.ttl,
-            Err(f) if !f.is_transient() => self.0.negative_ttl.min(self.0.ttl),
-            // Waiters coalesced on this load still get the answer; nobody later does.
-            Err(_) => Duration::ZERO,
-        })
+        Some(self.0.lifetime(match v.as_ref() {
+            Ok(_) => Freshness::Good,
+            Err(f) if !f.is_transient() => Freshness::Definite,
+            Err(_) => Freshness::Transient,
+        }))
     }
 }
 

@@ -24,10 +24,11 @@ use std::time::{Duration, Instant, SystemTime};
 use moka::Expiry;
 use moka::future::Cache;
 use regex::Regex;
+pub use sigil_core::CacheConfig;
 use sigil_core::verify::{TlogPolicy, VerifierSpec};
 use sigil_core::{
-    ArtifactSource, BoxFuture, Digest, Policy, Reference, SignatureProblem, SignatureVerifier,
-    Verification, VerificationReport, VerifierOutcome,
+    ArtifactSource, BoxFuture, Digest, Freshness, Policy, Reference, SignatureProblem,
+    SignatureVerifier, Verification, VerificationReport, VerifierOutcome,
 };
 
 use crate::cosign::{CosignCheck, Matcher};
@@ -317,26 +318,8 @@ impl Observer for NoObserver {
     fn cache(&self, _: bool) {}
 }
 
-/// Cache lifetimes.
-#[derive(Debug, Clone, Copy)]
-pub struct CacheConfig {
-    /// How long a satisfied verification is reused.
-    pub ttl: Duration,
-    /// How long a failed one is reused (short: a signature may be pushed next).
-    pub negative_ttl: Duration,
-    /// Most entries.
-    pub capacity: u64,
-}
-
-impl Default for CacheConfig {
-    fn default() -> Self {
-        CacheConfig {
-            ttl: Duration::from_secs(300),
-            negative_ttl: Duration::from_secs(10),
-            capacity: 50_000,
-        }
-    }
-}
+/// Capacity of the verification cache unless the caller says otherwise.
+pub const DEFAULT_CAPACITY: u64 = 50_000;
 
 type Key = (String, Digest, Arc<Verification>);
 type Answer = Arc<VerificationReport>;
@@ -345,13 +328,13 @@ struct TtlByOutcome(CacheConfig);
 
 impl Expiry<Key, Answer> for TtlByOutcome {
     fn expire_after_create(&self, _: &Key, v: &Answer, _: std::time::Instant) -> Option<Duration> {
-        Some(if v.satisfied() {
-            self.0.ttl
+        Some(self.0.lifetime(if v.satisfied() {
+            Freshness::Good
         } else if v.is_transient() {
-            Duration::ZERO
+            Freshness::Transient
         } else {
-            self.0.negative_ttl.min(self.0.ttl)
-        })
+            Freshness::Definite
+        }))
     }
 }
 

@@ -134,22 +134,25 @@ impl<R: DigestResolver> Engine<R> {
         let answers = self
             .resolve_all(plans.iter().filter_map(|p| p.as_ref().ok()), deadline)
             .await;
-        let reports = self.verify_all(&plans, &answers, deadline).await;
+        let answer_of = |p: &Plan| {
+            (p.step == Step::Resolve)
+                .then(|| answers.get(&p.target))
+                .flatten()
+        };
+        // The digest each verifying plan will run, computed once per field.
+        let keys: Vec<Option<VerifyKey>> = plans
+            .iter()
+            .map(|p| p.as_ref().ok().and_then(|p| verify_key(p, answer_of(p))))
+            .collect();
+        let reports = self.verify_all(&plans, &keys, deadline).await;
         let mut per_field = Vec::new();
         let outcomes = fields
             .iter()
             .zip(&plans)
-            .map(|(f, p)| {
-                let answer = p
-                    .as_ref()
-                    .ok()
-                    .filter(|p| p.step == Step::Resolve)
-                    .and_then(|p| answers.get(&p.target));
-                let report = p
-                    .as_ref()
-                    .ok()
-                    .and_then(|p| verify_key(p, answer))
-                    .and_then(|k| reports.get(&k));
+            .zip(&keys)
+            .map(|((f, p), k)| {
+                let answer = p.as_ref().ok().and_then(answer_of);
+                let report = k.as_ref().and_then(|k| reports.get(k));
                 if !reports.is_empty() {
                     per_field.push(report.cloned());
                 }
@@ -168,22 +171,19 @@ impl<R: DigestResolver> Engine<R> {
     async fn verify_all(
         &self,
         plans: &[Result<Plan, Denial>],
-        answers: &HashMap<Reference, Result<Digest, ResolveFailure>>,
+        keys: &[Option<VerifyKey>],
         deadline: Instant,
     ) -> HashMap<VerifyKey, Arc<VerificationReport>> {
         let mut jobs: Vec<(VerifyKey, Reference, Arc<Verification>)> = Vec::new();
-        for p in plans.iter().filter_map(|p| p.as_ref().ok()) {
-            let Some(v) = &p.verify else { continue };
-            let answer = (p.step == Step::Resolve)
-                .then(|| answers.get(&p.target))
-                .flatten();
-            let Some(key) = verify_key(p, answer) else {
+        for (p, key) in plans.iter().zip(keys) {
+            let (Ok(p), Some(key)) = (p, key) else {
                 continue;
             };
-            if jobs.iter().any(|(k, _, _)| *k == key) {
+            let Some(v) = &p.verify else { continue };
+            if jobs.iter().any(|(k, _, _)| k == key) {
                 continue;
             }
-            jobs.push((key, signature_repository(p, v), v.clone()));
+            jobs.push((key.clone(), signature_repository(p, v), v.clone()));
         }
         if jobs.is_empty() {
             return HashMap::new();

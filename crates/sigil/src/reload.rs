@@ -72,6 +72,7 @@ pub fn engine_for(
     if !material.is_empty() {
         let cache = sigil_verify::CacheConfig {
             ttl: policy.cache_ttl,
+            capacity: sigil_verify::DEFAULT_CAPACITY,
             ..Default::default()
         };
         let verifier = sigil_verify::Verifier::new(registry, material, cache, metrics.clone());
