@@ -391,6 +391,14 @@ pub enum Outcome {
     },
     /// The field blocks (enforce) or warns (warn); it is left unchanged.
     Failed(Finding),
+    /// Decided without registry access (`--offline`): the rule needs a
+    /// lookup or a signature check that was not made.
+    NeedsLookup {
+        /// Rule that applied.
+        rule: String,
+        /// The mirror rewrite, which needs no lookup, if one applies.
+        new: Option<String>,
+    },
 }
 
 /// Turns a plan, the lookup answer (if one was needed) and the signature

@@ -14,6 +14,7 @@
 
 pub mod decision;
 pub mod manifest;
+pub mod object;
 pub mod patch;
 pub mod pattern;
 pub mod policy;
@@ -22,6 +23,10 @@ pub mod verify;
 pub mod walker;
 
 pub use decision::{Denial, Finding, Mode, ObjectRef, Outcome, ResolveFailure};
+pub use object::{
+    Answers, FieldVerdict, ObjectFacts, ObjectPlan, ObjectVerdict, Operation, Skip, Source,
+    VerifyJob, VerifyKey, effective_namespace, plan_object,
+};
 pub use policy::{Plan, Platform, Policy, PolicyError, Step};
 pub use reference::{Digest, Reference, ReferenceError};
 pub use verify::{SignatureProblem, Verification, VerificationReport, VerifierOutcome};

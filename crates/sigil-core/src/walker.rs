@@ -101,6 +101,8 @@ pub struct ObjectSummary {
     pub name: Option<String>,
     /// `metadata.generateName`.
     pub generate_name: Option<String>,
+    /// `metadata.namespace`.
+    pub namespace: Option<String>,
     /// `metadata.deletionTimestamp` is set (not null).
     pub terminating: bool,
 }
@@ -383,6 +385,10 @@ impl<'de> serde::de::Visitor<'de> for Seed<'_> {
                     w.summary.generate_name = a.next_value_seed(Str)?;
                     continue;
                 }
+                (Node::Metadata, "namespace") => {
+                    w.summary.namespace = a.next_value_seed(Str)?;
+                    continue;
+                }
                 (Node::Metadata, "deletionTimestamp") => {
                     w.summary.terminating = a.next_value::<serde_json::Value>()?.is_null().not();
                     continue;
@@ -540,6 +546,7 @@ mod tests {
         let s = summarize_json(raw).unwrap();
         assert_eq!(s.kind.as_deref(), Some("Pod"));
         assert_eq!(s.generate_name.as_deref(), Some("web-"));
+        assert_eq!(s.namespace, None);
         assert!(s.terminating);
         assert_eq!(s.fields[0].value, "nginx:1");
         assert_eq!(s.fields[0].name.as_deref(), Some("a\"b"));

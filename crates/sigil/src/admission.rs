@@ -14,11 +14,13 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use sigil_core::policy::Scope;
 use sigil_core::walker::{ObjectSummary, summarize_json};
-use sigil_core::{DigestResolver, Finding, Mode, ObjectRef, Outcome};
+use sigil_core::{
+    DigestResolver, FieldVerdict, Mode, ObjectFacts, ObjectRef, ObjectVerdict, Operation, Outcome,
+    Source, effective_namespace,
+};
 
-use crate::engine::{Engine, ObjectDecision};
+use crate::engine::Engine;
 use crate::metrics::Metrics;
 
 /// Bodies larger than this are refused (kube-apiserver's own request limit is 3 MiB).
@@ -127,7 +129,7 @@ pub struct Verdict {
     pub object: ObjectRef,
     /// Why it was skipped, if it was.
     pub skipped: Option<&'static str>,
-    /// Per-image summaries: `image -> new` or `image: reason`.
+    /// Per-image summaries: `field verdict: image[ -> new]`.
     pub images: Vec<String>,
 }
 
@@ -272,45 +274,24 @@ impl<R: DigestResolver> Webhook<R> {
             audit_annotations: Default::default(),
             status: None,
         };
-        // Marked for deletion: only finalizer removal and status changes
-        // remain, and blocking them keeps the object alive forever.
-        let terminating = old.as_ref().is_some_and(|o| o.terminating)
-            || object.as_ref().is_some_and(|o| o.terminating);
-        let skip = match operation.as_str() {
-            "DELETE" | "CONNECT" => Some("operation"),
-            "UPDATE" if terminating => Some("terminating"),
-            _ if req
-                .namespace
-                .as_deref()
-                .is_some_and(|ns| engine.policy.is_exempt(ns)) =>
-            {
-                Some("exempt-namespace")
-            }
-            "CREATE" | "UPDATE" => None,
-            _ => Some("operation"),
+        let metadata_ns = object.as_ref().and_then(|o| o.namespace.as_deref());
+        let namespace =
+            effective_namespace(req.namespace.as_deref(), metadata_ns, None).map(str::to_owned);
+        let facts = ObjectFacts {
+            operation: Operation::parse(&operation),
+            source: Source::Admission,
+            kind: &kind,
+            namespace: namespace.as_deref(),
+            object,
+            old_object: old.as_ref(),
         };
-        match (skip, object) {
-            (Some(why), _) => {
+        let decision = engine.decide(facts, deadline).await;
+        match decision.skipped {
+            Some(why) => {
                 verdict.decision = "skipped";
-                verdict.skipped = Some(why);
+                verdict.skipped = Some(why.as_str());
             }
-            (None, None) => {
-                verdict.decision = "skipped";
-                verdict.skipped = Some("no-object");
-            }
-            (None, Some(obj)) => {
-                let decision = engine.decide_fields(obj.fields, deadline).await;
-                let patchable = engine.policy.scope == Scope::Workloads || kind == "Pod";
-                let object = verdict.object.clone();
-                self.apply(
-                    &decision,
-                    patchable,
-                    old.as_ref(),
-                    &object,
-                    &mut resp,
-                    &mut verdict,
-                )?;
-            }
+            None => self.render(&decision, &mut resp, &mut verdict)?,
         }
         let out = ReviewOut {
             api_version: &api_version,
@@ -321,45 +302,42 @@ impl<R: DigestResolver> Webhook<R> {
         Ok((bytes, verdict))
     }
 
-    fn apply(
+    /// Renders a verdict as the AdmissionReview response, metrics and the log detail.
+    fn render(
         &self,
-        d: &ObjectDecision,
-        patchable: bool,
-        old: Option<&ObjectSummary>,
-        object: &ObjectRef,
+        d: &ObjectVerdict,
         resp: &mut ResponseOut,
         verdict: &mut Verdict,
     ) -> Result<(), BadReview> {
         // Per-image log detail is built only when the decision line is logged.
         let detail = tracing::enabled!(tracing::Level::INFO);
+        let object = &verdict.object;
         let mut denials: Vec<String> = Vec::new();
         // `field: from -> to` per change, `; `-separated: greppable in audit
         // logs, and cheap to embed (no JSON-in-JSON escaping).
         let mut audit = String::new();
         // `field: verifier, verifier` per verified image: who vouched for what runs.
         let mut verified = String::new();
-        for (i, (field, outcome)) in d.fields.iter().zip(&d.outcomes).enumerate() {
-            if let Some(Some(r)) = d.reports.get(i)
-                && r.satisfied()
-                && !matches!(outcome, Outcome::Failed(_))
-            {
+        for v in &d.fields {
+            let field = &v.field;
+            if let Some(names) = v.vouched_by() {
                 if !verified.is_empty() {
                     verified.push_str("; ");
                 }
                 verified.push_str(&field.dotted());
                 verified.push_str(": ");
-                verified.push_str(&r.passed_names().join(", "));
+                verified.push_str(&names.join(", "));
             }
-            match outcome {
-                Outcome::Unchanged { .. } => {
+            if detail {
+                verdict.images.push(log_entry(v));
+            }
+            match &v.outcome {
+                Outcome::Unchanged { .. } | Outcome::NeedsLookup { .. } => {
                     self.metrics.image("unchanged");
                 }
                 Outcome::Changed { new, rewritten, .. } => {
                     self.metrics
                         .image(if *rewritten { "rewritten" } else { "pinned" });
-                    if detail {
-                        verdict.images.push(format!("{} -> {new}", field.value));
-                    }
                     if !audit.is_empty() {
                         audit.push_str("; ");
                     }
@@ -369,24 +347,16 @@ impl<R: DigestResolver> Webhook<R> {
                     audit.push_str(" -> ");
                     audit.push_str(new);
                 }
-                Outcome::Failed(f) => {
-                    let f = downgrade_unchanged(f, old);
-                    if detail {
-                        verdict
-                            .images
-                            .push(format!("{}: {}", field.value, f.denial.kind()));
+                Outcome::Failed(f) => match f.mode {
+                    Mode::Enforce => {
+                        self.metrics.image("denied");
+                        denials.push(f.message(object));
                     }
-                    match f.mode {
-                        Mode::Enforce => {
-                            self.metrics.image("denied");
-                            denials.push(f.message(object));
-                        }
-                        Mode::Warn => {
-                            self.metrics.image("warned");
-                            resp.warnings.push(f.warning());
-                        }
+                    Mode::Warn => {
+                        self.metrics.image("warned");
+                        resp.warnings.push(f.warning());
                     }
-                }
+                },
             }
         }
         if !denials.is_empty() {
@@ -403,7 +373,7 @@ impl<R: DigestResolver> Webhook<R> {
             resp.audit_annotations.insert("verified".into(), verified);
         }
         let changes = d.changes();
-        if patchable && !changes.is_empty() {
+        if d.patchable && !changes.is_empty() {
             let patch = sigil_core::patch::build_patch(&changes);
             let bytes =
                 serde_json::to_vec(&patch).map_err(|e| BadReview::Malformed(e.to_string()))?;
@@ -433,7 +403,7 @@ impl<R: DigestResolver> Webhook<R> {
             operation = %v.operation,
             object = %v.object,
             skipped = v.skipped,
-            images = ?v.images,
+            images = %v.images.join("; "),
             elapsed_ms = elapsed.as_secs_f64() * 1000.0,
             "admission"
         );
@@ -450,27 +420,15 @@ fn summarize(raw: Option<&RawValue>) -> Result<Option<ObjectSummary>, BadReview>
     }
 }
 
-/// On UPDATE, an image that the old object already had is not new to the
-/// cluster: failing to resolve it again warns instead of blocking unrelated
-/// edits (labels, replicas) of a running workload. Static denials still block.
-fn downgrade_unchanged(f: &Finding, old: Option<&ObjectSummary>) -> Finding {
-    let unchanged = old.is_some_and(|o| {
-        o.fields
-            .iter()
-            .any(|x| x.pointer == f.field.pointer && x.value == f.field.value)
-    });
-    let lookup_failed = match &f.denial {
-        sigil_core::Denial::Unresolved { .. } => true,
-        sigil_core::Denial::Unverified { report, .. } => report.fetch_failure.is_some(),
-        _ => false,
-    };
-    if unchanged && lookup_failed && f.mode == Mode::Enforce {
-        return Finding {
-            mode: Mode::Warn,
-            ..f.clone()
-        };
+/// One image in the decision log line: `field verdict: image[ -> new]`,
+/// the verdict being the label every front end reports for it.
+fn log_entry(v: &FieldVerdict) -> String {
+    let mut s = format!("{} {}: {}", v.field.dotted(), v.label(), v.field.value);
+    if let Outcome::Changed { new, .. } = &v.outcome {
+        s.push_str(" -> ");
+        s.push_str(new);
     }
-    f.clone()
+    s
 }
 
 fn object_ref(req: &RequestIn<'_>, obj: Option<&ObjectSummary>, kind: &str) -> ObjectRef {

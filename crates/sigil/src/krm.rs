@@ -107,7 +107,7 @@ impl ResourceList {
     pub async fn process<R: DigestResolver>(
         &self,
         engine: &Engine<R>,
-        opts: PinOptions,
+        opts: &PinOptions,
     ) -> KrmOutput {
         let items = self
             .doc

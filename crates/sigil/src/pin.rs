@@ -14,27 +14,36 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use serde::Serialize;
 use serde_json::Value;
-use sigil_core::decision::decide;
 use sigil_core::manifest::{self, Document, Edit, ManifestError};
 use sigil_core::walker::summarize_value;
-use sigil_core::{DigestResolver, ImageField, Mode, ObjectRef, Outcome};
+use sigil_core::{
+    DigestResolver, FieldVerdict, Mode, ObjectFacts, ObjectRef, Operation, Outcome, Source,
+    effective_namespace,
+};
 
-use crate::engine::{Engine, ObjectDecision};
+use crate::engine::Engine;
 
 /// How to decide.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PinOptions {
     /// No registry calls: apply mirrors and static rules, report what needs a lookup.
     pub offline: bool,
     /// Time allowed for each object's lookups.
     pub timeout: Duration,
+    /// The namespace a manifest without `metadata.namespace` is applied to
+    /// (for `exemptNamespaces`; see [`effective_namespace`]).
+    pub namespace: String,
 }
+
+/// kubectl's namespace for objects that name none.
+pub const DEFAULT_NAMESPACE: &str = "default";
 
 impl Default for PinOptions {
     fn default() -> Self {
         PinOptions {
             offline: false,
             timeout: Duration::from_secs(30),
+            namespace: DEFAULT_NAMESPACE.to_owned(),
         }
     }
 }
@@ -81,6 +90,9 @@ pub struct ImageReport {
     /// Container or volume wording for messages.
     #[serde(skip)]
     pub describe: String,
+    /// The verdict label, the same every front end reports
+    /// (`pinned`, `denied:unresolved`, …; see `FieldVerdict::label`).
+    pub verdict: String,
     /// The image as written.
     pub image: String,
     /// The image after pinning/rewriting, when it changes.
@@ -144,7 +156,7 @@ pub struct Pinned {
 pub async fn pin_text<R: DigestResolver>(
     engine: &Engine<R>,
     text: &str,
-    opts: PinOptions,
+    opts: &PinOptions,
 ) -> Result<Pinned, ManifestError> {
     let docs = manifest::parse_stream(text)?;
     let mut decided = Decided::default();
@@ -226,44 +238,53 @@ pub async fn decide_targets<R: DigestResolver>(
     text: &str,
     doc: &Document,
     targets: Vec<Target<'_>>,
-    opts: PinOptions,
+    opts: &PinOptions,
 ) -> Decided {
     let decisions = join_all(targets.iter().map(|t| async move {
-        let ns = str_at(t.object, &["metadata", "namespace"]);
         let summary = summarize_value(t.object);
         let object = ObjectRef::new(
             summary.kind.as_deref().unwrap_or_default(),
-            ns,
+            summary.namespace.as_deref().unwrap_or_default(),
             summary.name.as_deref(),
             summary.generate_name.as_deref(),
         );
-        if !ns.is_empty() && engine.policy.is_exempt(ns) {
-            return (object, None);
-        }
-        let decision = if opts.offline {
-            decide_offline(engine, summary.fields)
-        } else {
-            engine
-                .decide_fields(summary.fields, Instant::now() + opts.timeout)
-                .await
+        let namespace = effective_namespace(
+            None,
+            summary.namespace.as_deref(),
+            Some(opts.namespace.as_str()),
+        )
+        .map(str::to_owned);
+        let facts = ObjectFacts {
+            operation: Operation::Create,
+            source: Source::Manifest,
+            kind: &object.kind,
+            namespace: namespace.as_deref(),
+            object: Some(summary),
+            old_object: None,
         };
-        (object, Some(decision))
+        let verdict = if opts.offline {
+            engine.decide_offline(facts)
+        } else {
+            engine.decide(facts, Instant::now() + opts.timeout).await
+        };
+        (object, namespace, verdict)
     }))
     .await;
     let mut out = Decided::default();
-    for (t, (object, decision)) in targets.iter().zip(decisions) {
-        let Some(decision) = decision else {
+    for (t, (object, namespace, verdict)) in targets.iter().zip(decisions) {
+        if verdict.skipped.is_some() {
             out.notes.push(format!(
                 "{object}: namespace {:?} is exempt in the policy; left as written",
-                object.namespace
+                namespace.unwrap_or_default()
             ));
             continue;
-        };
+        }
         let api_version = str_at(t.object, &["apiVersion"]).to_owned();
-        for (field, outcome) in decision.fields.iter().zip(&decision.outcomes) {
+        for v in verdict.fields {
+            let field = &v.field;
             let path = t.prefix.iter().chain(&field.path).map(String::as_str);
             let at = doc.scalar(path);
-            let (status, new, message) = report_of(engine, field, outcome, &object, opts);
+            let (status, new, message) = report_of(&v, &object);
             if let (Some(new), Some(at)) = (&new, &at) {
                 match manifest::edit_scalar(text, at, &field.value, new) {
                     Ok(e) => out.edits.push(e),
@@ -277,6 +298,7 @@ pub async fn decide_targets<R: DigestResolver>(
                 object: object.clone(),
                 field: field.dotted(),
                 describe: field.describe(),
+                verdict: v.label(),
                 image: field.value.clone(),
                 new,
                 status,
@@ -288,39 +310,23 @@ pub async fn decide_targets<R: DigestResolver>(
     out
 }
 
-fn report_of<R>(
-    engine: &Engine<R>,
-    field: &ImageField,
-    outcome: &Outcome,
-    object: &ObjectRef,
-    opts: PinOptions,
-) -> (Status, Option<String>, Option<String>) {
-    match outcome {
+/// Renders one field's verdict as a report status, the new value, and the message.
+fn report_of(v: &FieldVerdict, object: &ObjectRef) -> (Status, Option<String>, Option<String>) {
+    match &v.outcome {
         Outcome::Unchanged { .. } => (Status::Ok, None, None),
         Outcome::Changed {
             new, pinned: None, ..
         } => (Status::Rewritten, Some(new.clone()), None),
         Outcome::Changed { new, .. } => (Status::Pinned, Some(new.clone()), None),
-        Outcome::Failed(f)
-            if opts.offline && matches!(f.denial.kind(), "unresolved" | "unverified") =>
-        {
-            // Offline: the lookup was never tried. Still apply the mirror.
-            let rewrite = engine
-                .policy
-                .plan(&field.value)
-                .ok()
-                .filter(|p| p.rewritten())
-                .map(|p| p.final_image(None));
-            (
-                Status::NeedsRegistry,
-                rewrite,
-                Some(format!(
-                    "image {:?} in {} of {object} needs a registry lookup to be pinned or verified (--offline)",
-                    field.value,
-                    field.describe()
-                )),
-            )
-        }
+        Outcome::NeedsLookup { new, .. } => (
+            Status::NeedsRegistry,
+            new.clone(),
+            Some(format!(
+                "image {:?} in {} of {object} needs a registry lookup to be pinned or verified (--offline)",
+                v.field.value,
+                v.field.describe()
+            )),
+        ),
         Outcome::Failed(f) => (
             if f.mode == Mode::Enforce {
                 Status::Denied
@@ -330,19 +336,6 @@ fn report_of<R>(
             None,
             Some(f.message(object)),
         ),
-    }
-}
-
-/// Decides without I/O: plans that need a lookup come back as unresolved.
-fn decide_offline<R>(engine: &Engine<R>, fields: Vec<ImageField>) -> ObjectDecision {
-    let outcomes = fields
-        .iter()
-        .map(|f| decide(f, engine.policy.plan(&f.value).as_ref(), None, None))
-        .collect();
-    ObjectDecision {
-        fields,
-        outcomes,
-        reports: Vec::new(),
     }
 }
 
@@ -390,7 +383,7 @@ mod tests {
     async fn pins_rewrites_and_reports_lines() {
         let e = engine(ENFORCE);
         let text = "# c\nnot: kubernetes\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: team}\nspec:\n  containers:\n  - name: a\n    image: nginx:1   # pinned by sigil\n  - name: b\n    image: docker.io/library/bad:1\n";
-        let p = pin_text(&e, text, PinOptions::default())
+        let p = pin_text(&e, text, &PinOptions::default())
             .await
             .expect("pin");
         assert!(p.changed);
@@ -423,7 +416,7 @@ mod tests {
             offline: true,
             ..PinOptions::default()
         };
-        let p = pin_text(&e, text, opts).await.expect("pin");
+        let p = pin_text(&e, text, &opts).await.expect("pin");
         assert_eq!(p.decided.images[0].status, Status::NeedsRegistry);
         assert!(p.text.contains("image: mirror.local/hub/library/nginx:1\n"));
         assert_eq!(e.resolver.0.load(std::sync::atomic::Ordering::Relaxed), 0);
@@ -433,7 +426,7 @@ mod tests {
     async fn exempt_namespaces_and_list_items() {
         let e = engine(ENFORCE);
         let text = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: a, namespace: kube-system}\n  spec: {containers: [{image: nginx:1}]}\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: b}\n  spec: {containers: [{image: nginx:1}]}\n";
-        let p = pin_text(&e, text, PinOptions::default())
+        let p = pin_text(&e, text, &PinOptions::default())
             .await
             .expect("pin");
         assert_eq!(p.decided.images.len(), 1);
@@ -448,10 +441,10 @@ mod tests {
     async fn pinning_is_idempotent() {
         let e = engine(ENFORCE);
         let text = "apiVersion: apps/v1\nkind: Deployment\nspec:\n  template:\n    spec:\n      containers:\n      - image: \"nginx:1\"\n";
-        let once = pin_text(&e, text, PinOptions::default())
+        let once = pin_text(&e, text, &PinOptions::default())
             .await
             .expect("pin");
-        let twice = pin_text(&e, &once.text, PinOptions::default())
+        let twice = pin_text(&e, &once.text, &PinOptions::default())
             .await
             .expect("pin");
         assert!(!twice.changed);

@@ -48,6 +48,9 @@ pub struct PinArgs {
     /// Time allowed for the registry lookups of one object.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    /// Namespace of objects that name none, for `exemptNamespaces` (kubectl's default).
+    #[arg(short = 'n', long, default_value = sigil::pin::DEFAULT_NAMESPACE, env = "SIGIL_NAMESPACE")]
+    namespace: String,
 }
 
 #[derive(clap::Args, Debug, Default)]
@@ -61,6 +64,9 @@ pub struct KrmArgs {
     /// Time allowed for the registry lookups of one object.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    /// Namespace of objects that name none, for `exemptNamespaces` (kubectl's default).
+    #[arg(short = 'n', long, default_value = sigil::pin::DEFAULT_NAMESPACE, env = "SIGIL_NAMESPACE")]
+    namespace: String,
 }
 
 #[derive(Copy, Clone, Debug, clap::ValueEnum)]
@@ -189,14 +195,14 @@ pub fn run_pin(args: PinArgs) -> Result<ExitCode> {
     let opts = PinOptions {
         offline: args.offline,
         timeout: args.timeout,
+        namespace: args.namespace.clone(),
     };
     let bar = progress(inputs.len());
     let results: Vec<Result<Pinned, sigil_core::manifest::ManifestError>> =
         runtime()?.block_on(async {
             futures_util::stream::iter(inputs.iter())
                 .map(|i| {
-                    let engine = &engine;
-                    let bar = &bar;
+                    let (engine, bar, opts) = (&engine, &bar, &opts);
                     async move {
                         let r = pin_text(engine, &i.text, opts).await;
                         bar.inc(1);
@@ -423,8 +429,9 @@ pub fn run_krm(args: KrmArgs) -> Result<ExitCode> {
                     let opts = PinOptions {
                         offline: args.offline,
                         timeout: args.timeout,
+                        namespace: args.namespace.clone(),
                     };
-                    runtime()?.block_on(list.process(&engine, opts))
+                    runtime()?.block_on(list.process(&engine, &opts))
                 }
             }
         }

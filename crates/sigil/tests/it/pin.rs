@@ -487,12 +487,45 @@ async fn denied_images_exit_1_and_say_what_why_and_how_to_fix() {
     assert!(text(&out.stdout).contains(&format!("team/app:v1@sha256:{}", c.digests["app"])));
 }
 
-/// The connaisseur fixtures give the same objects through the webhook and
-/// through `sigil pin`.
+/// The verdict labels of admission number `seen` (0-based) in the server's
+/// log, by field, once `total` admissions are logged (a patched object is
+/// admitted twice: the API server reinvokes the webhook).
+async fn logged_verdicts(server: &Sigil, seen: usize, total: usize) -> BTreeMap<String, String> {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let lines: Vec<Value> = server
+            .logs()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["message"] == "admission")
+            .collect();
+        if lines.len() >= total {
+            return lines[seen]["images"]
+                .as_str()
+                .unwrap_or_default()
+                .split("; ")
+                .filter(|e| !e.is_empty())
+                .map(|e| {
+                    // `field verdict: image[ -> new]`
+                    let (head, _) = e.split_once(": ").unwrap();
+                    let (field, verdict) = head.split_once(' ').unwrap();
+                    (field.to_owned(), verdict.to_owned())
+                })
+                .collect();
+        }
+        assert!(std::time::Instant::now() < until, "no admission log line");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The connaisseur fixtures give the same objects and the same per-field
+/// verdicts through the webhook and through `sigil pin` — with images that
+/// pin, a static deny and an image that does not exist.
 #[tokio::test]
-async fn webhook_and_pin_give_identical_objects_for_every_fixture() {
+async fn webhook_and_pin_give_identical_objects_and_verdicts_for_every_fixture() {
     let c = Corpus::start().await;
-    let policy = std::fs::read_to_string(c.policy()).unwrap();
+    let policy_path = c.deny_db_policy();
+    let policy = std::fs::read_to_string(&policy_path).unwrap();
     let server = Sigil::start(Some(&policy), &[]).await;
     let api = server.apiserver();
     let names: Vec<String> = std::fs::read_dir(fixtures_dir())
@@ -500,34 +533,134 @@ async fn webhook_and_pin_give_identical_objects_for_every_fixture() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".json"))
         .collect();
-    let mut compared = 0;
+    let allowed = ["team/app:v1", "team/sidecar:2", "team/tool"];
+    let mixed = ["team/db:15", "team/app:v1", "team/missing:1", "team/tool"];
+    let (mut compared, mut denied, mut logged) = (0, 0, 0);
     for name in names {
-        let mut rev = fixture(&name);
-        let Some(obj) = rev.pointer_mut("/request/object").filter(|o| o.is_object()) else {
+        let original = fixture(&name);
+        let Some(obj) = original
+            .pointer("/request/object")
+            .filter(|o| o.is_object())
+        else {
             continue;
         };
         let fields = image_fields(obj);
-        if fields.is_empty() || rev["request"]["operation"] != "CREATE" {
+        if fields.is_empty() || original["request"]["operation"] != "CREATE" {
             continue;
         }
-        let obj = rev.pointer_mut("/request/object").unwrap();
-        for (i, f) in fields.iter().enumerate() {
-            let img = ["team/app:v1", "team/db:15", "team/sidecar:2", "team/tool"][i % 4];
-            *obj.pointer_mut(&f.pointer).unwrap() = json!(format!("{}/{img}", c.host));
+        let namespace = original["request"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_owned();
+        for images in [&allowed[..], &mixed[..]] {
+            let mut rev = original.clone();
+            let obj = rev.pointer_mut("/request/object").unwrap();
+            for (i, f) in fields.iter().enumerate() {
+                let img = images[i % images.len()];
+                *obj.pointer_mut(&f.pointer).unwrap() = json!(format!("{}/{img}", c.host));
+            }
+            let admitted = api.admit(&rev, Duration::from_secs(10)).await;
+            let total = logged + 1 + usize::from(admitted.reinvoked.is_some());
+            let webhook_verdicts = logged_verdicts(&server, logged, total).await;
+            logged = total;
+            let yaml = serde_saphyr::to_string(&rev["request"]["object"]).unwrap();
+            let out = sigil(
+                &[
+                    "pin",
+                    "--policy",
+                    policy_path.to_str().unwrap(),
+                    "--namespace",
+                    &namespace,
+                    "--output",
+                    "json",
+                    "-",
+                ],
+                Some(&yaml),
+            );
+            // The pinned stream goes to stdout, the JSON report to stderr.
+            let report: Value = serde_json::from_slice(&out.stderr)
+                .unwrap_or_else(|e| panic!("{name}: {e}: {}", text(&out.stderr)));
+            let pin_verdicts: BTreeMap<String, String> = report["files"][0]["images"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| {
+                    let field = i["field"].as_str().unwrap().to_owned();
+                    (field, i["verdict"].as_str().unwrap().to_owned())
+                })
+                .collect();
+            assert_eq!(
+                pin_verdicts, webhook_verdicts,
+                "{name}: webhook and pin disagree on verdicts"
+            );
+            assert_eq!(pin_verdicts.len(), fields.len(), "{name}");
+            if admitted.allowed {
+                assert_eq!(out.status.code(), Some(0), "{name}: {}", text(&out.stderr));
+                let pinned = parse_stream(&text(&out.stdout)).unwrap().remove(0).value;
+                assert_eq!(pinned, admitted.object, "{name}: webhook and pin disagree");
+                compared += 1;
+            } else {
+                assert_eq!(out.status.code(), Some(1), "{name}: {}", text(&out.stderr));
+                assert!(pin_verdicts.values().any(|v| v.starts_with("denied:")));
+                denied += 1;
+            }
         }
-        let admitted = api.admit(&rev, Duration::from_secs(10)).await;
-        assert!(admitted.allowed, "{name}: {}", admitted.message);
-        let yaml = serde_saphyr::to_string(&rev["request"]["object"]).unwrap();
-        let out = sigil(
-            &["pin", "--policy", c.policy().to_str().unwrap(), "-"],
-            Some(&yaml),
-        );
-        assert_eq!(out.status.code(), Some(0), "{name}: {}", text(&out.stderr));
-        let pinned = parse_stream(&text(&out.stdout)).unwrap().remove(0).value;
-        assert_eq!(pinned, admitted.object, "{name}: webhook and pin disagree");
-        compared += 1;
     }
     assert!(compared >= 15, "only {compared} fixtures compared");
+    assert!(denied >= 15, "only {denied} denials compared");
+}
+
+/// Regression: `sigil pin` decided exemptions from `metadata.namespace`
+/// while the webhook used the request's namespace. Both now use one rule:
+/// the request's namespace, else `metadata.namespace`, else `--namespace`
+/// (default `default`, as kubectl applies it).
+#[tokio::test]
+async fn pin_exemption_follows_the_one_namespace_rule() {
+    let c = Corpus::start().await;
+    let policy = c.dir.path().join("exempt.yaml");
+    std::fs::write(
+        &policy,
+        c.policy_text("").replace(
+            "spec:\n",
+            "spec:\n  exemptNamespaces: [default, kube-system]\n",
+        ),
+    )
+    .unwrap();
+    let manifest = |ns: &str| {
+        let meta = if ns.is_empty() {
+            "{name: p}".to_owned()
+        } else {
+            format!("{{name: p, namespace: {ns}}}")
+        };
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {meta}\nspec:\n  containers:\n  - {{name: a, image: {}/team/app:v1}}\n",
+            c.host
+        )
+    };
+    let pin = |ns_flag: Option<&str>, text: &str| {
+        let mut args = vec!["pin", "--check", "--policy", policy.to_str().unwrap()];
+        if let Some(ns) = ns_flag {
+            args.extend(["--namespace", ns]);
+        }
+        args.push("-");
+        sigil(&args, Some(text))
+    };
+    // No metadata.namespace: kubectl would apply it to `default`, which is exempt.
+    let out = pin(None, &manifest(""));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("exempt"),
+        "{}",
+        text(&out.stdout)
+    );
+    // The same object applied to another namespace is checked.
+    assert_eq!(pin(Some("shop"), &manifest("")).status.code(), Some(1));
+    // metadata.namespace wins over the flag, as it does for kubectl.
+    assert_eq!(
+        pin(Some("shop"), &manifest("kube-system")).status.code(),
+        Some(0)
+    );
+    assert_eq!(pin(None, &manifest("shop")).status.code(), Some(1));
 }
 
 fn kpt() -> PathBuf {

@@ -1,0 +1,588 @@
+//! The per-object decision: every front end's one place to ask "what happens
+//! to this object?".
+//!
+//! Owns the rules that decide an object as a whole — which requests pass
+//! untouched (DELETE, CONNECT, finalizer removal on terminating objects,
+//! exempt namespaces), which namespace an object counts as being in, the
+//! UPDATE downgrade for images the object already ran, whether an object is
+//! patched or only checked (`spec.pin.scope`), and which lookups and
+//! signature checks a decision needs. The webhook, `sigil pin`, `sigil krm`
+//! (and `sigil audit`) gather the facts, run the lookups this plan names, and
+//! render the [`ObjectVerdict`] it returns; none of them decides anything.
+//! It does no I/O: the answers arrive as plain data in [`Answers`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::decision::{Denial, Finding, Mode, Outcome, ResolveFailure, decide};
+use crate::patch::Replacement;
+use crate::policy::{Plan, Policy, Scope, Step};
+use crate::reference::{Digest, Reference};
+use crate::verify::{Verification, VerificationReport};
+use crate::walker::{ImageField, ObjectSummary};
+
+/// The operation an object arrives with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// A new object (and every manifest decided client side).
+    Create,
+    /// A change to an existing object.
+    Update,
+    /// Deletion: always passes.
+    Delete,
+    /// `kubectl exec`/`attach`/`port-forward`: always passes.
+    Connect,
+    /// Anything else the API server might send one day: passes.
+    Other,
+}
+
+impl Operation {
+    /// Reads an AdmissionReview's `operation`.
+    pub fn parse(s: &str) -> Operation {
+        match s {
+            "CREATE" => Operation::Create,
+            "UPDATE" => Operation::Update,
+            "DELETE" => Operation::Delete,
+            "CONNECT" => Operation::Connect,
+            _ => Operation::Other,
+        }
+    }
+}
+
+/// Where the object comes from, which decides whether it may be patched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// An AdmissionReview: `spec.pin.scope` says which kinds are patched.
+    Admission,
+    /// A manifest (`sigil pin`, `sigil krm`): every kind is pinned, since
+    /// pinning the manifests in Git is the whole purpose.
+    Manifest,
+}
+
+/// Why an object passes untouched, without looking at its images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// DELETE, CONNECT or an unknown operation.
+    Operation,
+    /// An UPDATE of an object marked for deletion: only finalizer removal
+    /// and status changes remain, and blocking them keeps it alive forever.
+    Terminating,
+    /// The namespace is in the policy's `exemptNamespaces`.
+    ExemptNamespace,
+    /// The request carries no object to look at.
+    NoObject,
+}
+
+impl Skip {
+    /// Label for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skip::Operation => "operation",
+            Skip::Terminating => "terminating",
+            Skip::ExemptNamespace => "exempt-namespace",
+            Skip::NoObject => "no-object",
+        }
+    }
+}
+
+/// The one rule for the namespace an object counts as being in (for
+/// exemptions and messages): the request's namespace, else the object's
+/// `metadata.namespace`, else `default` — the namespace a manifest without
+/// one is applied to (`sigil pin --namespace`, kubectl's context). Empty
+/// strings count as absent. The webhook passes no default: a cluster-scoped
+/// object is in no namespace.
+pub fn effective_namespace<'a>(
+    request: Option<&'a str>,
+    metadata: Option<&'a str>,
+    default: Option<&'a str>,
+) -> Option<&'a str> {
+    [request, metadata, default]
+        .into_iter()
+        .flatten()
+        .find(|n| !n.is_empty())
+}
+
+/// What a front end knows about one object before deciding it.
+#[derive(Debug, Clone)]
+pub struct ObjectFacts<'a> {
+    /// The operation.
+    pub operation: Operation,
+    /// Where the object comes from.
+    pub source: Source,
+    /// `kind` of the object (from the request, else the object).
+    pub kind: &'a str,
+    /// The namespace, chosen by [`effective_namespace`].
+    pub namespace: Option<&'a str>,
+    /// The object's walk, if there is an object (moved into the plan).
+    pub object: Option<ObjectSummary>,
+    /// The previous object's walk, on UPDATE.
+    pub old_object: Option<&'a ObjectSummary>,
+}
+
+/// One signature check: the same digest under the same rule is checked once.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct VerifyKey {
+    /// The digest that will run.
+    pub digest: Digest,
+    /// Rule whose verifiers apply.
+    pub rule: String,
+}
+
+/// A signature check the decision needs: what to check and where to look.
+#[derive(Debug, Clone)]
+pub struct VerifyJob {
+    /// Identity of the check (digest + rule).
+    pub key: VerifyKey,
+    /// Where signatures are read from.
+    pub repository: Reference,
+    /// What the rule requires.
+    pub verification: Arc<Verification>,
+}
+
+/// The I/O answers a decision is made from.
+#[derive(Debug, Default)]
+pub struct Answers {
+    /// Registry lookups were not made (`--offline`): plans that need one
+    /// are reported as [`Outcome::NeedsLookup`].
+    pub offline: bool,
+    /// Tag → digest answers, per lookup target.
+    pub digests: HashMap<Reference, Result<Digest, ResolveFailure>>,
+    /// Signature reports, per check.
+    pub reports: HashMap<VerifyKey, Arc<VerificationReport>>,
+}
+
+/// What must be looked up before an object can be decided.
+#[derive(Debug, Clone)]
+pub enum ObjectPlan {
+    /// The object passes untouched; nothing to look up.
+    Skip(Skip),
+    /// Its image fields, each planned by the policy.
+    Fields(FieldPlans),
+}
+
+/// Every image field of an object with its plan.
+#[derive(Debug, Clone)]
+pub struct FieldPlans {
+    fields: Vec<ImageField>,
+    plans: Vec<Result<Plan, Denial>>,
+    patchable: bool,
+    /// Images the old object had (pointer, value), for the UPDATE downgrade.
+    old: Vec<(String, String)>,
+}
+
+/// The decision for one object.
+#[derive(Debug, Clone, Default)]
+pub struct ObjectVerdict {
+    /// Why the object passed without a look, if it did.
+    pub skipped: Option<Skip>,
+    /// Every image field, in walker order, with its outcome.
+    pub fields: Vec<FieldVerdict>,
+    /// Whether changes are applied to this object (else only checked).
+    pub patchable: bool,
+}
+
+/// The decision for one image field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldVerdict {
+    /// Where the image is.
+    pub field: ImageField,
+    /// What happens to it.
+    pub outcome: Outcome,
+    /// The signature report, when its rule verifies and a check ran.
+    pub report: Option<Arc<VerificationReport>>,
+}
+
+impl FieldVerdict {
+    /// A stable one-word (or `word:kind`) label of the outcome, the same
+    /// from every front end: `unchanged`, `pinned`, `rewritten`,
+    /// `needs-lookup`, `denied:<reason>`, `warned:<reason>`.
+    pub fn label(&self) -> String {
+        match &self.outcome {
+            Outcome::Unchanged { .. } => "unchanged".into(),
+            Outcome::Changed {
+                pinned: Some(_), ..
+            } => "pinned".into(),
+            Outcome::Changed { pinned: None, .. } => "rewritten".into(),
+            Outcome::NeedsLookup { .. } => "needs-lookup".into(),
+            Outcome::Failed(f) => match f.mode {
+                Mode::Enforce => format!("denied:{}", f.denial.kind()),
+                Mode::Warn => format!("warned:{}", f.denial.kind()),
+            },
+        }
+    }
+
+    /// Whether this field blocks the object.
+    pub fn denies(&self) -> bool {
+        matches!(&self.outcome, Outcome::Failed(f) if f.mode == Mode::Enforce)
+    }
+
+    /// The verifiers that vouched for this image, if it was verified and admitted.
+    pub fn vouched_by(&self) -> Option<Vec<&str>> {
+        let r = self.report.as_ref()?;
+        (r.satisfied() && !matches!(self.outcome, Outcome::Failed(_))).then(|| r.passed_names())
+    }
+}
+
+impl ObjectVerdict {
+    /// Fields that must change, with their new values (empty when not patchable).
+    pub fn changes(&self) -> Vec<Replacement<'_>> {
+        self.fields
+            .iter()
+            .filter_map(|v| match &v.outcome {
+                Outcome::Changed { new, .. } => Some(Replacement {
+                    field: &v.field,
+                    new: new.as_str(),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether any field blocks the object.
+    pub fn denied(&self) -> bool {
+        self.fields.iter().any(FieldVerdict::denies)
+    }
+}
+
+/// Plans one object: the skip rules first, then every image field through
+/// the policy. Pure; the lookups it names are run by the caller.
+pub fn plan_object(policy: &Policy, facts: ObjectFacts<'_>) -> ObjectPlan {
+    let terminating = facts.object.as_ref().is_some_and(|o| o.terminating)
+        || facts.old_object.is_some_and(|o| o.terminating);
+    match facts.operation {
+        Operation::Delete | Operation::Connect | Operation::Other => {
+            return ObjectPlan::Skip(Skip::Operation);
+        }
+        Operation::Update if terminating => return ObjectPlan::Skip(Skip::Terminating),
+        Operation::Create | Operation::Update => {}
+    }
+    if facts.namespace.is_some_and(|ns| policy.is_exempt(ns)) {
+        return ObjectPlan::Skip(Skip::ExemptNamespace);
+    }
+    let Some(object) = facts.object else {
+        return ObjectPlan::Skip(Skip::NoObject);
+    };
+    let fields = object.fields;
+    let plans = fields.iter().map(|f| policy.plan(&f.value)).collect();
+    let old = match (facts.operation, facts.old_object) {
+        (Operation::Update, Some(o)) => o
+            .fields
+            .iter()
+            .map(|f| (f.pointer.clone(), f.value.clone()))
+            .collect(),
+        _ => Vec::new(),
+    };
+    ObjectPlan::Fields(FieldPlans {
+        fields,
+        plans,
+        patchable: facts.source == Source::Manifest
+            || policy.scope == Scope::Workloads
+            || facts.kind == "Pod",
+        old,
+    })
+}
+
+impl ObjectPlan {
+    /// Distinct registry lookups (tags to resolve), in field order.
+    pub fn lookups(&self) -> Vec<&Reference> {
+        let mut out: Vec<&Reference> = Vec::new();
+        if let ObjectPlan::Fields(f) = self {
+            for p in f.plans.iter().flatten() {
+                if p.step == Step::Resolve && !out.contains(&&p.target) {
+                    out.push(&p.target);
+                }
+            }
+        }
+        out
+    }
+
+    /// Distinct signature checks, given the lookup answers: each verifying
+    /// plan's digest is the one that will run (resolved, or as written).
+    pub fn verifications(
+        &self,
+        digests: &HashMap<Reference, Result<Digest, ResolveFailure>>,
+    ) -> Vec<VerifyJob> {
+        let mut jobs: Vec<VerifyJob> = Vec::new();
+        let ObjectPlan::Fields(f) = self else {
+            return jobs;
+        };
+        for p in f.plans.iter().flatten() {
+            let (Some(v), Some(key)) = (&p.verify, verify_key(p, digests)) else {
+                continue;
+            };
+            if jobs.iter().any(|j| j.key == key) {
+                continue;
+            }
+            jobs.push(VerifyJob {
+                key,
+                repository: signature_repository(p, v),
+                verification: v.clone(),
+            });
+        }
+        jobs
+    }
+
+    /// The verdict, from the answers to [`Self::lookups`] and [`Self::verifications`].
+    pub fn decide(self, answers: &Answers) -> ObjectVerdict {
+        let f = match self {
+            ObjectPlan::Skip(s) => {
+                return ObjectVerdict {
+                    skipped: Some(s),
+                    ..ObjectVerdict::default()
+                };
+            }
+            ObjectPlan::Fields(f) => f,
+        };
+        let fields = f
+            .fields
+            .into_iter()
+            .zip(&f.plans)
+            .map(|(field, plan)| {
+                let (outcome, report) = decide_field(&field, plan.as_ref(), answers);
+                let outcome = downgrade_unchanged(outcome, &field, &f.old);
+                FieldVerdict {
+                    field,
+                    outcome,
+                    report,
+                }
+            })
+            .collect();
+        ObjectVerdict {
+            skipped: None,
+            fields,
+            patchable: f.patchable,
+        }
+    }
+}
+
+fn decide_field(
+    field: &ImageField,
+    plan: Result<&Plan, &Denial>,
+    answers: &Answers,
+) -> (Outcome, Option<Arc<VerificationReport>>) {
+    let Ok(p) = plan else {
+        return (decide(field, plan, None, None), None);
+    };
+    let needs_io = p.step == Step::Resolve || (p.step == Step::Keep && p.verify.is_some());
+    if answers.offline && needs_io {
+        // The lookup was never tried: report it, and still apply the mirror.
+        let rewrite = p.rewritten().then(|| p.final_image(None));
+        return (
+            Outcome::NeedsLookup {
+                rule: p.rule.clone(),
+                new: rewrite,
+            },
+            None,
+        );
+    }
+    let resolved = (p.step == Step::Resolve)
+        .then(|| answers.digests.get(&p.target))
+        .flatten();
+    let report = verify_key(p, &answers.digests).and_then(|k| answers.reports.get(&k).cloned());
+    (decide(field, plan, resolved, report.as_ref()), report)
+}
+
+/// The digest a verifying plan will run, if known.
+fn verify_key(
+    p: &Plan,
+    digests: &HashMap<Reference, Result<Digest, ResolveFailure>>,
+) -> Option<VerifyKey> {
+    p.verify.as_ref()?;
+    let digest = match p.step {
+        Step::Resolve => digests.get(&p.target)?.as_ref().ok()?.clone(),
+        _ => p.target.digest()?.clone(),
+    };
+    Some(VerifyKey {
+        digest,
+        rule: p.rule.clone(),
+    })
+}
+
+/// Where signatures are looked up: `signatures.repository`, else where the
+/// image is pulled from (the mirror, after rewrite).
+pub fn signature_repository(p: &Plan, v: &Verification) -> Reference {
+    v.signatures_repository
+        .as_deref()
+        .and_then(|r| Reference::parse(r).ok())
+        .unwrap_or_else(|| p.target.clone())
+}
+
+/// On UPDATE, an image that the old object already had is not new to the
+/// cluster: failing to resolve it again (or to fetch its signatures) warns
+/// instead of blocking unrelated edits (labels, replicas) of a running
+/// workload. Static denials and failed signatures still block.
+fn downgrade_unchanged(outcome: Outcome, field: &ImageField, old: &[(String, String)]) -> Outcome {
+    let Outcome::Failed(f) = outcome else {
+        return outcome;
+    };
+    let unchanged = old
+        .iter()
+        .any(|(p, v)| *p == field.pointer && *v == field.value);
+    let lookup_failed = match &f.denial {
+        Denial::Unresolved { .. } => true,
+        Denial::Unverified { report, .. } => report.fetch_failure.is_some(),
+        _ => false,
+    };
+    if unchanged && lookup_failed && f.mode == Mode::Enforce {
+        return Outcome::Failed(Finding {
+            mode: Mode::Warn,
+            ..f
+        });
+    }
+    Outcome::Failed(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::walker::summarize_value;
+
+    const POLICY: &str = "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  pin: {scope: pods}\n  mirrors: [{from: docker.io, to: m.local/hub}]\n  rules:\n  - {name: all, match: ['**'], mode: enforce}\n  - {name: bad, match: ['docker.io/library/bad'], action: deny}\n  exemptNamespaces: [kube-system]\n";
+
+    fn policy() -> Policy {
+        Policy::from_yaml(POLICY).expect("policy")
+    }
+
+    fn deployment(image: &str) -> ObjectSummary {
+        summarize_value(
+            &serde_json::json!({"kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": image}]}}}}),
+        )
+    }
+
+    fn facts<'a>(op: Operation, ns: Option<&'a str>, obj: &ObjectSummary) -> ObjectFacts<'a> {
+        ObjectFacts {
+            operation: op,
+            source: Source::Admission,
+            kind: "Deployment",
+            namespace: ns,
+            object: Some(obj.clone()),
+            old_object: None,
+        }
+    }
+
+    fn answers(target: &str, r: Result<Digest, ResolveFailure>) -> Answers {
+        let mut a = Answers::default();
+        a.digests.insert(Reference::parse(target).expect("ref"), r);
+        a
+    }
+
+    #[test]
+    fn skip_rules_come_before_the_images() {
+        let p = policy();
+        let o = deployment("nginx:1");
+        for (op, ns, skip) in [
+            (Operation::Delete, Some("shop"), Some(Skip::Operation)),
+            (Operation::Connect, Some("shop"), Some(Skip::Operation)),
+            (
+                Operation::Create,
+                Some("kube-system"),
+                Some(Skip::ExemptNamespace),
+            ),
+            (Operation::Create, Some("shop"), None),
+            (Operation::Create, None, None),
+        ] {
+            let plan = plan_object(&p, facts(op, ns, &o));
+            assert_eq!(
+                plan.decide(&Answers::default()).skipped,
+                skip,
+                "{op:?} {ns:?}"
+            );
+        }
+        let mut dying = deployment("nginx:1");
+        dying.terminating = true;
+        let f = ObjectFacts {
+            old_object: Some(&dying),
+            ..facts(Operation::Update, Some("shop"), &o)
+        };
+        assert_eq!(
+            plan_object(&p, f).decide(&Answers::default()).skipped,
+            Some(Skip::Terminating)
+        );
+    }
+
+    /// Regression: `sigil pin` read `metadata.namespace` where the webhook
+    /// read the request's namespace; one rule now serves both.
+    #[test]
+    fn manifest_exemption_uses_the_one_namespace_rule() {
+        assert_eq!(
+            effective_namespace(Some("a"), Some("b"), Some("default")),
+            Some("a")
+        );
+        assert_eq!(
+            effective_namespace(Some(""), Some("b"), Some("default")),
+            Some("b")
+        );
+        assert_eq!(
+            effective_namespace(None, None, Some("default")),
+            Some("default")
+        );
+        assert_eq!(effective_namespace(None, Some(""), None), None);
+    }
+
+    #[test]
+    fn update_of_an_image_already_running_only_warns_when_the_lookup_fails() {
+        let p = policy();
+        let o = deployment("nginx:1");
+        let failure = ResolveFailure::Unreachable {
+            detail: "down".into(),
+        };
+        let a = answers("m.local/hub/library/nginx:1", Err(failure));
+        let f = ObjectFacts {
+            old_object: Some(&o),
+            ..facts(Operation::Update, Some("shop"), &o)
+        };
+        let v = plan_object(&p, f).decide(&a);
+        assert_eq!(v.fields[0].label(), "warned:unresolved");
+        let v = plan_object(&p, facts(Operation::Create, Some("shop"), &o)).decide(&a);
+        assert_eq!(v.fields[0].label(), "denied:unresolved");
+        assert!(v.denied());
+        // A static deny blocks even an image the object already ran.
+        let bad = deployment("bad:1");
+        let f = ObjectFacts {
+            old_object: Some(&bad),
+            ..facts(Operation::Update, Some("shop"), &bad)
+        };
+        let v = plan_object(&p, f).decide(&Answers::default());
+        assert_eq!(v.fields[0].label(), "denied:static_deny");
+    }
+
+    #[test]
+    fn scope_pods_checks_workloads_but_manifests_are_always_pinned() {
+        let p = policy();
+        let o = deployment("nginx:1");
+        let a = answers(
+            "m.local/hub/library/nginx:1",
+            Ok(Digest::from_sha256(&[1; 32])),
+        );
+        let plan = plan_object(&p, facts(Operation::Create, Some("shop"), &o));
+        assert_eq!(plan.lookups().len(), 1);
+        let v = plan.decide(&a);
+        assert!(!v.patchable);
+        assert_eq!(v.fields[0].label(), "pinned");
+        let f = ObjectFacts {
+            source: Source::Manifest,
+            ..facts(Operation::Create, Some("shop"), &o)
+        };
+        assert!(plan_object(&p, f).decide(&a).patchable);
+    }
+
+    #[test]
+    fn offline_reports_lookups_and_still_rewrites() {
+        let p = policy();
+        let o = deployment("nginx:1");
+        let a = Answers {
+            offline: true,
+            ..Answers::default()
+        };
+        let v = plan_object(&p, facts(Operation::Create, None, &o)).decide(&a);
+        assert_eq!(v.fields[0].label(), "needs-lookup");
+        assert_eq!(
+            v.fields[0].outcome,
+            Outcome::NeedsLookup {
+                rule: "all".into(),
+                new: Some("m.local/hub/library/nginx:1".into())
+            }
+        );
+    }
+}
