@@ -7,7 +7,7 @@
 
 use std::cmp::Ordering;
 
-use crate::reference::{DEFAULT_DOMAIN, Reference};
+use crate::reference::{DEFAULT_DOMAIN, Reference, is_docker_hub};
 
 /// A compiled `match` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,7 +218,7 @@ fn normalize_pattern_name(name: &str) -> String {
             || first.contains(['.', ':'])
             || first.bytes().any(|b| b.is_ascii_uppercase()));
     if is_domain {
-        if first == "index.docker.io" {
+        if is_docker_hub(first) {
             return format!("{DEFAULT_DOMAIN}{}", &name[first.len()..]);
         }
         return name.to_owned();

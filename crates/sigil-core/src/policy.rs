@@ -440,9 +440,7 @@ impl Policy {
         for r in &mut registries {
             // Names never carry the legacy Docker Hub host; settings for it
             // must apply to `docker.io` names.
-            if r.host == "index.docker.io" || r.host == "registry-1.docker.io" {
-                r.host = reference::DEFAULT_DOMAIN.to_owned();
-            }
+            r.host = reference::canonical_domain(&r.host).to_owned();
             reference::validate_domain(&r.host).map_err(|_| PolicyError::Invalid {
                 line: None,
                 message: format!("registries: host {:?} is not host[:port]", r.host),
@@ -752,11 +750,7 @@ fn normalize_prefix(p: &str) -> Result<String, String> {
         Some((h, rest)) => (h, Some(rest)),
         None => (p, None),
     };
-    let host = if host == "index.docker.io" {
-        "docker.io"
-    } else {
-        host
-    };
+    let host = reference::canonical_domain(host);
     reference::validate_domain(host).map_err(|e| e.to_string())?;
     if !host.contains(['.', ':']) && host != "localhost" {
         return Err(
@@ -1068,6 +1062,22 @@ spec:
     fn docker_hub_registry_settings_apply_to_docker_io_names() {
         let p = Policy::from_yaml("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  registries: [{host: index.docker.io, auth: {dockerConfig: /x}}]\n").unwrap();
         assert_eq!(p.registries[0].host, "docker.io");
+    }
+
+    /// A deny written for `docker.io` names cannot be side-stepped by
+    /// spelling Docker Hub another way, in the image or in the rule.
+    #[test]
+    fn docker_hub_aliases_cannot_bypass_a_deny() {
+        let p = Policy::from_yaml("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n  - {name: all, match: [\"**\"]}\n  - {name: bad, match: [\"registry.hub.docker.com/library/bad\"], action: deny}\n").unwrap();
+        for img in [
+            "bad:1",
+            "docker.io/library/bad:1",
+            "index.docker.io/library/bad:1",
+            "registry-1.docker.io/library/bad:1",
+            "registry.hub.docker.com/bad:1",
+        ] {
+            assert_eq!(p.plan(img).unwrap().step, Step::Deny, "{img}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use sigil_core::policy::AuthSpec;
+use sigil_core::reference::is_docker_hub;
 
 /// Where a host's credentials come from. Files are read when needed, so a
 /// rotated Secret takes effect without a restart.
@@ -133,18 +134,13 @@ pub fn docker_config_lookup(text: &str, host: &str) -> Result<Option<Credentials
     let Some(auths) = v.get("auths").and_then(|a| a.as_object()) else {
         return Ok(None);
     };
-    let hub = host == "docker.io" || host == "registry-1.docker.io" || host == "index.docker.io";
+    let hub = is_docker_hub(host);
     let entry = auths.iter().find(|(k, _)| {
         let k = k
             .trim_start_matches("https://")
             .trim_start_matches("http://");
         let k_host = k.split('/').next().unwrap_or_default();
-        k_host == host
-            || (hub
-                && matches!(
-                    k_host,
-                    "docker.io" | "index.docker.io" | "registry-1.docker.io"
-                ))
+        k_host == host || (hub && is_docker_hub(k_host))
     });
     let Some((_, e)) = entry else { return Ok(None) };
     if let Some(tok) = e

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use sha2::{Digest as _, Sha256};
 use sigil_core::policy::RegistrySpec;
+use sigil_core::reference::api_host;
 use sigil_core::{Digest, Platform, Reference, ResolveFailure};
 use tokio::sync::Semaphore;
 
@@ -125,14 +126,6 @@ impl HostClient {
     }
 }
 
-/// The API endpoint of a registry domain (Docker Hub's API lives elsewhere).
-pub(crate) fn api_host(domain: &str) -> &str {
-    if domain == "docker.io" {
-        "registry-1.docker.io"
-    } else {
-        domain
-    }
-}
 
 pub(crate) struct Lookup<'a> {
     pub(crate) host: &'a HostClient,
