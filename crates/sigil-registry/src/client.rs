@@ -126,7 +126,6 @@ impl HostClient {
     }
 }
 
-
 pub(crate) struct Lookup<'a> {
     pub(crate) host: &'a HostClient,
     pub(crate) tokens: &'a TokenCache,

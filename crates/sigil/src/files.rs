@@ -8,7 +8,7 @@
 use std::io::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use crate::error::{Context as _, Result};
 
 /// Whether the new bytes must be on disk before the call returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

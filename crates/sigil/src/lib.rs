@@ -10,6 +10,7 @@ pub mod admission;
 pub mod certs;
 pub mod cluster;
 pub mod engine;
+pub mod error;
 pub mod files;
 pub mod krm;
 pub mod metrics;

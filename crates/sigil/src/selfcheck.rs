@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use crate::error::{Context as _, Error, Result};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
@@ -82,7 +82,7 @@ impl ServerCertVerifier for PinnedLeaf {
 pub async fn check(addr: SocketAddr, leaf: Option<&CertificateDer<'static>>) -> Result<()> {
     tokio::time::timeout(CHECK_TIMEOUT, check_inner(addr, leaf))
         .await
-        .map_err(|_| anyhow!("no answer within {CHECK_TIMEOUT:?}"))?
+        .map_err(|_| Error::Invalid(format!("no answer within {CHECK_TIMEOUT:?}")))?
 }
 
 async fn check_inner(addr: SocketAddr, leaf: Option<&CertificateDer<'static>>) -> Result<()> {
@@ -92,7 +92,8 @@ async fn check_inner(addr: SocketAddr, leaf: Option<&CertificateDer<'static>>) -
         provider: provider.clone(),
     });
     let cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .context("TLS versions")?
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
@@ -101,7 +102,11 @@ async fn check_inner(addr: SocketAddr, leaf: Option<&CertificateDer<'static>>) -
         .await
         .with_context(|| format!("connecting to {addr}"))?;
     let tls = connector
-        .connect(ServerName::try_from("localhost")?, tcp)
+        .connect(
+            ServerName::try_from("localhost")
+                .map_err(|e| Error::Invalid(format!("server name: {e}")))?,
+            tcp,
+        )
         .await
         .context("TLS handshake")?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
@@ -114,19 +119,30 @@ async fn check_inner(addr: SocketAddr, leaf: Option<&CertificateDer<'static>>) -
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(Full::new(Bytes::from(crate::admission::synthetic_review(
             &uid,
-        ))))?;
+        ))))
+        .map_err(|e| Error::Invalid(format!("building the self-check request: {e}")))?;
     let resp = sender
         .send_request(req)
         .await
         .context("sending synthetic AdmissionReview")?;
     let status = resp.status();
-    let body = resp.into_body().collect().await?.to_bytes();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .context("reading the answer")?
+        .to_bytes();
     if !status.is_success() {
-        bail!("synthetic AdmissionReview answered {status}");
+        return Err(Error::Invalid(format!(
+            "synthetic AdmissionReview answered {status}"
+        )));
     }
-    let v: serde_json::Value = serde_json::from_slice(&body).context("answer is not JSON")?;
+    let v: serde_json::Value = serde_json::from_slice(&body)
+        .map_err(|e| Error::Invalid(format!("answer is not JSON: {e}")))?;
     if v.pointer("/response/uid").and_then(|u| u.as_str()) != Some(uid.as_str()) {
-        bail!("answer does not echo the request uid");
+        return Err(Error::Invalid(
+            "answer does not echo the request uid".into(),
+        ));
     }
     Ok(())
 }

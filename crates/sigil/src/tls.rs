@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Context as _, Error, Result};
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -28,10 +28,13 @@ pub struct ServingCert {
 pub fn load_files(cert: &std::path::Path, key: &std::path::Path) -> Result<ServingCert> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .with_context(|| format!("reading TLS certificate {}", cert.display()))?
-        .collect::<Result<_, _>>()
+        .collect::<std::result::Result<_, _>>()
         .with_context(|| format!("parsing TLS certificate {}", cert.display()))?;
     if chain.is_empty() {
-        bail!("{} holds no PEM certificate", cert.display());
+        return Err(Error::Invalid(format!(
+            "{} holds no PEM certificate",
+            cert.display()
+        )));
     }
     let key = PrivateKeyDer::from_pem_file(key)
         .with_context(|| format!("reading TLS private key {}", key.display()))?;

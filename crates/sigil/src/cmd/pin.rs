@@ -1,30 +1,22 @@
-//! `sigil pin` and `sigil krm` as commands: files, stdin, stdout, exit codes.
+//! `sigil pin`: files, stdin, stdout, exit codes.
 //!
 //! Owns what the user sees of client-side pinning: which files are read, what
 //! goes to stdout and what to stderr, the progress bar, `--write` (atomic, all
 //! or nothing), `--check`, and the exit codes documented in `docs/pin.md`.
-//! Deciding and editing live in `sigil::pin` and `sigil::krm`.
+//! Deciding and editing live in `sigil::pin` (which calls the one
+//! per-object decision in sigil-core).
 
-use std::io::{IsTerminal as _, Read as _, Write as _};
-use std::path::{Path, PathBuf};
+use std::io::{IsTerminal as _, Write as _};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use futures_util::StreamExt as _;
-use sigil::engine::Engine;
 use sigil::files::{Durability, write_atomic};
-use sigil::krm::ResourceList;
-use sigil::metrics::Metrics;
 use sigil::pin::{ImageReport, PinOptions, Pinned, Status, pin_text};
-use sigil_core::Policy;
-use sigil_registry::Registry;
 
-/// Exit code: something is not pinned (`--check`) or is denied by the policy.
-pub const EXIT_FINDINGS: u8 = 1;
-/// Exit code: bad input (unreadable file, invalid YAML, bad policy, usage).
-pub const EXIT_ERROR: u8 = 2;
+use super::{EXIT_ERROR, EXIT_FINDINGS, engine_for, load_policy, read_stdin, runtime};
 
 #[derive(clap::Args, Debug)]
 pub struct PinArgs {
@@ -53,22 +45,6 @@ pub struct PinArgs {
     namespace: String,
 }
 
-#[derive(clap::Args, Debug, Default)]
-pub struct KrmArgs {
-    /// Policy used when the ResourceList carries no functionConfig.
-    #[arg(long, env = "SIGIL_POLICY")]
-    policy: Option<PathBuf>,
-    /// No registry calls: apply mirrors and rules; lookups become warnings.
-    #[arg(long)]
-    offline: bool,
-    /// Time allowed for the registry lookups of one object.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-    timeout: Duration,
-    /// Namespace of objects that name none, for `exemptNamespaces` (kubectl's default).
-    #[arg(short = 'n', long, default_value = sigil::pin::DEFAULT_NAMESPACE, env = "SIGIL_NAMESPACE")]
-    namespace: String,
-}
-
 #[derive(Copy, Clone, Debug, clap::ValueEnum)]
 enum Output {
     Text,
@@ -81,31 +57,6 @@ struct Input {
     name: String,
     path: Option<PathBuf>,
     text: String,
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting runtime")
-}
-
-fn load_policy(path: Option<&Path>) -> Result<Policy> {
-    crate::load_policy(path).map(|(policy, _)| policy)
-}
-
-fn engine_for(policy: Policy) -> Result<Engine<Registry>> {
-    let metrics = Arc::new(Metrics::default());
-    sigil::reload::engine_for(Arc::new(policy), None, &metrics)
-        .context("putting the policy in force")
-}
-
-fn read_stdin() -> Result<String> {
-    let mut s = String::new();
-    std::io::stdin()
-        .read_to_string(&mut s)
-        .context("reading stdin (it must be UTF-8 YAML)")?;
-    Ok(s)
 }
 
 /// Expands PATHs: files as given, directories recursively (sorted, hidden
@@ -186,7 +137,7 @@ fn progress(len: usize) -> indicatif::ProgressBar {
 }
 
 /// `sigil pin`.
-pub fn run_pin(args: PinArgs) -> Result<ExitCode> {
+pub fn run(args: PinArgs) -> Result<ExitCode> {
     let inputs = read_inputs(&args.paths)?;
     if args.write && inputs.iter().any(|i| i.path.is_none()) {
         bail!("--write edits files; for stdin, leave it out and the pinned YAML goes to stdout");
@@ -405,39 +356,4 @@ impl Report {
         }
         s
     }
-}
-
-/// `sigil krm`: ResourceList on stdin, ResourceList on stdout.
-pub fn run_krm(args: KrmArgs) -> Result<ExitCode> {
-    let list = match ResourceList::parse(read_stdin()?) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("sigil krm: {e}");
-            return Ok(ExitCode::from(EXIT_FINDINGS));
-        }
-    };
-    let out = match list.policy() {
-        Err(msg) => list.fail(msg),
-        Ok(policy) => {
-            let policy = match policy {
-                Some(p) => Ok(p),
-                None => load_policy(args.policy.as_deref()),
-            };
-            match policy.and_then(engine_for) {
-                Err(e) => list.fail(format!("{e:#}")),
-                Ok(engine) => {
-                    let opts = PinOptions {
-                        offline: args.offline,
-                        timeout: args.timeout,
-                        namespace: args.namespace.clone(),
-                    };
-                    runtime()?.block_on(list.process(&engine, &opts))
-                }
-            }
-        }
-    };
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(out.text.as_bytes())?;
-    stdout.flush()?;
-    Ok(ExitCode::from(if out.failed { EXIT_FINDINGS } else { 0 }))
 }

@@ -1,100 +1,28 @@
-//! Everything sigil writes to the Kubernetes API: its own
-//! MutatingWebhookConfiguration (`--register`), the CA bundle in it, and the
-//! break-glass marker.
-//!
-//! It owns the shape of the webhook configuration (what is intercepted, what
-//! is exempt) and the order of writes that keeps a cluster safe: register only
-//! once Ready, never while a break-glass marker is set, and never write a CA
-//! bundle read before the configuration it replaces. It does not own
-//! certificates (`certs`), serving, or decisions. Nothing here runs unless a
-//! flag asks for it: without `--register` / `--self-managed-certs` sigil never
-//! contacts the API server.
+//! sigil's own MutatingWebhookConfiguration: its shape (what is
+//! intercepted, what is exempt), and the reconcile loop that keeps it
+//! registered and its CA bundle current — first once Ready, then every
+//! interval, paused while a break-glass marker is set.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
     WebhookClientConfig,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
 };
 use kube::Client;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, PostParams};
 
+use super::break_glass::{break_glass_marker, delete_configurations};
+use super::{CaSource, IGNORE_LABEL, MANAGED_BY, NAMESPACE_NAME_LABEL, Settings, WEBHOOK_NAME};
+use crate::error::{Context as _, Error, Result};
 use crate::metrics::Metrics;
-
-/// Label that exempts a namespace from sigil (see docs/operations.md for who
-/// may set it: it switches off image policy for everything in the namespace).
-pub const IGNORE_LABEL: &str = "sigil.dev/ignore";
-/// Annotation on the state ConfigMap that pauses registration (break-glass).
-pub const BREAK_GLASS_ANNOTATION: &str = "sigil.dev/break-glass";
-/// Annotation recording the last ended break-glass window, for audits.
-pub const LAST_BREAK_GLASS_ANNOTATION: &str = "sigil.dev/last-break-glass";
-/// Label on every object sigil writes, so break-glass finds them all.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "sigil");
-/// The one webhook inside sigil's configuration.
-pub const WEBHOOK_NAME: &str = "images.sigil.dev";
-/// Well-known label every namespace carries with its own name (Kubernetes ≥ 1.21).
-const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
-
-/// What the API server does when sigil cannot answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum FailurePolicy {
-    /// Fail closed: requests sigil cannot answer are rejected.
-    Fail,
-    /// Fail open: they are admitted without sigil (audit afterwards).
-    Ignore,
-}
-
-impl FailurePolicy {
-    fn as_str(self) -> &'static str {
-        match self {
-            FailurePolicy::Fail => "Fail",
-            FailurePolicy::Ignore => "Ignore",
-        }
-    }
-}
-
-/// Where sigil lives in the cluster and how its webhook is registered.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// sigil's own namespace (exempted; holds the Secret and the state ConfigMap).
-    pub namespace: String,
-    /// Name of the MutatingWebhookConfiguration.
-    pub config_name: String,
-    /// Service in front of the replicas.
-    pub service: String,
-    /// Port of that Service.
-    pub service_port: i32,
-    /// `clientConfig.url` instead of the Service (sigil outside the cluster).
-    pub url: Option<String>,
-    /// failurePolicy of the webhook.
-    pub failure_policy: FailurePolicy,
-    /// timeoutSeconds of the webhook (1–30).
-    pub timeout_seconds: i32,
-    /// ConfigMap holding the break-glass marker.
-    pub state_configmap: String,
-    /// How often each replica re-checks the marker and its registration.
-    pub interval: Duration,
-}
-
-/// Where the caBundle written into the configuration comes from.
-#[derive(Debug, Clone)]
-pub enum CaSource {
-    /// Known at start (a CA minted in memory).
-    Fixed(Vec<u8>),
-    /// A file re-read on every reconcile (cert-manager's `ca.crt`).
-    File(PathBuf),
-    /// The self-managed Secret's `ca.crt`, read fresh on every reconcile.
-    Secret(String),
-}
 
 /// The (group, version, resources) sigil intercepts: every kind of the core
 /// issue, plus `pods/ephemeralcontainers` (`kubectl debug` adds images there).
@@ -210,33 +138,6 @@ pub fn webhook_configuration(
     }
 }
 
-/// A client from the in-cluster service account or KUBECONFIG, or an error
-/// that says which flag needed it and how to provide it.
-pub async fn connect(flag: &str) -> Result<Client> {
-    let config = kube::Config::infer().await.map_err(|e| {
-        anyhow!(
-            "{flag} needs access to the Kubernetes API, and none was found ({e}). \
-             Run sigil in a pod with a service account, or set KUBECONFIG; \
-             without {flag} sigil never contacts the API server"
-        )
-    })?;
-    Client::try_from(config).with_context(|| format!("building a Kubernetes client for {flag}"))
-}
-
-/// The break-glass marker, if set: its value says since when and why.
-pub async fn break_glass_marker(client: &Client, s: &Settings) -> Result<Option<String>> {
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &s.namespace);
-    let cm = cms
-        .get_opt(&s.state_configmap)
-        .await
-        .with_context(|| format!("reading ConfigMap {}/{}", s.namespace, s.state_configmap))?;
-    Ok(cm.and_then(|c| {
-        c.metadata
-            .annotations
-            .and_then(|mut a| a.remove(BREAK_GLASS_ANNOTATION))
-    }))
-}
-
 /// Reads the CA bundle to write, after the configuration it will replace was
 /// read (see [`reconcile`]).
 async fn read_ca(client: &Client, s: &Settings, source: &CaSource) -> Result<Vec<u8>> {
@@ -255,7 +156,9 @@ async fn read_ca(client: &Client, s: &Settings, source: &CaSource) -> Result<Vec
                 .data
                 .and_then(|mut d| d.remove("ca.crt"))
                 .map(|b| b.0)
-                .ok_or_else(|| anyhow!("Secret {}/{name} has no ca.crt", s.namespace))
+                .ok_or_else(|| {
+                    Error::Invalid(format!("Secret {}/{name} has no ca.crt", s.namespace))
+                })
         }
     }
 }
@@ -457,7 +360,7 @@ pub async fn run(
                 failures += 1;
                 metrics.cluster("webhook_configuration", "error");
                 if failures == 1 || failures.is_multiple_of(10) {
-                    tracing::warn!(error = %format!("{e:#}"), failures, "registering the webhook failed; retrying (serving is not affected)");
+                    tracing::warn!(error = %e, failures, "registering the webhook failed; retrying (serving is not affected)");
                 }
                 // Back off, but never wait longer than the normal interval.
                 (Duration::from_millis(200) * failures.min(50)).min(s.interval)
@@ -467,118 +370,10 @@ pub async fn run(
     }
 }
 
-/// Deletes sigil's configuration (by name, and any other carrying its
-/// managed-by label). Returns the names deleted.
-pub async fn delete_configurations(client: &Client, s: &Settings) -> Result<Vec<String>> {
-    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let mut names = vec![s.config_name.clone()];
-    let selector = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
-    match api
-        .list(&kube::api::ListParams::default().labels(&selector))
-        .await
-    {
-        Ok(list) => names.extend(list.items.into_iter().filter_map(|c| c.metadata.name)),
-        Err(e) => {
-            tracing::warn!(error = %e, "listing webhook configurations by label failed; deleting by name only")
-        }
-    }
-    names.sort();
-    names.dedup();
-    let mut deleted = Vec::new();
-    for name in names {
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => deleted.push(name),
-            Err(kube::Error::Api(st)) if st.is_not_found() => {}
-            Err(e) => {
-                return Err(e)
-                    .with_context(|| format!("deleting MutatingWebhookConfiguration {name}"));
-            }
-        }
-    }
-    Ok(deleted)
-}
-
-/// Sets (`Some(reason)`) or clears (`None`) the break-glass marker, creating
-/// the ConfigMap if needed. Clearing records the ended window in
-/// [`LAST_BREAK_GLASS_ANNOTATION`]. Returns the previous marker.
-pub async fn set_break_glass(
-    client: &Client,
-    s: &Settings,
-    marker: Option<String>,
-    now: &str,
-) -> Result<Option<String>> {
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &s.namespace);
-    // Optimistic concurrency: retry on conflict with a fresh read.
-    for _ in 0..5 {
-        let existing = cms
-            .get_opt(&s.state_configmap)
-            .await
-            .with_context(|| format!("reading ConfigMap {}/{}", s.namespace, s.state_configmap))?;
-        let mut cm = existing.clone().unwrap_or_else(|| ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(s.state_configmap.clone()),
-                namespace: Some(s.namespace.clone()),
-                labels: Some(BTreeMap::from([(
-                    MANAGED_BY.0.to_owned(),
-                    MANAGED_BY.1.to_owned(),
-                )])),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        });
-        let ann = cm.metadata.annotations.get_or_insert_with(BTreeMap::new);
-        let previous = ann.get(BREAK_GLASS_ANNOTATION).cloned();
-        match &marker {
-            Some(m) => {
-                ann.insert(BREAK_GLASS_ANNOTATION.into(), m.clone());
-            }
-            None => {
-                if let Some(p) = ann.remove(BREAK_GLASS_ANNOTATION) {
-                    ann.insert(
-                        LAST_BREAK_GLASS_ANNOTATION.into(),
-                        format!("{p}; ended={now}"),
-                    );
-                }
-            }
-        }
-        let written = if existing.is_some() {
-            cms.replace(&s.state_configmap, &PostParams::default(), &cm)
-                .await
-        } else {
-            cms.create(&PostParams::default(), &cm).await
-        };
-        match written {
-            Ok(_) => return Ok(previous),
-            Err(kube::Error::Api(st)) if st.is_conflict() || st.is_already_exists() => continue,
-            Err(e) => {
-                return Err(e).with_context(|| {
-                    format!("writing ConfigMap {}/{}", s.namespace, s.state_configmap)
-                });
-            }
-        }
-    }
-    Err(anyhow!(
-        "ConfigMap {}/{} kept changing under us; try again",
-        s.namespace,
-        s.state_configmap
-    ))
-}
-
-/// The namespace sigil runs in: `--namespace`, else the pod's service
-/// account namespace, else `sigil-system`.
-pub fn own_namespace(flag: Option<String>) -> String {
-    flag.or_else(|| {
-        std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-            .ok()
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-    })
-    .unwrap_or_else(|| "sigil-system".into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::FailurePolicy;
 
     fn settings() -> Settings {
         Settings {

@@ -18,16 +18,10 @@
 //! It does not write the webhook configuration (`cluster`) or serve TLS (`tls`).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Client;
-use kube::api::{Api, PostParams};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, SanType,
@@ -35,8 +29,12 @@ use rcgen::{
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::metrics::Metrics;
-use crate::tls::{CertStore, ServingCert};
+use crate::error::{Context as _, Error, Result};
+use crate::tls::ServingCert;
+
+mod secret;
+
+pub use secret::{initial, reconcile, run};
 
 const TLS_CRT: &str = "tls.crt";
 const TLS_KEY: &str = "tls.key";
@@ -94,7 +92,7 @@ fn facts(pem: &str) -> Result<Vec<Facts>> {
     for der in CertificateDer::pem_slice_iter(pem.as_bytes()) {
         let der = der.context("bad PEM certificate")?;
         let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref())
-            .map_err(|e| anyhow!("bad certificate: {e}"))?;
+            .map_err(|e| Error::Invalid(format!("bad certificate: {e}")))?;
         out.push(Facts {
             subject: cert.subject().as_raw().to_vec(),
             issuer: cert.issuer().as_raw().to_vec(),
@@ -109,7 +107,7 @@ fn one(pem: &str, what: &str) -> Result<Facts> {
     facts(pem)?
         .into_iter()
         .next()
-        .ok_or_else(|| anyhow!("{what} holds no certificate"))
+        .ok_or_else(|| Error::Invalid(format!("{what} holds no certificate")))
 }
 
 fn unix(t: SystemTime) -> i64 {
@@ -119,7 +117,8 @@ fn unix(t: SystemTime) -> i64 {
 }
 
 fn offset(t: i64) -> Result<time::OffsetDateTime> {
-    time::OffsetDateTime::from_unix_timestamp(t).context("timestamp out of range")
+    time::OffsetDateTime::from_unix_timestamp(t)
+        .map_err(|e| Error::Invalid(format!("timestamp {t} out of range: {e}")))
 }
 
 /// Seconds left below which a certificate of this lifetime is renewed.
@@ -175,8 +174,7 @@ fn new_leaf(
             .push(match n.parse::<std::net::IpAddr>() {
                 Ok(ip) => SanType::IpAddress(ip),
                 Err(_) => SanType::DnsName(
-                    n.clone()
-                        .try_into()
+                    rcgen::string::Ia5String::try_from(n.clone())
                         .with_context(|| format!("{n:?} is not a valid DNS name"))?,
                 ),
             });
@@ -376,7 +374,7 @@ impl Material {
         let leaf = one(&self.tls_crt, "tls.crt")?;
         let mut chain: Vec<CertificateDer<'static>> =
             CertificateDer::pem_slice_iter(self.tls_crt.as_bytes())
-                .collect::<Result<_, _>>()
+                .collect::<std::result::Result<_, _>>()
                 .context("parsing tls.crt")?;
         for der in CertificateDer::pem_slice_iter(self.ca_bundle.as_bytes()).flatten() {
             if one(&pem_of(&der), "ca.crt").is_ok_and(|f| f.subject == leaf.issuer) {
@@ -398,133 +396,6 @@ impl Material {
         one(&self.tls_crt, "tls.crt")
             .map(|f| f.not_after)
             .unwrap_or(0)
-    }
-}
-
-/// Whether the webhook configuration's caBundle holds the signing CA.
-async fn bundle_trusted(client: &Client, config: &str, signing_pem: &str) -> Result<Option<bool>> {
-    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let Some(c) = api
-        .get_opt(config)
-        .await
-        .with_context(|| format!("reading MutatingWebhookConfiguration {config}"))?
-    else {
-        return Ok(None);
-    };
-    let want = one(signing_pem, "ca-signing.crt")?.subject;
-    let all = c.webhooks.iter().flatten().all(|w| {
-        w.client_config.ca_bundle.as_ref().is_some_and(|b| {
-            std::str::from_utf8(&b.0)
-                .ok()
-                .and_then(|p| facts(p).ok())
-                .is_some_and(|fs| fs.iter().any(|f| f.subject == want))
-        })
-    });
-    Ok(Some(all))
-}
-
-/// One reconcile: read the Secret, advance one step, write it back guarded by
-/// its resourceVersion. Returns what is in the Secret afterwards.
-pub async fn reconcile(
-    client: &Client,
-    namespace: &str,
-    config: &str,
-    cfg: &CertSettings,
-) -> Result<Material> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    for _ in 0..5 {
-        let existing = api
-            .get_opt(&cfg.secret)
-            .await
-            .with_context(|| format!("reading Secret {namespace}/{}", cfg.secret))?;
-        let current = existing.as_ref().and_then(Material::from_secret);
-        let trusted = match &current {
-            Some(m) => bundle_trusted(client, config, &m.signing_crt).await?,
-            None => None,
-        };
-        let step = next_step(current.as_ref(), SystemTime::now(), cfg, trusted)?;
-        let (next, why) = match step {
-            Step::Keep | Step::WaitForBundle => {
-                return current
-                    .ok_or_else(|| anyhow!("unreachable: no Secret and nothing to write"));
-            }
-            Step::Write(m, why) => (m, why),
-        };
-        let result = match existing {
-            Some(mut s) => {
-                s.data = Some(next.data());
-                api.replace(&cfg.secret, &PostParams::default(), &s).await
-            }
-            None => {
-                let s = Secret {
-                    metadata: ObjectMeta {
-                        name: Some(cfg.secret.clone()),
-                        namespace: Some(namespace.to_owned()),
-                        labels: Some(BTreeMap::from([(
-                            crate::cluster::MANAGED_BY.0.to_owned(),
-                            crate::cluster::MANAGED_BY.1.to_owned(),
-                        )])),
-                        ..ObjectMeta::default()
-                    },
-                    type_: Some("kubernetes.io/tls".into()),
-                    data: Some(next.data()),
-                    ..Secret::default()
-                };
-                api.create(&PostParams::default(), &s).await
-            }
-        };
-        match result {
-            Ok(_) => {
-                tracing::info!(secret = %format!("{namespace}/{}", cfg.secret), step = why, "self-managed certificates");
-                return Ok(next);
-            }
-            // Another replica wrote first: re-read and continue from its state.
-            Err(kube::Error::Api(st)) if st.is_conflict() || st.is_already_exists() => continue,
-            Err(e) => {
-                return Err(e)
-                    .with_context(|| format!("writing Secret {namespace}/{}", cfg.secret));
-            }
-        }
-    }
-    bail!("Secret {namespace}/{} kept changing under us", cfg.secret)
-}
-
-/// Keeps the served certificate equal to the Secret's and rotation moving.
-pub async fn run(
-    client: Client,
-    namespace: String,
-    config: String,
-    cfg: CertSettings,
-    store: Arc<CertStore>,
-    metrics: Arc<Metrics>,
-) {
-    let mut served = String::new();
-    loop {
-        match reconcile(&client, &namespace, &config, &cfg).await {
-            Ok(m) => {
-                metrics.cluster("certificate_secret", "ok");
-                if m.tls_crt != served {
-                    match m.serving_cert().and_then(|c| store.replace(&c)) {
-                        Ok(()) => {
-                            tracing::info!(
-                                not_after = m.not_after(),
-                                "serving the Secret's certificate"
-                            );
-                            metrics.cert_not_after.set(m.not_after());
-                            served = m.tls_crt;
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %format!("{e:#}"), "the Secret's certificate cannot be served; keeping the current one")
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                metrics.cluster("certificate_secret", "error");
-                tracing::warn!(error = %format!("{e:#}"), "self-managed certificates: reconcile failed; retrying");
-            }
-        }
-        tokio::time::sleep(cfg.interval).await;
     }
 }
 

@@ -1,0 +1,274 @@
+//! Turning a policy document into a [`Policy`]: every check that refuses a
+//! policy lives here, each naming the offending line when it is known.
+
+use std::sync::Arc;
+
+use super::{
+    API_VERSION, Action, ImagePolicyDoc, KIND, Mirror, MirrorSpec, Platform, Policy, PolicyError,
+    Rule, invalid,
+};
+use crate::decision::Mode;
+use crate::pattern::{Pattern, PatternError};
+use crate::reference;
+use crate::verify::Verification;
+
+impl Policy {
+    /// Turns the document into a policy, or says which value is wrong.
+    pub fn compile(doc: ImagePolicyDoc) -> Result<Policy, PolicyError> {
+        if doc.api_version.value != API_VERSION {
+            return Err(invalid(
+                &doc.api_version,
+                format!(
+                    "apiVersion is {:?}; this sigil reads {API_VERSION:?}",
+                    doc.api_version.value
+                ),
+            ));
+        }
+        if doc.kind.value != KIND {
+            return Err(invalid(
+                &doc.kind,
+                format!("kind is {:?}; expected {KIND:?}", doc.kind.value),
+            ));
+        }
+        let spec = doc.spec;
+        let mirrors = compile_mirrors(&spec.mirrors)?;
+        let platform = match spec.pin.platform.value.trim() {
+            "" => None,
+            p => Some(Platform::parse(p).ok_or_else(|| {
+                invalid(
+                    &spec.pin.platform,
+                    format!("platform {p:?} is not os/arch[/variant], e.g. linux/amd64"),
+                )
+            })?),
+        };
+        let cache_ttl =
+            humantime::parse_duration(spec.pin.cache_ttl.value.trim()).map_err(|e| {
+                invalid(
+                    &spec.pin.cache_ttl,
+                    format!(
+                        "cacheTTL {:?} is not a duration like 5m or 30s: {e}",
+                        spec.pin.cache_ttl.value
+                    ),
+                )
+            })?;
+        let mut seen_hosts = std::collections::HashSet::new();
+        let mut registries = spec.registries;
+        for r in &mut registries {
+            // Names never carry the legacy Docker Hub host; settings for it
+            // must apply to `docker.io` names.
+            r.host = reference::canonical_domain(&r.host).to_owned();
+            reference::validate_domain(&r.host).map_err(|_| PolicyError::Invalid {
+                line: None,
+                message: format!("registries: host {:?} is not host[:port]", r.host),
+            })?;
+            if !seen_hosts.insert(r.host.clone()) {
+                return Err(PolicyError::Invalid {
+                    line: None,
+                    message: format!("registries: host {:?} is listed twice", r.host),
+                });
+            }
+            if let Some(a) = &r.auth {
+                let basic = a.username.is_some() || a.password_file.is_some();
+                if basic && a.docker_config.is_some() {
+                    return Err(PolicyError::Invalid {
+                        line: None,
+                        message: format!(
+                            "registries: {}: give either username/passwordFile or dockerConfig, not both",
+                            r.host
+                        ),
+                    });
+                }
+                if a.username.is_some() != a.password_file.is_some() {
+                    return Err(PolicyError::Invalid {
+                        line: None,
+                        message: format!(
+                            "registries: {}: username and passwordFile go together",
+                            r.host
+                        ),
+                    });
+                }
+            }
+        }
+        let mut rules = Vec::with_capacity(spec.rules.len());
+        let mut names = std::collections::HashSet::new();
+        for r in &spec.rules {
+            if r.name.value.trim().is_empty() {
+                return Err(invalid(&r.name, "rule name must not be empty"));
+            }
+            if !names.insert(r.name.value.clone()) {
+                return Err(invalid(
+                    &r.name,
+                    format!("rule name {:?} is used twice", r.name.value),
+                ));
+            }
+            if r.patterns.is_empty() {
+                return Err(invalid(
+                    &r.name,
+                    format!("rule {:?} has an empty match list", r.name.value),
+                ));
+            }
+            let mut patterns = Vec::with_capacity(r.patterns.len());
+            for p in &r.patterns {
+                patterns.push(
+                    Pattern::parse(&p.value)
+                        .map_err(|e: PatternError| invalid(p, e.to_string()))?,
+                );
+            }
+            let action = r.action.unwrap_or_default();
+            let has_verify = !r.verify.is_empty();
+            if !has_verify
+                && (r.threshold.is_some() || !r.required.is_empty() || r.signatures.is_some())
+            {
+                return Err(invalid(
+                    &r.name,
+                    format!(
+                        "rule {:?}: threshold, required and signatures need a verify list",
+                        r.name.value
+                    ),
+                ));
+            }
+            if has_verify && action != Action::Pin {
+                return Err(invalid(
+                    &r.name,
+                    format!(
+                        "rule {:?}: verify checks the pinned digest, so it needs action: pin (the default)",
+                        r.name.value
+                    ),
+                ));
+            }
+            let verification = if has_verify {
+                Some(Arc::new(
+                    Verification::compile(
+                        &r.name.value,
+                        &r.verify,
+                        r.threshold,
+                        &r.required,
+                        r.signatures.as_ref(),
+                    )
+                    .map_err(|m| invalid(&r.name, m))?,
+                ))
+            } else {
+                None
+            };
+            rules.push(Rule {
+                name: r.name.value.clone(),
+                patterns,
+                mode: r.mode.unwrap_or(Mode::Enforce),
+                action,
+                description: r.description.clone(),
+                verification,
+            });
+        }
+        // Ties: two rules whose equally specific patterns can match one name.
+        for (ri, a) in rules.iter().enumerate() {
+            for b in rules.iter().skip(ri + 1) {
+                for (pi, pa) in a.patterns.iter().enumerate() {
+                    for pb in &b.patterns {
+                        if pa.specificity() == pb.specificity() && pa.overlaps(pb) {
+                            return Err(invalid(
+                                &spec.rules[ri].patterns[pi],
+                                format!(
+                                    "rules {:?} ({}) and {:?} ({}) are equally specific and can match the same image; make one more specific",
+                                    a.name,
+                                    pa.normalized(),
+                                    b.name,
+                                    pb.normalized()
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        let mut order: Vec<(usize, usize)> = rules
+            .iter()
+            .enumerate()
+            .flat_map(|(ri, r)| (0..r.patterns.len()).map(move |pi| (ri, pi)))
+            .collect();
+        order.sort_by(|&(ra, pa), &(rb, pb)| {
+            rules[rb].patterns[pb]
+                .specificity()
+                .cmp(&rules[ra].patterns[pa].specificity())
+        });
+        Ok(Policy {
+            name: doc.metadata.name,
+            mirrors,
+            registries,
+            scope: spec.pin.scope,
+            platform,
+            cache_ttl,
+            rules,
+            order,
+            exempt_namespaces: spec.exempt_namespaces,
+        })
+    }
+}
+
+fn compile_mirrors(specs: &[MirrorSpec]) -> Result<Vec<Mirror>, PolicyError> {
+    let mut out: Vec<Mirror> = Vec::with_capacity(specs.len());
+    for m in specs {
+        let from = normalize_prefix(&m.from.value)
+            .map_err(|e| invalid(&m.from, format!("mirror from {:?}: {e}", m.from.value)))?;
+        let to = normalize_prefix(&m.to.value)
+            .map_err(|e| invalid(&m.to, format!("mirror to {:?}: {e}", m.to.value)))?;
+        if out.iter().any(|o| o.from == from) {
+            return Err(invalid(
+                &m.from,
+                format!("mirror from {from:?} is listed twice"),
+            ));
+        }
+        if out.iter().any(|o| o.to == to) {
+            return Err(invalid(
+                &m.to,
+                format!(
+                    "mirror to {to:?} is used by two mirrors, so a mirrored name could not be mapped back to one origin"
+                ),
+            ));
+        }
+        out.push(Mirror { from, to });
+    }
+    for a in &out {
+        if let Some(b) = out.iter().find(|b| super::plan::under(&a.to, &b.from)) {
+            let at = specs
+                .iter()
+                .find(|s| normalize_prefix(&s.to.value).ok().as_deref() == Some(a.to.as_str()))
+                .map(|s| &s.to);
+            let msg = format!(
+                "mirror target {:?} lies under mirror origin {:?}; chained mirrors are not supported",
+                a.to, b.from
+            );
+            return Err(match at {
+                Some(s) => invalid(s, msg),
+                None => PolicyError::Invalid {
+                    line: None,
+                    message: msg,
+                },
+            });
+        }
+    }
+    out.sort_by_key(|m| std::cmp::Reverse(m.from.len()));
+    Ok(out)
+}
+
+/// A mirror prefix is a host or host/path, validated with the reference grammar.
+fn normalize_prefix(p: &str) -> Result<String, String> {
+    let p = p.trim().trim_end_matches('/');
+    let (host, path) = match p.split_once('/') {
+        Some((h, rest)) => (h, Some(rest)),
+        None => (p, None),
+    };
+    let host = reference::canonical_domain(host);
+    reference::validate_domain(host).map_err(|e| e.to_string())?;
+    if !host.contains(['.', ':']) && host != "localhost" {
+        return Err(
+            "the first segment must be a registry host (with a dot or a port, or localhost)".into(),
+        );
+    }
+    if let Some(path) = path {
+        if let Some(bad) = path.split('/').find(|c| !reference::is_path_component(c)) {
+            return Err(format!("invalid path component {bad:?}"));
+        }
+        return Ok(format!("{host}/{path}"));
+    }
+    Ok(host.to_owned())
+}

@@ -1,0 +1,137 @@
+//! The policy in plain words, as `sigil policy check` prints it: what each
+//! mirror, registry setting and rule means, in the order they apply.
+
+use std::fmt::Write as _;
+
+use super::{Action, Policy, Scope};
+use crate::decision::Mode;
+
+impl Policy {
+    /// Plain-words rendering: one line per mirror and registry, one per rule
+    /// (and its signature requirement), and what happens to everything else.
+    pub fn describe(&self) -> String {
+        let p = self;
+        let mut s = String::new();
+        let name = if p.name.is_empty() {
+            "(unnamed)"
+        } else {
+            &p.name
+        };
+        let _ = writeln!(s, "policy {name:?} is valid.\n");
+        if p.mirrors.is_empty() {
+            let _ = writeln!(s, "mirrors: none; images are pulled from where they name.");
+        } else {
+            let _ = writeln!(
+                s,
+                "mirrors (applied first; the longest matching origin wins):"
+            );
+            for m in &p.mirrors {
+                let _ = writeln!(
+                    s,
+                    "  {}/… is pulled from {}/… (and {}/… is read back as {}/… for rule matching)",
+                    m.from, m.to, m.to, m.from
+                );
+            }
+        }
+        if !p.registries.is_empty() {
+            let _ = writeln!(s, "registries:");
+            for r in &p.registries {
+                let mut parts = vec![if r.insecure {
+                    "plain HTTP (insecure: true)".to_owned()
+                } else {
+                    "HTTPS".to_owned()
+                }];
+                if let Some(ca) = &r.ca {
+                    parts.push(format!(
+                        "extra CA {}",
+                        if ca.contains("-----BEGIN") {
+                            "(inline PEM)"
+                        } else {
+                            ca
+                        }
+                    ));
+                }
+                match &r.auth {
+                    Some(a) if a.docker_config.is_some() => parts.push(format!(
+                        "credentials from docker config {}",
+                        a.docker_config.as_deref().unwrap_or_default()
+                    )),
+                    Some(a) => parts.push(format!(
+                        "user {} with password from {}",
+                        a.username.as_deref().unwrap_or_default(),
+                        a.password_file.as_deref().unwrap_or_default()
+                    )),
+                    None => parts.push("anonymous".into()),
+                }
+                let _ = writeln!(s, "  {}: {}", r.host, parts.join(", "));
+            }
+        }
+        let scope = match p.scope {
+            Scope::Workloads => "every object with pod-spec image fields is patched",
+            Scope::Pods => "only Pods are patched; other workloads are checked but left as written",
+        };
+        let platform = p
+            .platform
+            .as_ref()
+            .map(|x| format!("the {x} manifest's digest"))
+            .unwrap_or_else(|| "the index digest (all platforms)".into());
+        let _ = writeln!(
+            s,
+            "pinning: {scope}; tags are pinned to {platform}; digests are cached for {}.",
+            humantime::format_duration(p.cache_ttl)
+        );
+        let _ = writeln!(s, "rules (the most specific matching pattern wins):");
+        for r in &p.rules {
+            let pats: Vec<&str> = r.patterns.iter().map(|x| x.normalized()).collect();
+            let what = match r.action {
+                Action::Deny => "are denied".to_owned(),
+                Action::Allow => "are admitted as written, without pinning".to_owned(),
+                Action::Pin => format!(
+                    "are pinned to a digest; if that fails they are {}",
+                    if r.mode == Mode::Enforce {
+                        "denied (enforce)"
+                    } else {
+                        "admitted unchanged with a warning (warn)"
+                    }
+                ),
+            };
+            let _ = writeln!(
+                s,
+                "  {}: images matching {} {what}",
+                r.name,
+                pats.join(", ")
+            );
+            if let Some(v) = &r.verification {
+                let names: Vec<&str> = v.verifiers.iter().map(|x| x.name.as_str()).collect();
+                let _ = writeln!(
+                    s,
+                    "    and their pinned digest must be signed: at least {} of {}{}; signatures are read from {}",
+                    v.threshold,
+                    names.join(", "),
+                    if v.required.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", including {}", v.required.join(", "))
+                    },
+                    v.signatures_repository
+                        .as_deref()
+                        .unwrap_or("the repository the image is pulled from")
+                );
+            }
+            if let Some(d) = &r.description {
+                let _ = writeln!(s, "    {d}");
+            }
+        }
+        let _ = writeln!(s, "  any other image is denied: no rule matches it.");
+        if p.exempt_namespaces.is_empty() {
+            let _ = writeln!(s, "exempt namespaces: none");
+        } else {
+            let _ = writeln!(
+                s,
+                "exempt namespaces (requests pass untouched): {}",
+                p.exempt_namespaces.join(", ")
+            );
+        }
+        s
+    }
+}

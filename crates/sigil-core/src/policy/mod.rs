@@ -1,0 +1,231 @@
+//! The `ImagePolicy`: what a policy *means*.
+//!
+//! Owns the compiled policy ([`Policy`], [`Rule`], [`Mirror`]) and the
+//! per-image [`Plan`]; the document as written lives in [`schema`], turning
+//! it into a policy (with line-numbered errors) in [`compile`], mirror
+//! rewrites and rule matching in [`plan`], and the plain-words rendering
+//! `sigil policy check` prints in [`describe`]. It reads no files and talks
+//! to no registry: paths in the policy (CA files, password files) are handed
+//! to the I/O crates as written.
+
+mod compile;
+mod describe;
+mod plan;
+pub mod schema;
+
+pub use schema::{
+    Action, AuthSpec, ImagePolicyDoc, Metadata, MirrorSpec, PinSpec, RegistrySpec, RuleSpec, Scope,
+    Spec,
+};
+
+use std::time::Duration;
+
+use std::sync::Arc;
+
+use serde_saphyr::Spanned;
+
+use crate::decision::Mode;
+use crate::pattern::Pattern;
+use crate::reference::Reference;
+use crate::verify::Verification;
+
+/// The only `apiVersion` this build understands.
+pub const API_VERSION: &str = "sigil.dev/v1alpha1";
+/// The policy's `kind`.
+pub const KIND: &str = "ImagePolicy";
+
+/// The policy sigil uses when none is given: pin every image, only warn on failure.
+pub const DEFAULT_POLICY_YAML: &str = r#"apiVersion: sigil.dev/v1alpha1
+kind: ImagePolicy
+metadata:
+  name: embedded-default
+spec:
+  pin:
+    scope: workloads
+    platform: ""
+    cacheTTL: 5m
+  rules:
+    - name: pin-everything
+      match: ["**"]
+      mode: warn
+  exemptNamespaces: [kube-system]
+"#;
+
+/// Why a policy could not be loaded. Every variant names the line when known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// The YAML is malformed or does not fit the schema (unknown field, wrong type).
+    #[error("{0}")]
+    Syntax(String),
+    /// A value is well-formed YAML but means nothing sigil can apply.
+    #[error("{}{message}", fmt_line(*line))]
+    Invalid {
+        /// 1-based line of the offending value, if known.
+        line: Option<u64>,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+}
+
+fn fmt_line(line: Option<u64>) -> String {
+    line.map(|l| format!("line {l}: ")).unwrap_or_default()
+}
+
+pub(crate) fn invalid<T>(at: &Spanned<T>, message: impl Into<String>) -> PolicyError {
+    let l = at.referenced.line();
+    PolicyError::Invalid {
+        line: (l > 0).then_some(l),
+        message: message.into(),
+    }
+}
+
+/// A platform selector such as `linux/arm64/v8`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Platform {
+    /// e.g. `linux`
+    pub os: String,
+    /// e.g. `amd64`
+    pub architecture: String,
+    /// e.g. `v8`
+    pub variant: Option<String>,
+}
+
+impl std::fmt::Display for Platform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.os, self.architecture)?;
+        if let Some(v) = &self.variant {
+            write!(f, "/{v}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Platform {
+    /// Parses `os/arch[/variant]`.
+    pub fn parse(s: &str) -> Option<Platform> {
+        let mut it = s.split('/');
+        let os = it.next().filter(|x| !x.is_empty())?;
+        let architecture = it.next().filter(|x| !x.is_empty())?;
+        let variant = it.next().map(str::to_owned);
+        if it.next().is_some() || variant.as_deref() == Some("") {
+            return None;
+        }
+        Some(Platform {
+            os: os.to_owned(),
+            architecture: architecture.to_owned(),
+            variant,
+        })
+    }
+}
+
+/// A compiled mirror.
+#[derive(Debug, Clone)]
+pub struct Mirror {
+    /// Origin prefix (normalized).
+    pub from: String,
+    /// Mirror prefix.
+    pub to: String,
+}
+
+/// A compiled rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Rule name.
+    pub name: String,
+    /// Patterns, in the order written.
+    pub patterns: Vec<Pattern>,
+    /// Failure handling.
+    pub mode: Mode,
+    /// What to do on match.
+    pub action: Action,
+    /// Free text.
+    pub description: Option<String>,
+    /// Signature requirement, if the rule has `verify`.
+    pub verification: Option<Arc<Verification>>,
+}
+
+/// A loaded, validated policy. Cheap to share behind an `Arc`.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// `metadata.name`.
+    pub name: String,
+    /// Mirrors sorted longest `from` first.
+    pub mirrors: Vec<Mirror>,
+    /// Registry settings, as written.
+    pub registries: Vec<RegistrySpec>,
+    /// Which objects are patched.
+    pub scope: Scope,
+    /// Platform to pin, if any.
+    pub platform: Option<Platform>,
+    /// Digest cache lifetime.
+    pub cache_ttl: Duration,
+    /// Rules as written.
+    pub rules: Vec<Rule>,
+    /// (rule index, pattern index) sorted most specific first.
+    order: Vec<(usize, usize)>,
+    /// Namespaces that pass untouched.
+    pub exempt_namespaces: Vec<String>,
+}
+
+/// What the policy says must happen to one image, before any I/O.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The image as written in the object.
+    pub written: String,
+    /// Its normalized form.
+    pub reference: Reference,
+    /// The name rules were matched on (mirror prefix mapped back to the origin).
+    pub origin: Reference,
+    /// Where the image is pulled from after the mirror stage.
+    pub target: Reference,
+    /// Name of the rule that applied.
+    pub rule: String,
+    /// Failure handling of that rule.
+    pub mode: Mode,
+    /// Next step.
+    pub step: Step,
+    /// Signatures the pinned digest must carry, if the rule verifies.
+    pub verify: Option<Arc<Verification>>,
+}
+
+/// The I/O, if any, a plan still needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Resolve `target`'s tag to a digest, then pin.
+    Resolve,
+    /// Nothing to look up; the image is final as `target` (maybe rewritten).
+    Keep,
+    /// Static denial by the rule.
+    Deny,
+}
+
+impl Policy {
+    /// Loads the embedded default policy.
+    pub fn embedded_default() -> Policy {
+        // The embedded text is covered by a unit test; failing here is a build bug.
+        Policy::from_yaml(DEFAULT_POLICY_YAML)
+            .unwrap_or_else(|e| panic!("embedded default policy is invalid: {e}"))
+    }
+
+    /// Parses and validates a policy document.
+    pub fn from_yaml(text: &str) -> Result<Policy, PolicyError> {
+        let doc: ImagePolicyDoc =
+            serde_saphyr::from_str(text).map_err(|e| PolicyError::Syntax(e.to_string()))?;
+        Policy::compile(doc)
+    }
+
+    /// Validates a policy that was already deserialized (e.g. from a KRM functionConfig).
+    pub fn from_json_value(v: serde_json::Value) -> Result<Policy, PolicyError> {
+        let doc: ImagePolicyDoc =
+            serde_json::from_value(v).map_err(|e| PolicyError::Syntax(e.to_string()))?;
+        Policy::compile(doc)
+    }
+
+    /// Whether requests in this namespace pass untouched.
+    pub fn is_exempt(&self, namespace: &str) -> bool {
+        self.exempt_namespaces.iter().any(|n| n == namespace)
+    }
+}
+
+#[cfg(test)]
+mod tests;

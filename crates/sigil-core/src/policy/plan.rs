@@ -1,0 +1,113 @@
+//! What happens to one image: mirror rewrites both ways (so a second
+//! admission pass decides the same), the rule that governs the image, and
+//! whether it must be resolved, kept, or denied.
+
+use super::{Action, Plan, Policy, Rule, Step};
+use crate::decision::Denial;
+use crate::reference::{self, Reference};
+
+impl Policy {
+    /// The rule governing a normalized origin name, if any.
+    pub fn rule_for(&self, origin: &Reference) -> Option<&Rule> {
+        self.order
+            .iter()
+            .find(|&&(ri, pi)| self.rules[ri].patterns[pi].matches(origin))
+            .map(|&(ri, _)| &self.rules[ri])
+    }
+
+    /// Maps a mirrored name back to its origin (longest `to` wins). Names not
+    /// under any mirror are their own origin.
+    pub fn origin_of(&self, r: &Reference) -> Reference {
+        let name = r.name();
+        let best = self
+            .mirrors
+            .iter()
+            .filter(|m| under(&name, &m.to))
+            .max_by_key(|m| m.to.len());
+        match best {
+            Some(m) => swap_prefix(r, &name, &m.to, &m.from).unwrap_or_else(|| r.clone()),
+            None => r.clone(),
+        }
+    }
+
+    /// Maps an origin name to where it is pulled from (longest `from` wins).
+    pub fn mirror_of(&self, origin: &Reference) -> Reference {
+        let name = origin.name();
+        // `mirrors` is sorted longest `from` first.
+        match self.mirrors.iter().find(|m| under(&name, &m.from)) {
+            Some(m) => swap_prefix(origin, &name, &m.from, &m.to).unwrap_or_else(|| origin.clone()),
+            None => origin.clone(),
+        }
+    }
+
+    /// Decides what must happen to one image string. Pure and idempotent:
+    /// planning the output of a previous plan yields `Step::Keep` with the same target.
+    pub fn plan(&self, written: &str) -> Result<Plan, Denial> {
+        let reference =
+            Reference::parse(written.trim()).map_err(|e| Denial::InvalidReference { error: e })?;
+        let origin = self.origin_of(&reference);
+        let rule = self.rule_for(&origin).ok_or(Denial::NoRule)?;
+        let target = self.mirror_of(&origin);
+        let step = match rule.action {
+            Action::Deny => Step::Deny,
+            Action::Allow => Step::Keep,
+            Action::Pin if target.digest().is_some() => Step::Keep,
+            Action::Pin => Step::Resolve,
+        };
+        Ok(Plan {
+            written: written.to_owned(),
+            reference,
+            origin,
+            target,
+            rule: rule.name.clone(),
+            mode: rule.mode,
+            step,
+            verify: rule.verification.clone(),
+        })
+    }
+}
+
+impl Plan {
+    /// Whether the mirror stage changed where the image comes from.
+    pub fn rewritten(&self) -> bool {
+        self.target.domain() != self.reference.domain()
+            || self.target.path() != self.reference.path()
+    }
+
+    /// The image string to write back, given the digest resolved (if any).
+    /// Keeps the user's spelling when only a digest is added.
+    pub fn final_image(&self, digest: Option<&reference::Digest>) -> String {
+        match digest {
+            Some(d) if self.rewritten() => self.target.pinned(d.clone()).to_string(),
+            Some(d) => {
+                let w = self.written.trim();
+                let base = match w.split_once('@') {
+                    Some((b, _)) => b,
+                    None => w,
+                };
+                let has_tag = base
+                    .rsplit('/')
+                    .next()
+                    .is_some_and(|last| last.contains(':'));
+                if has_tag {
+                    format!("{base}@{d}")
+                } else {
+                    format!("{base}:latest@{d}")
+                }
+            }
+            None if self.rewritten() => self.target.to_string(),
+            None => self.written.clone(),
+        }
+    }
+}
+
+/// `name` is `prefix` or lies below it on a segment boundary.
+pub(super) fn under(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+fn swap_prefix(r: &Reference, name: &str, from: &str, to: &str) -> Option<Reference> {
+    let new_name = format!("{to}{}", &name[from.len()..]);
+    Reference::from_parts(&new_name, r.tag(), r.digest().cloned()).ok()
+}

@@ -1,0 +1,196 @@
+//! The policy document as written: field names are the YAML's, values keep
+//! their source position (`Spanned`) so errors can name the line. Nothing
+//! here is validated; [`super::compile`] does that.
+
+use serde::{Deserialize, Serialize};
+use serde_saphyr::Spanned;
+
+use crate::decision::Mode;
+use crate::verify::{SignaturesSpec, VerifierSpec};
+
+/// The document as written. Field names are the YAML's.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImagePolicyDoc {
+    /// Must be `sigil.dev/v1alpha1`.
+    pub api_version: Spanned<String>,
+    /// Must be `ImagePolicy`.
+    pub kind: Spanned<String>,
+    /// Only `name` is used; labels and annotations are accepted and ignored.
+    #[serde(default)]
+    pub metadata: Metadata,
+    /// What the policy says.
+    pub spec: Spec,
+}
+
+/// Object metadata, kept loose so a policy can live in a Kubernetes object.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct Metadata {
+    /// Shown in logs and `sigil policy check`.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// `spec` of an ImagePolicy.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Spec {
+    /// Rewrite stage, applied first.
+    #[serde(default)]
+    pub mirrors: Vec<MirrorSpec>,
+    /// Per-host connection settings.
+    #[serde(default)]
+    pub registries: Vec<RegistrySpec>,
+    /// How tags become digests.
+    #[serde(default)]
+    pub pin: PinSpec,
+    /// Matched on the origin name; most specific wins.
+    #[serde(default)]
+    pub rules: Vec<RuleSpec>,
+    /// Namespaces whose requests pass untouched.
+    #[serde(default)]
+    pub exempt_namespaces: Vec<String>,
+}
+
+/// One origin → mirror mapping.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorSpec {
+    /// Origin prefix on the normalized name: a host, or host/path.
+    pub from: Spanned<String>,
+    /// Mirror prefix that replaces it.
+    pub to: Spanned<String>,
+}
+
+/// How to reach one registry host.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistrySpec {
+    /// `host[:port]` exactly as it appears in normalized names.
+    pub host: String,
+    /// Plain HTTP for this host only.
+    #[serde(default)]
+    pub insecure: bool,
+    /// Extra CA: a PEM file path, or inline PEM.
+    #[serde(default)]
+    pub ca: Option<String>,
+    /// Credentials; anonymous when absent.
+    #[serde(default)]
+    pub auth: Option<AuthSpec>,
+    /// At most this many requests in flight to the host (default 32).
+    #[serde(default)]
+    pub max_concurrent_requests: Option<u32>,
+}
+
+/// Where credentials come from. Secrets are never inline in the policy, which
+/// usually lives in a ConfigMap.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AuthSpec {
+    /// Basic-auth / token-service user name.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// File holding the password (a mounted Secret key).
+    #[serde(default)]
+    pub password_file: Option<String>,
+    /// A docker `config.json` (`auths` section) to take credentials from.
+    #[serde(default)]
+    pub docker_config: Option<String>,
+}
+
+/// `spec.pin`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PinSpec {
+    /// Which objects are patched.
+    #[serde(default)]
+    pub scope: Scope,
+    /// `""` pins the index digest; `os/arch[/variant]` pins that platform's manifest.
+    #[serde(default = "empty_spanned")]
+    pub platform: Spanned<String>,
+    /// How long a resolved digest is trusted (Go/humantime duration: `5m`, `30s`).
+    #[serde(default = "default_ttl", rename = "cacheTTL")]
+    pub cache_ttl: Spanned<String>,
+}
+
+fn default_ttl() -> Spanned<String> {
+    unspanned("5m")
+}
+
+fn empty_spanned() -> Spanned<String> {
+    unspanned("")
+}
+
+fn unspanned(s: &str) -> Spanned<String> {
+    Spanned::new(
+        s.to_owned(),
+        serde_saphyr::Location::UNKNOWN,
+        serde_saphyr::Location::UNKNOWN,
+    )
+}
+
+impl Default for PinSpec {
+    fn default() -> Self {
+        PinSpec {
+            scope: Scope::default(),
+            platform: empty_spanned(),
+            cache_ttl: default_ttl(),
+        }
+    }
+}
+
+/// Which objects the webhook patches.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Every object with pod-spec image fields (Deployments, Jobs, Pods, …).
+    #[default]
+    Workloads,
+    /// Only Pods are patched; other objects are checked but left as written.
+    Pods,
+}
+
+/// What a rule does with a matching image.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Resolve the tag to a digest and pin it (the default).
+    #[default]
+    Pin,
+    /// Admit as written (after mirror rewrite), without pinning.
+    Allow,
+    /// Refuse the image outright.
+    Deny,
+}
+
+/// One entry of `spec.rules`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuleSpec {
+    /// Shown in denials, warnings and metrics.
+    pub name: Spanned<String>,
+    /// Name patterns matched on the origin name.
+    #[serde(rename = "match")]
+    pub patterns: Vec<Spanned<String>>,
+    /// What happens when resolution fails (default `enforce`).
+    #[serde(default)]
+    pub mode: Option<Mode>,
+    /// `pin` (default), `allow` or `deny`.
+    #[serde(default)]
+    pub action: Option<Action>,
+    /// Free text for humans; printed by `sigil policy check`.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Signature verifiers run on the pinned digest.
+    #[serde(default)]
+    pub verify: Vec<VerifierSpec>,
+    /// At least this many verifiers must pass (default: all).
+    #[serde(default)]
+    pub threshold: Option<u32>,
+    /// Verifiers that must be among those that pass.
+    #[serde(default)]
+    pub required: Vec<String>,
+    /// Where signatures are looked up.
+    #[serde(default)]
+    pub signatures: Option<SignaturesSpec>,
+}

@@ -1,0 +1,325 @@
+//! Unit tests of the policy: loading, errors with lines, and meaning.
+
+use super::*;
+use crate::decision::Denial;
+use crate::reference;
+
+/// The issue's example, verbatim: it must load and mean exactly this.
+const VERIFY_EXAMPLE: &str = r#"apiVersion: sigil.dev/v1alpha1
+kind: ImagePolicy
+metadata: {name: verify}
+spec:
+  rules:
+    - name: team
+      match: ["registry.example.com/team/**"]
+      mode: enforce
+      verify:
+        - name: alice
+          cosign: {key: /etc/sigil/alice.pub}      # PEM file or inline PEM: ECDSA P-256/P-384, Ed25519, RSA
+        - name: bob
+          cosign: {key: /etc/sigil/bob.pub}
+        - name: ci
+          cosign:
+            keyless:
+              issuer: https://token.actions.githubusercontent.com
+              subjectRegex: ^https://github\.com/acme/.+$
+            trustedRoot: /etc/sigil/trusted_root.json   # optional; default: Sigstore public-good root, embedded
+            transparencyLog: required                   # required | optional
+        - name: release
+          notation:
+            trustRoots: [/etc/sigil/notation-ca.pem]
+            level: strict                               # strict | permissive | audit
+      threshold: 2          # at least this many of the verifiers above must pass; default: all of them
+      required: [alice]     # these must be among those that pass
+      signatures:
+        repository: registry.example.com/team/signatures   # optional; default: the repository the image is pulled from
+"#;
+
+#[test]
+fn issue_verify_example_loads_with_its_meaning() {
+    use crate::verify::{NotationLevel, TlogPolicy};
+    let p = Policy::from_yaml(VERIFY_EXAMPLE).unwrap();
+    let plan = p.plan("registry.example.com/team/app:v1").unwrap();
+    assert_eq!(plan.step, Step::Resolve);
+    let v = plan.verify.expect("rule verifies");
+    assert_eq!(v.threshold, 2);
+    assert_eq!(v.required, vec!["alice"]);
+    assert_eq!(
+        v.signatures_repository.as_deref(),
+        Some("registry.example.com/team/signatures")
+    );
+    let names: Vec<&str> = v.verifiers.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(names, ["alice", "bob", "ci", "release"]);
+    let alice = v.verifiers[0].cosign.as_ref().unwrap();
+    assert_eq!(alice.key.as_deref(), Some("/etc/sigil/alice.pub"));
+    let ci = v.verifiers[2].cosign.as_ref().unwrap();
+    let kl = ci.keyless.as_ref().unwrap();
+    assert_eq!(
+        kl.issuer.as_deref(),
+        Some("https://token.actions.githubusercontent.com")
+    );
+    assert_eq!(
+        kl.subject_regex.as_deref(),
+        Some("^https://github\\.com/acme/.+$")
+    );
+    assert_eq!(
+        ci.trusted_root.as_deref(),
+        Some("/etc/sigil/trusted_root.json")
+    );
+    assert_eq!(ci.transparency_log, Some(TlogPolicy::Required));
+    let n = v.verifiers[3].notation.as_ref().unwrap();
+    assert_eq!(n.trust_roots, vec!["/etc/sigil/notation-ca.pem"]);
+    assert_eq!(n.level, NotationLevel::Strict);
+    // Images outside the rule do not verify.
+    assert!(p.plan("registry.example.com/other/app:v1").is_err());
+}
+
+#[test]
+fn verify_settings_that_cannot_work_are_refused_with_the_line() {
+    let base = |rule: &str| {
+        format!("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n{rule}")
+    };
+    let cases = [
+        (
+            "    - name: a\n      match: [\"**\"]\n      action: allow\n      verify:\n        - {name: k, cosign: {key: k.pub}}\n",
+            "needs action: pin",
+        ),
+        (
+            "    - name: a\n      match: [\"**\"]\n      threshold: 1\n",
+            "need a verify list",
+        ),
+        (
+            "    - name: a\n      match: [\"**\"]\n      verify:\n        - {name: k, cosign: {key: k.pub}}\n      threshold: 2\n",
+            "exceeds",
+        ),
+        (
+            "    - name: a\n      match: [\"**\"]\n      verify:\n        - {name: k, cosign: {keyless: {issuer: x, subjectRegex: \"(\"}}}\n",
+            "subjectRegex",
+        ),
+        (
+            "    - name: a\n      match: [\"**\"]\n      verify:\n        - {name: k, cosign: {key: k.pub}, notation: {trustRoots: [r.pem]}}\n",
+            "exactly one of cosign or notation",
+        ),
+        (
+            "    - name: a\n      match: [\"**\"]\n      verify:\n        - {name: k, cosign: {key: k.pub, unknown: 1}}\n",
+            "unknown",
+        ),
+    ];
+    for (rule, want) in cases {
+        let e = Policy::from_yaml(&base(rule)).unwrap_err().to_string();
+        assert!(e.contains(want), "{want:?} not in {e:?}");
+    }
+}
+
+/// The example from the core issue; it must load and mean exactly this.
+pub(crate) const ISSUE_EXAMPLE: &str = r#"apiVersion: sigil.dev/v1alpha1
+kind: ImagePolicy
+metadata: {name: default}
+spec:
+  mirrors:                      # rewrite stage, applied first; longest matching `from` wins
+    - from: docker.io           # origin prefix on the normalized name: a host, or host/path
+      to: mirror.internal:5000/dockerhub
+  registries:                   # how to talk to each registry host
+    - host: mirror.internal:5000
+      insecure: true            # plain HTTP allowed for this host only (explicit opt-in)
+      ca: /etc/sigil/mirror-ca.pem           # optional extra CA (PEM file or inline PEM)
+      auth: {username: robot, passwordFile: /var/run/sigil/pw}   # or dockerConfig: FILE
+  pin:
+    scope: workloads            # workloads: patch every kind listed below; pods: patch only Pods
+    platform: ""                # "" pins the index digest; e.g. linux/amd64 pins that platform's manifest
+    cacheTTL: 5m
+  rules:                        # matched on the ORIGIN name; the most specific match wins
+    - name: team
+      match: ["registry.example.com/team/**"]
+      mode: enforce             # enforce | warn
+    - name: blocked
+      match: ["docker.io/library/busybox"]
+      action: deny              # static deny; `action: allow` admits without pinning
+    - name: everything-else
+      match: ["**"]
+      mode: warn
+  exemptNamespaces: [kube-system]
+"#;
+
+#[test]
+fn issue_example_loads_and_means_what_it_says() {
+    let p = Policy::from_yaml(ISSUE_EXAMPLE).unwrap();
+    assert_eq!(p.name, "default");
+    assert_eq!(p.cache_ttl, Duration::from_secs(300));
+    assert_eq!(p.scope, Scope::Workloads);
+    assert_eq!(p.platform, None);
+    assert!(p.is_exempt("kube-system"));
+    assert_eq!(
+        p.registries[0]
+            .auth
+            .as_ref()
+            .unwrap()
+            .password_file
+            .as_deref(),
+        Some("/var/run/sigil/pw")
+    );
+    assert!(p.registries[0].insecure);
+
+    let plan = p.plan("nginx:1.25").unwrap();
+    assert_eq!(plan.origin.to_string(), "docker.io/library/nginx:1.25");
+    assert_eq!(
+        plan.target.to_string(),
+        "mirror.internal:5000/dockerhub/library/nginx:1.25"
+    );
+    assert_eq!(plan.rule, "everything-else");
+    assert_eq!(plan.mode, Mode::Warn);
+    assert_eq!(plan.step, Step::Resolve);
+
+    let plan = p.plan("registry.example.com/team/app/api:v1").unwrap();
+    assert_eq!(plan.rule, "team");
+    assert_eq!(plan.mode, Mode::Enforce);
+    assert!(!plan.rewritten());
+
+    let plan = p.plan("busybox").unwrap();
+    assert_eq!(plan.rule, "blocked");
+    assert_eq!(plan.step, Step::Deny);
+    // The mirrored spelling of busybox is still busybox.
+    let plan = p
+        .plan("mirror.internal:5000/dockerhub/library/busybox:1")
+        .unwrap();
+    assert_eq!(plan.rule, "blocked");
+}
+
+#[test]
+fn embedded_default_loads() {
+    let p = Policy::embedded_default();
+    assert_eq!(p.plan("anything/at:all").unwrap().mode, Mode::Warn);
+    assert!(p.is_exempt("kube-system"));
+}
+
+#[test]
+fn second_pass_is_a_no_op() {
+    let p = Policy::from_yaml(ISSUE_EXAMPLE).unwrap();
+    let d = reference::Digest::parse(
+        "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    )
+    .unwrap();
+    for img in [
+        "nginx",
+        "nginx:1.25",
+        "docker.io/bitnami/redis:7",
+        "registry.example.com/team/x:1",
+        "quay.io/a/b",
+    ] {
+        let first = p.plan(img).unwrap();
+        let out = first.final_image(Some(&d));
+        let second = p.plan(&out).unwrap();
+        assert_eq!(second.step, Step::Keep, "{img} -> {out}");
+        assert_eq!(second.final_image(None), out, "{img}");
+        assert_eq!(second.rule, first.rule);
+    }
+}
+
+#[test]
+fn final_image_keeps_spelling() {
+    let p = Policy::embedded_default();
+    let d = reference::Digest::parse(
+        "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    )
+    .unwrap();
+    assert_eq!(
+        p.plan("nginx:1").unwrap().final_image(Some(&d)),
+        format!("nginx:1@{d}")
+    );
+    assert_eq!(
+        p.plan("nginx").unwrap().final_image(Some(&d)),
+        format!("nginx:latest@{d}")
+    );
+    assert_eq!(
+        p.plan("localhost:5000/x").unwrap().final_image(Some(&d)),
+        format!("localhost:5000/x:latest@{d}")
+    );
+}
+
+#[test]
+fn longest_mirror_wins_both_ways() {
+    let y = r#"apiVersion: sigil.dev/v1alpha1
+kind: ImagePolicy
+spec:
+  mirrors:
+    - {from: docker.io, to: m.local/hub}
+    - {from: docker.io/library, to: m.local/official}
+  rules: [{name: all, match: ["**"]}]
+"#;
+    let p = Policy::from_yaml(y).unwrap();
+    assert_eq!(
+        p.plan("nginx").unwrap().target.to_string(),
+        "m.local/official/nginx"
+    );
+    assert_eq!(
+        p.plan("bitnami/redis").unwrap().target.to_string(),
+        "m.local/hub/bitnami/redis"
+    );
+    assert_eq!(
+        p.plan("m.local/official/nginx").unwrap().origin.to_string(),
+        "docker.io/library/nginx"
+    );
+}
+
+fn err(y: &str) -> String {
+    Policy::from_yaml(y).unwrap_err().to_string()
+}
+
+#[test]
+fn errors_name_the_line() {
+    let head = "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n";
+    let e = err(&format!(
+        "{head}    - name: a\n      match: [\"a.com/X\"]\n"
+    ));
+    assert!(e.starts_with("line 6:"), "{e}");
+    let e = err(&format!(
+        "{head}    - name: a\n      match: [\"a.com/**\"]\n    - name: b\n      match: [\"a.com/**\"]\n"
+    ));
+    assert!(e.contains("equally specific"), "{e}");
+    let e = err(&format!(
+        "{head}    - name: a\n      match: [\"**\"]\n      mood: warn\n"
+    ));
+    assert!(e.contains("mood"), "{e}");
+    let e = err("apiVersion: sigil.dev/v1\nkind: ImagePolicy\nspec: {}\n");
+    assert!(e.starts_with("line 1:"), "{e}");
+    let e = err(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  pin:\n    cacheTTL: soon\n",
+    );
+    assert!(e.starts_with("line 5:"), "{e}");
+    let e = err(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  mirrors:\n    - {from: docker.io, to: m.io/a}\n    - {from: quay.io, to: m.io/a}\n",
+    );
+    assert!(e.contains("line 6") && e.contains("mapped back"), "{e}");
+}
+
+#[test]
+fn docker_hub_registry_settings_apply_to_docker_io_names() {
+    let p = Policy::from_yaml("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  registries: [{host: index.docker.io, auth: {dockerConfig: /x}}]\n").unwrap();
+    assert_eq!(p.registries[0].host, "docker.io");
+}
+
+/// A deny written for `docker.io` names cannot be side-stepped by
+/// spelling Docker Hub another way, in the image or in the rule.
+#[test]
+fn docker_hub_aliases_cannot_bypass_a_deny() {
+    let p = Policy::from_yaml("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n  - {name: all, match: [\"**\"]}\n  - {name: bad, match: [\"registry.hub.docker.com/library/bad\"], action: deny}\n").unwrap();
+    for img in [
+        "bad:1",
+        "docker.io/library/bad:1",
+        "index.docker.io/library/bad:1",
+        "registry-1.docker.io/library/bad:1",
+        "registry.hub.docker.com/bad:1",
+    ] {
+        assert_eq!(p.plan(img).unwrap().step, Step::Deny, "{img}");
+    }
+}
+
+#[test]
+fn no_rule_is_a_denial() {
+    let p = Policy::from_yaml("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules: [{name: a, match: [\"a.com/**\"]}]\n").unwrap();
+    assert_eq!(p.plan("nginx").unwrap_err(), Denial::NoRule);
+    assert!(matches!(
+        p.plan("NGINX").unwrap_err(),
+        Denial::InvalidReference { .. }
+    ));
+}

@@ -1,0 +1,112 @@
+//! Everything sigil writes to the Kubernetes API, and how it connects.
+//!
+//! Owns the client ([`connect`]: only when a flag asks for it — without
+//! `--register`, `--self-managed-certs` or `break-glass` sigil never contacts
+//! the API server), where sigil lives ([`Settings`], [`own_namespace`]), the
+//! registration of its own MutatingWebhookConfiguration ([`registration`]:
+//! register only once Ready, never while a break-glass marker is set, never
+//! write a CA bundle read before the configuration it replaces) and the
+//! break-glass procedure ([`break_glass`]). It does not own certificates
+//! (`certs`), serving, or decisions.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kube::Client;
+
+use crate::error::{Context as _, Error, Result};
+
+pub mod break_glass;
+pub mod registration;
+
+pub use registration::{
+    Reconciled, Scope, namespace_selector, reconcile, run, webhook_configuration,
+};
+
+/// Label that exempts a namespace from sigil (see docs/operations.md for who
+/// may set it: it switches off image policy for everything in the namespace).
+pub const IGNORE_LABEL: &str = "sigil.dev/ignore";
+/// Annotation on the state ConfigMap that pauses registration (break-glass).
+pub const BREAK_GLASS_ANNOTATION: &str = "sigil.dev/break-glass";
+/// Annotation recording the last ended break-glass window, for audits.
+pub const LAST_BREAK_GLASS_ANNOTATION: &str = "sigil.dev/last-break-glass";
+/// Label on every object sigil writes, so break-glass finds them all.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "sigil");
+/// The one webhook inside sigil's configuration.
+pub const WEBHOOK_NAME: &str = "images.sigil.dev";
+/// Well-known label every namespace carries with its own name (Kubernetes ≥ 1.21).
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// What the API server does when sigil cannot answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailurePolicy {
+    /// Fail closed: requests sigil cannot answer are rejected.
+    Fail,
+    /// Fail open: they are admitted without sigil (audit afterwards).
+    Ignore,
+}
+
+impl FailurePolicy {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            FailurePolicy::Fail => "Fail",
+            FailurePolicy::Ignore => "Ignore",
+        }
+    }
+}
+
+/// Where sigil lives in the cluster and how its webhook is registered.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// sigil's own namespace (exempted; holds the Secret and the state ConfigMap).
+    pub namespace: String,
+    /// Name of the MutatingWebhookConfiguration.
+    pub config_name: String,
+    /// Service in front of the replicas.
+    pub service: String,
+    /// Port of that Service.
+    pub service_port: i32,
+    /// `clientConfig.url` instead of the Service (sigil outside the cluster).
+    pub url: Option<String>,
+    /// failurePolicy of the webhook.
+    pub failure_policy: FailurePolicy,
+    /// timeoutSeconds of the webhook (1–30).
+    pub timeout_seconds: i32,
+    /// ConfigMap holding the break-glass marker.
+    pub state_configmap: String,
+    /// How often each replica re-checks the marker and its registration.
+    pub interval: Duration,
+}
+
+/// Where the caBundle written into the configuration comes from.
+#[derive(Debug, Clone)]
+pub enum CaSource {
+    /// Known at start (a CA minted in memory).
+    Fixed(Vec<u8>),
+    /// A file re-read on every reconcile (cert-manager's `ca.crt`).
+    File(PathBuf),
+    /// The self-managed Secret's `ca.crt`, read fresh on every reconcile.
+    Secret(String),
+}
+
+/// A client from the in-cluster service account or KUBECONFIG, or an error
+/// that says which flag needed it and how to provide it.
+pub async fn connect(flag: &str) -> Result<Client> {
+    let config = kube::Config::infer().await.map_err(|e| Error::NoCluster {
+        flag: flag.to_owned(),
+        detail: e.to_string(),
+    })?;
+    Client::try_from(config).with_context(|| format!("building a Kubernetes client for {flag}"))
+}
+
+/// The namespace sigil runs in: `--namespace`, else the pod's service
+/// account namespace, else `sigil-system`.
+pub fn own_namespace(flag: Option<String>) -> String {
+    flag.or_else(|| {
+        std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+    })
+    .unwrap_or_else(|| "sigil-system".into())
+}

@@ -1,0 +1,113 @@
+//! One module per subcommand: each parses its own flags, validates them
+//! before any runtime starts, calls the library, and renders the result.
+//! What they share is here: exit codes, loading the policy, the engine for
+//! client-side commands, and where sigil's cluster objects are.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use sigil::cluster::{FailurePolicy, Settings};
+use sigil::engine::Engine;
+use sigil::metrics::Metrics;
+use sigil_core::Policy;
+use sigil_registry::Registry;
+
+pub mod break_glass;
+pub mod krm;
+pub mod pin;
+pub mod policy;
+pub mod serve;
+
+/// Exit code: something is not pinned (`--check`) or is denied by the policy.
+pub const EXIT_FINDINGS: u8 = 1;
+/// Exit code: bad input (unreadable file, invalid YAML, bad policy, usage).
+pub const EXIT_ERROR: u8 = 2;
+
+/// The policy and, for a file, the bytes it came from (for hot reload).
+pub fn load_policy_bytes(path: Option<&Path>) -> Result<(Policy, Option<Vec<u8>>)> {
+    match path {
+        None => Ok((Policy::embedded_default(), None)),
+        Some(p) => {
+            let bytes =
+                std::fs::read(p).with_context(|| format!("reading policy {}", p.display()))?;
+            let text = std::str::from_utf8(&bytes)
+                .with_context(|| format!("policy {} is not UTF-8", p.display()))?;
+            let policy =
+                Policy::from_yaml(text).with_context(|| format!("policy {}", p.display()))?;
+            Ok((policy, Some(bytes)))
+        }
+    }
+}
+
+/// The policy at `path`, or the embedded default.
+pub fn load_policy(path: Option<&Path>) -> Result<Policy> {
+    load_policy_bytes(path).map(|(policy, _)| policy)
+}
+
+/// The engine a client-side command decides with (its metrics are not served).
+pub fn engine_for(policy: Policy) -> Result<Engine<Registry>> {
+    let metrics = Arc::new(Metrics::default());
+    sigil::reload::engine_for(Arc::new(policy), None, &metrics)
+        .context("putting the policy in force")
+}
+
+/// A multi-threaded runtime, started only after the flags were validated.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting runtime")
+}
+
+/// All of stdin, as UTF-8.
+pub fn read_stdin() -> Result<String> {
+    let mut s = String::new();
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .context("reading stdin (it must be UTF-8 YAML)")?;
+    Ok(s)
+}
+
+/// Where sigil's cluster objects are; shared by `serve` and `break-glass`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClusterArgs {
+    /// sigil's namespace (default: the pod's service-account namespace, else sigil-system).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Name of the MutatingWebhookConfiguration.
+    #[arg(long, default_value = "sigil", env = "SIGIL_WEBHOOK_NAME")]
+    pub webhook_name: String,
+    /// ConfigMap in sigil's namespace that carries the break-glass marker.
+    #[arg(long, default_value = "sigil-state", env = "SIGIL_STATE_CONFIGMAP")]
+    pub state_configmap: String,
+}
+
+impl ClusterArgs {
+    /// Settings with the defaults `serve` overrides from its own flags.
+    pub fn settings(&self, namespace: String) -> Settings {
+        Settings {
+            namespace,
+            config_name: self.webhook_name.clone(),
+            service: "sigil".into(),
+            service_port: 443,
+            url: None,
+            failure_policy: FailurePolicy::Fail,
+            timeout_seconds: 10,
+            state_configmap: self.state_configmap.clone(),
+            interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Whether sigil was started as `sigil-krm` (kustomize's exec functions take
+/// no arguments, so the name says which mode to run).
+pub fn invoked_as_krm() -> bool {
+    std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .is_some_and(|s| s == "sigil-krm")
+}

@@ -1,0 +1,46 @@
+//! `sigil policy check`: load a policy file as `sigil serve` would (including
+//! the key, certificate and trusted-root files its `verify` rules name) and
+//! print what it means, or the exact line that is wrong.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use sigil_core::Policy;
+
+/// `sigil policy …`
+#[derive(clap::Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// Validate a policy and print what each rule means.
+    Check {
+        /// The ImagePolicy YAML file.
+        file: PathBuf,
+        /// Check only the schema: do not read the key, certificate and trusted-root files `verify` names.
+        #[arg(long)]
+        schema_only: bool,
+    },
+}
+
+/// Runs a `policy` subcommand.
+pub fn run(command: PolicyCommand) -> Result<ExitCode> {
+    match command {
+        PolicyCommand::Check { file, schema_only } => check(&file, schema_only),
+    }
+}
+
+fn check(file: &Path, schema_only: bool) -> Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let p = match Policy::from_yaml(&text) {
+        Ok(p) => p,
+        Err(e) => bail!("{}: {e}", file.display()),
+    };
+    if !schema_only && let Err(e) = sigil_verify::Material::load(&p) {
+        bail!(
+            "{}: {e} (sigil serve would refuse this policy; --schema-only checks without reading these files)",
+            file.display()
+        );
+    }
+    print!("{}", p.describe());
+    Ok(ExitCode::SUCCESS)
+}

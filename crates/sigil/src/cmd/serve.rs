@@ -1,0 +1,308 @@
+//! `sigil serve`: the mutating admission webhook.
+//!
+//! Reads as linkerd2-proxy's main does: [`ServeArgs::validate`] (flags,
+//! before anything starts), [`configure`] (policy, certificates, engine,
+//! cluster tasks — nothing bound yet), then `server::bind` → `spawn` →
+//! signal → `drain`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::ValueEnum;
+use sigil::admission::Webhook;
+use sigil::cluster::{CaSource, FailurePolicy};
+use sigil::metrics::Metrics;
+use sigil::server::{ServeConfig, Signals, Task, Tasks};
+use sigil_core::Policy;
+
+use super::ClusterArgs;
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// ImagePolicy file; without it, the embedded default (pin everything, warn mode).
+    #[arg(long, env = "SIGIL_POLICY")]
+    policy: Option<PathBuf>,
+    /// HTTPS address for POST /mutate.
+    #[arg(long, default_value = "0.0.0.0:8443", env = "SIGIL_LISTEN")]
+    listen: SocketAddr,
+    /// Plain-HTTP address for /livez, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080", env = "SIGIL_ADMIN_LISTEN")]
+    admin_listen: SocketAddr,
+    /// Serving certificate (PEM, leaf first). Without it sigil mints a CA and certificate in memory.
+    #[arg(long, requires = "tls_key", env = "SIGIL_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// Private key for --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert", env = "SIGIL_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// Where to write the CA bundle of a self-minted certificate.
+    #[arg(long, env = "SIGIL_CA_BUNDLE_OUT")]
+    ca_bundle_out: Option<PathBuf>,
+    /// Keep serving this long after SIGTERM so endpoints can be removed first
+    /// (keep it below the pod's terminationGracePeriodSeconds).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "SIGIL_SHUTDOWN_DELAY")]
+    shutdown_delay: Duration,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Json, env = "SIGIL_LOG_FORMAT")]
+    log_format: LogFormat,
+    /// Create or update the MutatingWebhookConfiguration once Ready (never
+    /// before), and keep it so; needs Kubernetes API access.
+    #[arg(long, env = "SIGIL_REGISTER")]
+    register: bool,
+    /// Keep a CA and serving certificate in a Secret shared by all replicas,
+    /// write the CA bundle into the webhook configuration, rotate with overlap.
+    #[arg(long, env = "SIGIL_SELF_MANAGED_CERTS")]
+    self_managed_certs: bool,
+    /// CA bundle to register with --tls-cert (cert-manager's ca.crt); re-read on every reconcile.
+    #[arg(long, requires = "tls_cert", env = "SIGIL_CA_BUNDLE")]
+    ca_bundle: Option<PathBuf>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// failurePolicy of the registered webhook: Fail (closed) or Ignore (open).
+    #[arg(long, value_enum, default_value_t = FailurePolicy::Fail, env = "SIGIL_FAILURE_POLICY")]
+    failure_policy: FailurePolicy,
+    /// timeoutSeconds of the registered webhook.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..=30), env = "SIGIL_WEBHOOK_TIMEOUT")]
+    webhook_timeout: i32,
+    /// Service in front of the replicas (named in the webhook configuration and the certificate).
+    #[arg(long, default_value = "sigil", env = "SIGIL_SERVICE_NAME")]
+    service_name: String,
+    /// Port of that Service.
+    #[arg(long, default_value_t = 443, env = "SIGIL_SERVICE_PORT")]
+    service_port: i32,
+    /// Register this URL (clientConfig.url) instead of the Service: sigil outside the cluster.
+    #[arg(long, env = "SIGIL_WEBHOOK_URL")]
+    webhook_url: Option<String>,
+    /// Secret holding the self-managed CA and certificate.
+    #[arg(long, default_value = "sigil-tls", env = "SIGIL_CERT_SECRET")]
+    cert_secret: String,
+    /// Lifetime of a self-managed CA (renewed with a third left).
+    #[arg(long, default_value = "365d", value_parser = humantime::parse_duration, env = "SIGIL_CA_VALIDITY")]
+    ca_validity: Duration,
+    /// Lifetime of a self-managed serving certificate (renewed with a third left).
+    #[arg(long, default_value = "90d", value_parser = humantime::parse_duration, env = "SIGIL_CERT_VALIDITY")]
+    cert_validity: Duration,
+    /// Extra DNS name or IP for the self-managed certificate (repeatable).
+    #[arg(long = "extra-san", env = "SIGIL_EXTRA_SANS", value_delimiter = ',')]
+    extra_sans: Vec<String>,
+    /// How often each replica re-checks its registration, the break-glass
+    /// marker and the certificate Secret.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, env = "SIGIL_RECONCILE_INTERVAL")]
+    reconcile_interval: Duration,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum LogFormat {
+    Json,
+    Text,
+}
+
+impl ServeArgs {
+    /// Flag combinations clap cannot express, checked before anything starts.
+    /// (Checked here, not by clap: `SIGIL_SELF_MANAGED_CERTS=false` from an
+    /// overlay must not count as the flag being given.)
+    pub fn validate(&self) -> Result<()> {
+        if self.self_managed_certs && (self.tls_cert.is_some() || self.ca_bundle.is_some()) {
+            bail!(
+                "--self-managed-certs cannot be combined with --tls-cert/--ca-bundle: choose one source of certificates"
+            );
+        }
+        if self.register && self.tls_cert.is_some() && self.ca_bundle.is_none() {
+            bail!(
+                "--register with --tls-cert needs --ca-bundle (the CA the API server must trust, e.g. cert-manager's ca.crt)"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Logs go to stderr through a background writer, so the one decision line
+/// per admission costs formatting, not a write(2) on the request path. The
+/// writer is lossless (it applies backpressure if ever 128k lines behind);
+/// the returned guard flushes it at exit.
+fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SIGIL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("sigil-log")
+        .finish(std::io::stderr());
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer);
+    match format {
+        LogFormat::Json => b.json().flatten_event(true).with_current_span(false).init(),
+        LogFormat::Text => b.init(),
+    }
+    guard
+}
+
+/// Runs `sigil serve` until a signal and the drain complete.
+pub fn run(args: ServeArgs) -> Result<ExitCode> {
+    args.validate()?;
+    let _log_guard = init_logging(args.log_format);
+    let (policy, policy_bytes) = super::load_policy_bytes(args.policy.as_deref())?;
+    super::runtime()?.block_on(async {
+        let (config, webhook, metrics) = configure(&args, policy, policy_bytes).await?;
+        let bound = sigil::server::bind(config).await?;
+        let mut signals = Signals::install()?;
+        let running = bound.spawn(webhook, metrics);
+        signals.recv().await;
+        running.drain(&mut signals).await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Everything the server needs, loaded and checked; nothing bound yet.
+async fn configure(
+    args: &ServeArgs,
+    policy: Policy,
+    policy_bytes: Option<Vec<u8>>,
+) -> Result<(
+    ServeConfig,
+    Arc<Webhook<sigil_registry::Registry>>,
+    Arc<Metrics>,
+)> {
+    let namespace = sigil::cluster::own_namespace(args.cluster.namespace.clone());
+    // The API server is contacted only when a flag asks for it.
+    let client = if args.register || args.self_managed_certs {
+        let flag = if args.register {
+            "--register"
+        } else {
+            "--self-managed-certs"
+        };
+        Some(sigil::cluster::connect(flag).await?)
+    } else {
+        None
+    };
+    let cert_settings = sigil::certs::CertSettings {
+        secret: args.cert_secret.clone(),
+        ca_validity: args.ca_validity,
+        cert_validity: args.cert_validity,
+        names: sigil::certs::service_names(&args.service_name, &namespace, &args.extra_sans),
+        interval: args.reconcile_interval,
+        settle: args.reconcile_interval * 2,
+    };
+    let (cert, ca_source) = match (&args.tls_cert, &args.tls_key, &client) {
+        (Some(c), Some(k), _) => (
+            sigil::tls::load_files(c, k)?,
+            args.ca_bundle.clone().map(CaSource::File),
+        ),
+        (_, _, Some(client)) if args.self_managed_certs => {
+            let m = sigil::certs::initial(
+                client,
+                &namespace,
+                &args.cluster.webhook_name,
+                &cert_settings,
+            )
+            .await?;
+            (
+                m.serving_cert()?,
+                Some(CaSource::Secret(args.cert_secret.clone())),
+            )
+        }
+        _ => {
+            let names = sigil::tls::default_names();
+            let cert = sigil::tls::self_signed(&names)?;
+            let out = args.ca_bundle_out.clone().unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("sigil-ca-{}.pem", std::process::id()))
+            });
+            let pem = cert.ca_pem.clone().unwrap_or_default();
+            sigil::files::write_atomic(&out, pem.as_bytes(), sigil::files::Durability::RenameOnly)?;
+            tracing::info!(ca_bundle = %out.display(), names = ?names, "no --tls-cert given: minted a CA and serving certificate in memory; clients must trust the CA bundle");
+            if args.register {
+                tracing::warn!(
+                    "--register with a CA minted in memory: fine for one replica; with more, each would register its own CA (use --self-managed-certs)"
+                );
+            }
+            (cert, Some(CaSource::Fixed(pem.into_bytes())))
+        }
+    };
+    tracing::info!(
+        policy = %policy.name,
+        source = %args.policy.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "embedded default".into()),
+        rules = policy.rules.len(),
+        mirrors = policy.mirrors.len(),
+        "policy loaded"
+    );
+    let metrics = Arc::new(Metrics::default());
+    let engine = sigil::reload::engine_for(Arc::new(policy), None, &metrics)
+        .context("putting the policy in force")?;
+    let webhook = Arc::new(Webhook::new(engine, metrics.clone()));
+    let tasks = cluster_tasks(args, namespace, client, ca_source, cert_settings, &metrics);
+    let config = ServeConfig {
+        listen: args.listen,
+        admin_listen: args.admin_listen,
+        cert,
+        cert_files: args.tls_cert.clone().zip(args.tls_key.clone()),
+        policy_file: args.policy.clone().zip(policy_bytes),
+        shutdown_delay: args.shutdown_delay,
+        tasks,
+    };
+    Ok((config, webhook, metrics))
+}
+
+/// Registration and certificate rotation, started beside the server.
+fn cluster_tasks(
+    args: &ServeArgs,
+    namespace: String,
+    client: Option<kube::Client>,
+    ca_source: Option<CaSource>,
+    cert_settings: sigil::certs::CertSettings,
+    metrics: &Arc<Metrics>,
+) -> Tasks {
+    let mut tasks: Vec<Task> = Vec::new();
+    let Some(client) = client else {
+        return Tasks(tasks);
+    };
+    let settings = sigil::cluster::Settings {
+        service: args.service_name.clone(),
+        service_port: args.service_port,
+        url: args.webhook_url.clone(),
+        failure_policy: args.failure_policy,
+        timeout_seconds: args.webhook_timeout,
+        interval: args.reconcile_interval,
+        ..args.cluster.settings(namespace.clone())
+    };
+    if args.self_managed_certs {
+        let (client, metrics, config) = (
+            client.clone(),
+            metrics.clone(),
+            settings.config_name.clone(),
+        );
+        tasks.push(Box::new(move |_ready, store| {
+            Box::pin(sigil::certs::run(
+                client,
+                namespace,
+                config,
+                cert_settings,
+                store,
+                metrics,
+            ))
+        }));
+    }
+    let scope = if args.register {
+        Some(sigil::cluster::Scope::Register)
+    } else if args.self_managed_certs {
+        Some(sigil::cluster::Scope::CaBundleOnly)
+    } else {
+        None
+    };
+    if let (Some(scope), Some(source)) = (scope, ca_source) {
+        let metrics = metrics.clone();
+        tasks.push(Box::new(move |ready, _store| {
+            Box::pin(sigil::cluster::run(
+                client,
+                settings,
+                source,
+                scope,
+                ready.wait(),
+                metrics,
+            ))
+        }));
+    }
+    Tasks(tasks)
+}

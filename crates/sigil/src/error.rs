@@ -1,0 +1,121 @@
+//! The binary crate's one error type: what can go wrong while wiring sigil
+//! up — files, sockets, TLS material, the Kubernetes API — each variant
+//! keeping its source, with the operation that failed in front of it.
+//!
+//! Library modules of this crate return [`Error`]; only `main.rs` and
+//! `cmd/` turn errors into `anyhow` for the user. Admission decisions never
+//! produce an `Error`: a decision that fails is a typed denial in sigil-core.
+
+use std::io;
+
+/// Why sigil could not set something up or talk to the cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading, writing, binding or connecting failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What sigil was doing.
+        context: String,
+        /// The operating system's answer.
+        #[source]
+        source: io::Error,
+    },
+    /// The Kubernetes API refused or failed a call.
+    #[error("{context}: {source}")]
+    Kube {
+        /// What sigil was doing.
+        context: String,
+        /// kube-rs' error (the API server's Status, or the transport's).
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// rustls refused the TLS material or settings.
+    #[error("{context}: {source}")]
+    Tls {
+        /// What sigil was doing.
+        context: String,
+        /// rustls' reason.
+        #[source]
+        source: rustls::Error,
+    },
+    /// A PEM file holds no usable certificate or key.
+    #[error("{context}: {source}")]
+    Pem {
+        /// What sigil was doing.
+        context: String,
+        /// The PEM parser's reason.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// An HTTP exchange failed (the readiness self-check).
+    #[error("{context}: {source}")]
+    Http {
+        /// What sigil was doing.
+        context: String,
+        /// hyper's reason.
+        #[source]
+        source: hyper::Error,
+    },
+    /// A certificate or key could not be minted or encoded.
+    #[error("{context}: {source}")]
+    Mint {
+        /// What sigil was doing.
+        context: String,
+        /// rcgen's reason.
+        #[source]
+        source: rcgen::Error,
+    },
+    /// Something sigil read (a certificate, a Secret, an answer) is unusable.
+    #[error("{0}")]
+    Invalid(String),
+    /// A flag needs the Kubernetes API, and there is none to talk to.
+    #[error(
+        "{flag} needs access to the Kubernetes API, but no cluster is configured ({detail}); run sigil in a pod with a service account, or set KUBECONFIG"
+    )]
+    NoCluster {
+        /// The flag or command that needs it.
+        flag: String,
+        /// kube-rs' reason.
+        detail: String,
+    },
+    /// The policy's signature material could not be loaded.
+    #[error(transparent)]
+    Engine(#[from] crate::reload::EngineError),
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Names the operation an error came from, keeping the error typed.
+pub trait Context<T> {
+    /// Wraps the error with `context`.
+    fn context(self, context: impl Into<String>) -> Result<T>;
+    /// Wraps the error with the context `f` builds (only on failure).
+    fn with_context<S: Into<String>>(self, f: impl FnOnce() -> S) -> Result<T>;
+}
+
+macro_rules! context_for {
+    ($err:ty, $variant:ident, $wrap:expr) => {
+        impl<T> Context<T> for std::result::Result<T, $err> {
+            fn context(self, context: impl Into<String>) -> Result<T> {
+                self.map_err(|source| Error::$variant {
+                    context: context.into(),
+                    source: $wrap(source),
+                })
+            }
+            fn with_context<S: Into<String>>(self, f: impl FnOnce() -> S) -> Result<T> {
+                self.map_err(|source| Error::$variant {
+                    context: f().into(),
+                    source: $wrap(source),
+                })
+            }
+        }
+    };
+}
+
+context_for!(io::Error, Io, std::convert::identity);
+context_for!(kube::Error, Kube, Box::new);
+context_for!(rustls::Error, Tls, std::convert::identity);
+context_for!(rcgen::Error, Mint, std::convert::identity);
+context_for!(rustls::pki_types::pem::Error, Pem, std::convert::identity);
+context_for!(hyper::Error, Http, std::convert::identity);

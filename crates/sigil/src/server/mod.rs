@@ -1,0 +1,308 @@
+//! The process lifecycle around the two listeners, in the order it happens:
+//! [`bind`] (listeners and certificate, nothing served yet), [`Bound::spawn`]
+//! (webhook, admin port, self-check, watchers and cluster tasks),
+//! [`Signals::recv`] (SIGTERM/SIGINT), [`Running::drain`] (not ready at
+//! once, keep serving for `--shutdown-delay`, stop accepting, finish what is
+//! in flight).
+//!
+//! The webhook port is in [`conn`], the admin port in [`admin`], readiness in
+//! [`health`]. It makes no admission decisions.
+
+mod admin;
+mod conn;
+mod health;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sigil_registry::Registry;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio_rustls::TlsAcceptor;
+
+pub use health::ReadySignal;
+
+use crate::admission::Webhook;
+use crate::error::{Context as _, Result};
+use crate::metrics::Metrics;
+use crate::tls::{CertStore, ServingCert};
+
+/// How often the certificate files are checked for a rotation.
+const CERT_POLL: Duration = Duration::from_secs(1);
+/// Upper bound on finishing in-flight requests after the drain delay.
+const FINISH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where the server is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Ready (once the self-check passed) and serving.
+    Serving,
+    /// SIGTERM received: not ready, still accepting and answering.
+    Draining,
+    /// Listener closed; finishing what is in flight.
+    Stopping,
+}
+
+/// Everything `serve` needs, already loaded (nothing here touches the disk).
+#[derive(Debug)]
+pub struct ServeConfig {
+    /// Webhook HTTPS address.
+    pub listen: SocketAddr,
+    /// Admin HTTP address.
+    pub admin_listen: SocketAddr,
+    /// Serving certificate.
+    pub cert: ServingCert,
+    /// The files it came from, watched and hot-reloaded when given.
+    pub cert_files: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// The policy file and the bytes the running policy came from, watched
+    /// and hot-reloaded when given.
+    pub policy_file: Option<(std::path::PathBuf, Vec<u8>)>,
+    /// How long to keep serving after SIGTERM before closing the listener.
+    pub shutdown_delay: Duration,
+    /// Started with the server (registration, self-managed certificates).
+    pub tasks: Tasks,
+}
+
+/// Work that runs beside the server and needs its readiness or the
+/// certificate it serves. Each is spawned once the listeners are bound.
+pub type Task = Box<
+    dyn FnOnce(ReadySignal, Arc<CertStore>) -> futures_util::future::BoxFuture<'static, ()> + Send,
+>;
+
+/// The tasks of a [`ServeConfig`].
+#[derive(Default)]
+pub struct Tasks(pub Vec<Task>);
+
+impl std::fmt::Debug for Tasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tasks({})", self.0.len())
+    }
+}
+
+/// Listeners bound and the certificate loaded; nothing served yet.
+pub struct Bound {
+    listener: TcpListener,
+    admin: TcpListener,
+    addr: SocketAddr,
+    store: Arc<CertStore>,
+    acceptor: TlsAcceptor,
+    cfg: ServeConfig,
+}
+
+impl std::fmt::Debug for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bound").field("addr", &self.addr).finish()
+    }
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("shutdown_delay", &self.shutdown_delay)
+            .finish()
+    }
+}
+
+/// Binds both listeners and loads the certificate, logging each address.
+pub async fn bind(cfg: ServeConfig) -> Result<Bound> {
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("binding webhook listener {}", cfg.listen))?;
+    let admin = TcpListener::bind(cfg.admin_listen)
+        .await
+        .with_context(|| format!("binding admin listener {}", cfg.admin_listen))?;
+    let addr = listener
+        .local_addr()
+        .context("reading the webhook address")?;
+    let admin_addr = admin.local_addr().context("reading the admin address")?;
+    tracing::info!(%addr, "webhook listening (HTTPS, POST /mutate)");
+    tracing::info!(addr = %admin_addr, "admin listening (HTTP, /livez /readyz /metrics)");
+    let store = CertStore::new(&cfg.cert, cfg.cert_files.clone())?;
+    let acceptor = TlsAcceptor::from(crate::tls::server_config(store.clone())?);
+    Ok(Bound {
+        listener,
+        admin,
+        addr,
+        store,
+        acceptor,
+        cfg,
+    })
+}
+
+/// A serving process, until [`Running::drain`].
+pub struct Running {
+    health: Arc<health::Health>,
+    metrics: Arc<Metrics>,
+    phase: tokio::sync::watch::Sender<Phase>,
+    accept: tokio::task::JoinHandle<conn::Open>,
+    shutdown_delay: Duration,
+}
+
+impl Bound {
+    /// Starts serving: the webhook and admin ports, the self-check that
+    /// makes the server Ready, the certificate and policy watchers, and the
+    /// cluster tasks.
+    pub fn spawn(self, webhook: Arc<Webhook<Registry>>, metrics: Arc<Metrics>) -> Running {
+        let Bound {
+            listener,
+            admin,
+            addr,
+            store,
+            acceptor,
+            cfg,
+        } = self;
+        let health = Arc::new(health::Health::new());
+        if cfg.cert_files.is_some() {
+            tokio::spawn(watch_cert(store.clone(), metrics.clone()));
+        }
+        if let Some(leaf) = store.leaf() {
+            metrics.cert_not_after.set(crate::tls::not_after(&leaf));
+        }
+        for task in cfg.tasks.0 {
+            tokio::spawn(task(
+                ReadySignal(health.ever_ready.subscribe()),
+                store.clone(),
+            ));
+        }
+        tokio::spawn(admin::admin_loop(
+            admin,
+            health.clone(),
+            metrics.clone(),
+            webhook.clone(),
+        ));
+        if let Some((path, seen)) = cfg.policy_file {
+            tokio::spawn(crate::reload::watch_policy(
+                path,
+                seen,
+                webhook.clone(),
+                metrics.clone(),
+            ));
+        }
+        let (phase, phase_rx) = tokio::sync::watch::channel(Phase::Serving);
+        let shared = conn::Shared {
+            acceptor,
+            health: health.clone(),
+            webhook,
+            metrics: metrics.clone(),
+        };
+        let accept = tokio::spawn(conn::accept_loop(listener, shared, phase_rx));
+        tokio::spawn(health::self_check_loop(
+            addr,
+            store,
+            health.clone(),
+            metrics.clone(),
+        ));
+        Running {
+            health,
+            metrics,
+            phase,
+            accept,
+            shutdown_delay: cfg.shutdown_delay,
+        }
+    }
+}
+
+/// SIGTERM (what Kubernetes sends) and SIGINT, installed before serving.
+#[derive(Debug)]
+pub struct Signals {
+    term: Signal,
+    int: Signal,
+}
+
+impl Signals {
+    /// Installs the handlers.
+    pub fn install() -> Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+        })
+    }
+
+    /// Waits for the next signal.
+    pub async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {},
+            _ = self.int.recv() => {},
+        }
+    }
+}
+
+impl Running {
+    /// The drain: not ready at once, keep serving for `--shutdown-delay`
+    /// (endpoints are removed meanwhile), then close the listener and let
+    /// hyper-util's graceful shutdown finish every connection, for at most
+    /// [`FINISH_TIMEOUT`]. A second signal exits at once.
+    pub async fn drain(self, signals: &mut Signals) {
+        self.health.start_draining(&self.metrics);
+        let _ = self.phase.send(Phase::Draining);
+        tracing::info!(
+            delay_ms = self.shutdown_delay.as_millis() as u64,
+            "signal received: not ready; still serving until endpoints are removed"
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(self.shutdown_delay) => {},
+            _ = signals.recv() => {
+                tracing::warn!("second signal: exiting now");
+                return;
+            }
+        }
+        let _ = self.phase.send(Phase::Stopping);
+        let Ok(open) = self.accept.await else {
+            tracing::warn!("accept loop ended abnormally; exiting");
+            return;
+        };
+        let pending = open.rest.count();
+        tracing::info!(
+            connections = pending,
+            "listener closed; finishing in-flight requests"
+        );
+        let finish = async {
+            open.rest.shutdown().await;
+            if let Some(early) = open.early {
+                let _ = early.await;
+            }
+        };
+        tokio::select! {
+            () = finish => tracing::info!("drained; exiting"),
+            _ = tokio::time::sleep(FINISH_TIMEOUT) => {
+                tracing::warn!("connections did not finish in time; exiting");
+            }
+            _ = signals.recv() => tracing::warn!("second signal: exiting now"),
+        }
+    }
+}
+
+/// Runs the server until a signal and the drain complete.
+pub async fn serve(
+    cfg: ServeConfig,
+    webhook: Arc<Webhook<Registry>>,
+    metrics: Arc<Metrics>,
+) -> Result<()> {
+    let bound = bind(cfg).await?;
+    let mut signals = Signals::install()?;
+    let running = bound.spawn(webhook, metrics);
+    signals.recv().await;
+    running.drain(&mut signals).await;
+    Ok(())
+}
+
+/// Polls the certificate files (Secret volumes swap a symlink, so inotify on
+/// the file itself misses rotations) and swaps in a new certificate.
+async fn watch_cert(store: Arc<CertStore>, metrics: Arc<Metrics>) {
+    loop {
+        tokio::time::sleep(CERT_POLL).await;
+        match store.reload_if_changed() {
+            Ok(true) => {
+                tracing::info!("serving certificate reloaded");
+                if let Some(leaf) = store.leaf() {
+                    metrics.cert_not_after.set(crate::tls::not_after(&leaf));
+                }
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "certificate files changed but could not be loaded; still serving the previous certificate")
+            }
+        }
+    }
+}
