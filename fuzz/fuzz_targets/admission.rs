@@ -1,5 +1,5 @@
 //! The whole admission handler: bytes in, an AdmissionReview or a 400 out,
-//! never a panic. Digests come from a resolver that answers at once, so the
+//! never a panic. Digests come from the test kit's resolver, which answers at once, so the
 //! fuzzer explores parsing, walking, planning and patch building.
 #![no_main]
 
@@ -9,18 +9,8 @@ use std::time::{Duration, Instant};
 use libfuzzer_sys::fuzz_target;
 use sigil::admission::Webhook;
 use sigil::engine::Engine;
-use sigil_core::{Digest, DigestResolver, Platform, Policy, Reference, ResolveFailure};
-
-struct Instant0;
-
-impl DigestResolver for Instant0 {
-    async fn resolve(&self, t: &Reference, _: Option<&Platform>, _: Instant) -> Result<Digest, ResolveFailure> {
-        if t.path().contains("missing") {
-            return Err(ResolveFailure::NotFound { detail: "MANIFEST_UNKNOWN".into() });
-        }
-        Ok(Digest::from_sha256(&[7; 32]))
-    }
-}
+use sigil_core::Policy;
+use sigil_testkit::resolver::FakeResolver;
 
 const POLICY: &str = r#"apiVersion: sigil.dev/v1alpha1
 kind: ImagePolicy
@@ -35,9 +25,9 @@ spec:
 "#;
 
 static RT: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap());
-static HOOK: LazyLock<Webhook<Instant0>> = LazyLock::new(|| {
+static HOOK: LazyLock<Webhook<FakeResolver>> = LazyLock::new(|| {
     let policy = Arc::new(Policy::from_yaml(POLICY).unwrap());
-    Webhook::new(Engine::new(policy, Instant0), Arc::new(sigil::metrics::Metrics::default()))
+    Webhook::new(Engine::new(policy, FakeResolver::new()), Arc::new(sigil::metrics::Metrics::default()))
 });
 
 fuzz_target!(|data: &[u8]| {

@@ -12,22 +12,8 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use sigil::admission::Webhook;
 use sigil::engine::Engine;
-use sigil_core::{
-    ArtifactSource, Digest, DigestResolver, Platform, Policy, Reference, ResolveFailure,
-};
-
-struct Cached(Digest);
-
-impl DigestResolver for Cached {
-    async fn resolve(
-        &self,
-        _: &Reference,
-        _: Option<&Platform>,
-        _: Instant,
-    ) -> Result<Digest, ResolveFailure> {
-        Ok(self.0.clone())
-    }
-}
+use sigil_core::{ArtifactSource, Digest, Policy, Reference, ResolveFailure};
+use sigil_testkit::resolver::FakeResolver;
 
 /// Serves one legacy cosign signature for any digest asked about: an
 /// in-process stand-in, only to warm the cache before measuring hits.
@@ -107,14 +93,11 @@ fn signed(digest: &Digest, dir: &std::path::Path) -> (Policy, Signed) {
 }
 
 fn body() -> Vec<u8> {
-    let containers: Vec<serde_json::Value> = (0..3)
-        .map(|i| serde_json::json!({"name": format!("c{i}"), "image": format!("registry.example.com/team/app{i}:v1"), "ports": [{"containerPort": 8080 + i}]}))
-        .collect();
-    serde_json::to_vec(&serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "bench", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "operation": "CREATE", "namespace": "bench", "userInfo": {"username": "bench"},
-        "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "bench", "labels": {"app": "web"}}, "spec": {"containers": containers}}}}))
-    .expect("json")
+    sigil_testkit::review::pod_review_bytes(&[
+        "registry.example.com/team/app0:v1",
+        "registry.example.com/team/app1:v1",
+        "registry.example.com/team/app2:v1",
+    ])
 }
 
 fn bench(c: &mut Criterion) {
@@ -123,7 +106,7 @@ fn bench(c: &mut Criterion) {
         Digest::parse("sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
             .expect("digest");
     let hook = Webhook::new(
-        Engine::new(policy, Cached(d.clone())),
+        Engine::new(policy, FakeResolver::fixed(d.clone())),
         Arc::new(sigil::metrics::Metrics::default()),
     );
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -131,7 +114,7 @@ fn bench(c: &mut Criterion) {
         .build()
         .expect("rt");
     let b = body();
-    let run = |hook: &Webhook<Cached>| {
+    let run = |hook: &Webhook<FakeResolver>| {
         let deadline = Instant::now() + Duration::from_secs(9);
         let (out, v) = rt
             .block_on(hook.review(black_box(&b), deadline))
@@ -150,7 +133,8 @@ fn bench(c: &mut Criterion) {
     let verifier =
         sigil_verify::Verifier::new(source, material, Default::default(), metrics.clone());
     let vhook = Webhook::new(
-        Engine::new(Arc::new(vpolicy), Cached(d.clone())).with_verifier(Arc::new(verifier)),
+        Engine::new(Arc::new(vpolicy), FakeResolver::fixed(d.clone()))
+            .with_verifier(Arc::new(verifier)),
         metrics,
     );
     // Warm the verification cache, and check the bench measures admissions.

@@ -20,10 +20,12 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-mod common;
-use common::{Proc, free_port, push_image, push_signed, wait_http};
+use sigil_testkit::registry::{Mode, TestRegistry, free_port};
+use sigil_testkit::review::pod_review_bytes as review;
+use sigil_testkit::sigil::{KillOnDrop as Proc, bin, wait_http};
+use sigil_testkit::signing::{Signer, push_signed};
 
 struct Size {
     concurrency: usize,
@@ -100,45 +102,48 @@ async fn run(size: Size, full: bool) {
     let dir = tempfile::tempdir().expect("tmp");
     // Registry.
     let http = reqwest::Client::new();
-    let (_registry, reg) = common::start_registry(dir.path(), &http).await;
-    let warm: Vec<String> = futures_util::future::join_all(
-        (0..3).map(|i| push_image(&http, &reg, "bench/app", format!("warm{i}"))),
-    )
-    .await;
-    let _ = warm;
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let reg = registry.host();
+    for i in 0..3 {
+        registry.push_image("bench/app", &format!("warm{i}")).await;
+    }
     let cold_tags = size.cold_pods * 3;
     let mut pushed = 0;
     while pushed < cold_tags {
         let batch: Vec<_> = (pushed..(pushed + 32).min(cold_tags))
-            .map(|i| push_image(&http, &reg, "bench/cold", format!("c{i}")))
+            .map(|i| {
+                let tag = format!("c{i}");
+                let registry = &registry;
+                async move { registry.push_image("bench/cold", &tag).await }
+            })
             .collect();
         futures_util::future::join_all(batch).await;
         pushed = (pushed + 32).min(cold_tags);
     }
 
     // Signed images: three warm ones and three per cold pod, one P-256 key.
-    let key = aws_lc_rs::signature::EcdsaKeyPair::generate(
-        &aws_lc_rs::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
-    )
-    .expect("key");
-    let key_pem = {
-        use aws_lc_rs::encoding::AsDer;
-        use aws_lc_rs::signature::KeyPair;
-        use base64::Engine as _;
-        let der = key.public_key().as_der().expect("spki");
-        format!(
-            "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
-            base64::engine::general_purpose::STANDARD.encode(der.as_ref())
-        )
-    };
+    let key = Signer::p256();
+    let key_pem = key.public_pem();
     std::fs::write(dir.path().join("cosign.pub"), key_pem).expect("key file");
     for i in 0..3 {
-        push_signed(&http, &reg, "bench/signed", format!("s{i}"), &key).await;
+        push_signed(
+            &registry,
+            "bench/signed",
+            &format!("s{i}"),
+            "bench/signed",
+            &key,
+        )
+        .await;
     }
     let mut pushed = 0;
     while pushed < cold_tags {
         let batch: Vec<_> = (pushed..(pushed + 16).min(cold_tags))
-            .map(|i| push_signed(&http, &reg, "bench/signedcold", format!("c{i}"), &key))
+            .map(|i| {
+                let (tag, registry, key) = (format!("c{i}"), &registry, &key);
+                async move {
+                    push_signed(registry, "bench/signedcold", &tag, "bench/signedcold", key).await
+                }
+            })
             .collect();
         futures_util::future::join_all(batch).await;
         pushed = (pushed + 16).min(cold_tags);
@@ -152,7 +157,7 @@ async fn run(size: Size, full: bool) {
     let port = free_port();
     let started = Instant::now();
     let sigil = Proc(
-        Command::new(env!("CARGO_BIN_EXE_sigil"))
+        Command::new(bin())
             .args([
                 "serve",
                 "--shutdown-delay",
@@ -175,7 +180,7 @@ async fn run(size: Size, full: bool) {
             .spawn()
             .expect("spawn sigil"),
     );
-    wait_http(&http, &format!("http://127.0.0.1:{admin_port}/readyz")).await;
+    wait_http(&format!("http://127.0.0.1:{admin_port}/readyz")).await;
     let start_to_ready = started.elapsed();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let idle_rss = rss_kib(sigil.0.id());
@@ -580,15 +585,6 @@ async fn metric_sum(http: &reqwest::Client, admin: u16, prefix: &str) -> u64 {
         .filter(|l| l.starts_with(prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
-}
-
-fn review(images: &[&str]) -> Vec<u8> {
-    let containers: Vec<Value> = images.iter().enumerate().map(|(i, im)| json!({"name": format!("c{i}"), "image": im, "ports": [{"containerPort": 8080 + i}]})).collect();
-    serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "bench", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "operation": "CREATE", "namespace": "bench", "userInfo": {"username": "bench"},
-        "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "bench", "labels": {"app": "web"}}, "spec": {"containers": containers}}}}))
-    .expect("json")
 }
 
 fn client_tls(ca_pem: &[u8]) -> Arc<rustls::ClientConfig> {

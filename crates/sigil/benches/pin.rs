@@ -14,7 +14,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-mod common;
+use sigil_testkit::registry::{Mode, TestRegistry};
+use sigil_testkit::sigil::bin;
 
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
@@ -75,7 +76,7 @@ struct Run {
 fn pin(args: &[&str], report_on_stderr: bool) -> Run {
     let cpu0 = children_cpu();
     let t = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_sigil"))
+    let out = Command::new(bin())
         .args(args)
         .output()
         .expect("run sigil pin");
@@ -103,17 +104,14 @@ fn pin(args: &[&str], report_on_stderr: bool) -> Run {
 
 async fn run(manifests: usize, images: usize) {
     let dir = tempfile::tempdir().expect("tmp");
-    let http = reqwest::Client::new();
-    let (_registry, reg) = common::start_registry(dir.path(), &http).await;
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let reg = registry.host();
     let mut pushed = 0;
     while pushed < images {
         let repos: Vec<String> = (pushed..(pushed + 32).min(images))
             .map(|i| format!("bench/img{i}"))
             .collect();
-        let batch: Vec<_> = repos
-            .iter()
-            .map(|r| common::push_image(&http, &reg, r, "v1".into()))
-            .collect();
+        let batch: Vec<_> = repos.iter().map(|r| registry.push_image(r, "v1")).collect();
         futures_util::future::join_all(batch).await;
         pushed = (pushed + 32).min(images);
     }

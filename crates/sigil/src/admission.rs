@@ -509,33 +509,16 @@ mod proptests {
     use super::*;
     use crate::engine::Engine;
     use proptest::prelude::*;
-    use sigil_core::{Digest, Platform, Policy, Reference, ResolveFailure};
+    use sigil_core::Policy;
+    use sigil_testkit::resolver::FakeResolver;
 
-    struct Instant0;
-
-    impl DigestResolver for Instant0 {
-        async fn resolve(
-            &self,
-            t: &Reference,
-            _: Option<&Platform>,
-            _: Instant,
-        ) -> Result<Digest, ResolveFailure> {
-            if t.path().contains('x') {
-                return Err(ResolveFailure::NotFound {
-                    detail: "MANIFEST_UNKNOWN".into(),
-                });
-            }
-            Ok(Digest::from_sha256(&[9; 32]))
-        }
-    }
-
-    fn hook() -> Webhook<Instant0> {
+    fn hook() -> Webhook<FakeResolver> {
         let p = Policy::from_yaml(
             "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  mirrors: [{from: docker.io, to: m.local/hub}]\n  rules:\n    - {name: e, match: [\"a.io/**\"], mode: enforce}\n    - {name: w, match: [\"**\"], mode: warn}\n",
         )
         .unwrap();
         Webhook::new(
-            Engine::new(Arc::new(p), Instant0),
+            Engine::new(Arc::new(p), FakeResolver::new().missing_when("x")),
             Arc::new(Metrics::default()),
         )
     }
@@ -545,10 +528,11 @@ mod proptests {
             .iter()
             .map(|i| serde_json::json!({"name": junk, "image": i}))
             .collect();
-        serde_json::to_vec(&serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-            "uid": junk, "operation": op, "namespace": junk, "kind": {"kind": "Pod"},
-            "object": {"metadata": {"name": junk}, "spec": {"containers": containers, "volumes": [{"name": junk, "image": {"reference": images.first()}}]}}}}))
-        .unwrap()
+        let object = serde_json::json!({"kind": "Pod", "metadata": {"name": junk},
+            "spec": {"containers": containers, "volumes": [{"name": junk, "image": {"reference": images.first()}}]}});
+        let mut review = sigil_testkit::review::review(op, junk, object);
+        review["request"]["uid"] = junk.into();
+        serde_json::to_vec(&review).unwrap()
     }
 
     proptest! {

@@ -343,37 +343,15 @@ fn report_of(v: &FieldVerdict, object: &ObjectRef) -> (Status, Option<String>, O
 mod tests {
     use std::sync::Arc;
 
-    use sigil_core::{Digest, Platform, Policy, Reference, ResolveFailure};
+    use sigil_core::Policy;
+    use sigil_testkit::resolver::FakeResolver;
 
     use super::*;
 
-    /// Answers every tag with a digest derived from the name, and counts calls.
-    #[derive(Debug, Default)]
-    struct Fixed(std::sync::atomic::AtomicUsize);
-
-    impl DigestResolver for Fixed {
-        async fn resolve(
-            &self,
-            target: &Reference,
-            _: Option<&Platform>,
-            _: Instant,
-        ) -> Result<Digest, ResolveFailure> {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if target.path().contains("missing") {
-                return Err(ResolveFailure::NotFound {
-                    detail: "manifest unknown".into(),
-                });
-            }
-            use sha2::Digest as _;
-            let h: [u8; 32] = sha2::Sha256::digest(target.to_string().as_bytes()).into();
-            Ok(Digest::from_sha256(&h))
-        }
-    }
-
-    fn engine(policy: &str) -> Engine<Fixed> {
+    fn engine(policy: &str) -> Engine<FakeResolver> {
         Engine::new(
             Arc::new(Policy::from_yaml(policy).expect("policy")),
-            Fixed::default(),
+            FakeResolver::new(),
         )
     }
 
@@ -419,7 +397,7 @@ mod tests {
         let p = pin_text(&e, text, &opts).await.expect("pin");
         assert_eq!(p.decided.images[0].status, Status::NeedsRegistry);
         assert!(p.text.contains("image: mirror.local/hub/library/nginx:1\n"));
-        assert_eq!(e.resolver.0.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert_eq!(e.resolver.calls(), 0);
     }
 
     #[tokio::test]

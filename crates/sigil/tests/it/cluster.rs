@@ -11,7 +11,8 @@ use serde_json::Value;
 
 use crate::support::kube::FakeKube;
 use crate::support::registry::free_port;
-use crate::support::sigil::{Sigil, bin, pod, review};
+use crate::support::review::{pod, review};
+use crate::support::sigil::{Sigil, bin};
 
 fn listen_args(port: u16, admin: u16) -> (String, String) {
     (format!("127.0.0.1:{port}"), format!("127.0.0.1:{admin}"))

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::sigil::{Sigil, review};
+use crate::support::review::review;
+use crate::support::sigil::Sigil;
 
 const LAG: Duration = Duration::from_millis(1000);
 

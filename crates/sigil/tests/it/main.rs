@@ -8,6 +8,6 @@ mod cluster;
 mod deploy;
 mod drain;
 mod pin;
-mod support;
+use sigil_testkit as support;
 mod verify;
 mod webhook;

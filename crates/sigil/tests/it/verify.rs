@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::support::registry::{Mode, TestRegistry, sha256};
 use crate::support::sigil::{Admitted, Sigil};
-use crate::support::signing::{self, Layer, Signer, Sigstore};
+use crate::support::signing::{self, Layer, Signer, Sigstore, push_signed};
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../sigil-verify/tests/vectors");
 const CO: &str = "cosign/securesystemsengineering/testimage";
@@ -67,22 +67,6 @@ fn key_file(dir: &tempfile::TempDir, name: &str, key: &Signer) -> String {
     let path = dir.path().join(name);
     std::fs::write(&path, key.public_pem()).unwrap();
     path.display().to_string()
-}
-
-/// Pushes an image and a legacy cosign signature of it by `key`, stored in
-/// `sig_repo`; returns the image digest.
-async fn push_signed(
-    reg: &TestRegistry,
-    repo: &str,
-    tag: &str,
-    sig_repo: &str,
-    key: &Signer,
-) -> String {
-    let d = reg.push_image(repo, tag).await;
-    let p = signing::simple_signing(&format!("{}/{repo}", reg.host()), &d);
-    let sig = key.sign(&p);
-    signing::push_legacy(reg, sig_repo, &d, vec![Layer::new(p, &sig)]).await;
-    d
 }
 
 async fn pod(sigil: &Sigil, image: &str) -> Admitted {

@@ -7,7 +7,8 @@ use sigil_core::walker::image_fields;
 
 use crate::support::fault::{DIGEST, Fault, FaultServer};
 use crate::support::registry::{Mode, TestRegistry};
-use crate::support::sigil::{Sigil, pod, review};
+use crate::support::review::{pod, review};
+use crate::support::sigil::Sigil;
 use crate::support::{fixture, fixture_bytes};
 
 const T: Duration = Duration::from_secs(10);

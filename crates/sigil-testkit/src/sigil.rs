@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
+use crate::review::{assert_decodes, decodes, pod, review};
+
 pub struct Sigil {
     child: Child,
     pub addr: SocketAddr,
@@ -29,8 +31,35 @@ impl Drop for Sigil {
     }
 }
 
+/// The `sigil` binary under test: what cargo or nextest name for the
+/// running test or bench (`CARGO_BIN_EXE_sigil`, `NEXTEST_BIN_EXE_sigil`),
+/// else the `sigil` beside the test executable's `deps/` directory (where
+/// cargo puts it for every integration test and bench of the workspace).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_sigil")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        for var in ["CARGO_BIN_EXE_sigil", "NEXTEST_BIN_EXE_sigil"] {
+            if let Ok(p) = std::env::var(var)
+                && std::path::Path::new(&p).is_file()
+            {
+                return p;
+            }
+        }
+        let exe = std::env::current_exe().expect("current exe");
+        let dir = exe.parent().expect("exe dir");
+        let dir = if dir.ends_with("deps") {
+            dir.parent().expect("target dir")
+        } else {
+            dir
+        };
+        let p = dir.join("sigil");
+        assert!(
+            p.is_file(),
+            "no sigil binary at {} (build it: cargo build -p sigil)",
+            p.display()
+        );
+        p.display().to_string()
+    })
 }
 
 impl Sigil {
@@ -326,70 +355,28 @@ impl ApiServer {
     }
 }
 
-/// The patched object must still decode as its Kubernetes type.
-pub fn assert_decodes(obj: &Value) {
-    if let Err(e) = decodes(obj) {
-        panic!("patched {} no longer decodes: {e}\n{obj:#}", obj["kind"]);
+/// A child process killed (and reaped) on drop, for benches that start
+/// sigil or a helper themselves.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
-/// Decodes `obj` as its Kubernetes type (fixtures may be trimmed captures
-/// that never decoded; only a decoding object must keep decoding).
-pub fn decodes(obj: &Value) -> Result<(), serde_json::Error> {
-    use k8s_openapi::api::{apps::v1 as apps, batch::v1 as batch, core::v1 as core};
-    let kind = obj["kind"].as_str().unwrap_or_default();
-    let mut o = obj.clone();
-    let fix = |o: &mut Value, av: &str| o["apiVersion"] = json!(av);
-
-    match kind {
-        "Pod" => serde_json::from_value::<core::Pod>(o).map(|_| ()),
-        "PodTemplate" => serde_json::from_value::<core::PodTemplate>(o).map(|_| ()),
-        "ReplicationController" => {
-            serde_json::from_value::<core::ReplicationController>(o).map(|_| ())
+/// Waits (up to 20 s) until `url` answers 2xx.
+pub async fn wait_http(url: &str) {
+    let http = reqwest::Client::new();
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(r) = http.get(url).send().await
+            && r.status().is_success()
+        {
+            return;
         }
-        "Deployment" => {
-            fix(&mut o, "apps/v1");
-            serde_json::from_value::<apps::Deployment>(o).map(|_| ())
-        }
-        "ReplicaSet" => {
-            fix(&mut o, "apps/v1");
-            serde_json::from_value::<apps::ReplicaSet>(o).map(|_| ())
-        }
-        "DaemonSet" => serde_json::from_value::<apps::DaemonSet>(o).map(|_| ()),
-        "StatefulSet" => serde_json::from_value::<apps::StatefulSet>(o).map(|_| ()),
-        "Job" => serde_json::from_value::<batch::Job>(o).map(|_| ()),
-        "CronJob" => {
-            fix(&mut o, "batch/v1");
-            serde_json::from_value::<batch::CronJob>(o).map(|_| ())
-        }
-        _ => Ok(()),
+        assert!(Instant::now() < until, "{url} never came up");
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
-}
-
-/// A v1 AdmissionReview for `object`.
-pub fn review(operation: &str, namespace: &str, object: Value) -> Value {
-    let kind = object["kind"].as_str().unwrap_or("Pod").to_string();
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": format!("uid-{}", super::registry::uniq()),
-            "kind": {"group": "", "version": "v1", "kind": kind},
-            "resource": {"group": "", "version": "v1", "resource": format!("{}s", kind.to_lowercase())},
-            "operation": operation,
-            "namespace": namespace,
-            "userInfo": {"username": "test"},
-            "object": object,
-            "dryRun": false
-        }
-    })
-}
-
-pub fn pod(name: &str, images: &[&str]) -> Value {
-    let containers: Vec<Value> = images
-        .iter()
-        .enumerate()
-        .map(|(i, im)| json!({"name": format!("c{i}"), "image": im}))
-        .collect();
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": {"containers": containers}})
 }

@@ -13,7 +13,7 @@ use rcgen::{
 };
 use serde_json::{Value, json};
 
-use super::registry::{TestRegistry, sha256};
+use crate::registry::{TestRegistry, sha256};
 
 pub fn b64(d: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(d)
@@ -153,7 +153,10 @@ impl Layer {
 
 /// Pushes a legacy cosign signature manifest at `sha256-<hex>.sig` of `repo`.
 pub async fn push_legacy(reg: &TestRegistry, repo: &str, image_digest: &str, layers: Vec<Layer>) {
-    let config = br#"{"architecture":"","config":{},"created":"0001-01-01T00:00:00Z","history":[{"created":"0001-01-01T00:00:00Z"}],"os":"","rootfs":{"type":"layers","diff_ids":[]}}"#;
+    // One config blob per signature: concurrent uploads of one shared blob
+    // race in distribution 2.x.
+    let config = serde_json::to_vec(&json!({"architecture": "", "config": {}, "created": "0001-01-01T00:00:00Z", "os": "", "rootfs": {"type": "layers", "diff_ids": []}, "signs": image_digest})).unwrap();
+    let config = config.as_slice();
     let cd = reg.push_blob(repo, config).await;
     let mut ls = Vec::new();
     for l in layers {
@@ -172,6 +175,23 @@ pub async fn push_legacy(reg: &TestRegistry, repo: &str, image_digest: &str, lay
     let tag = format!("{}.sig", image_digest.replace(':', "-"));
     reg.push_manifest(repo, &tag, "application/vnd.oci.image.manifest.v1+json", &m)
         .await;
+}
+
+/// Pushes an image and a legacy cosign signature of it by `key`, stored in
+/// `sig_repo` (the simple-signing payload names `<registry>/<repo>`);
+/// returns the image digest.
+pub async fn push_signed(
+    reg: &TestRegistry,
+    repo: &str,
+    tag: &str,
+    sig_repo: &str,
+    key: &Signer,
+) -> String {
+    let digest = reg.push_image(repo, tag).await;
+    let payload = simple_signing(&format!("{}/{repo}", reg.host()), &digest);
+    let sig = key.sign(&payload);
+    push_legacy(reg, sig_repo, &digest, vec![Layer::new(payload, &sig)]).await;
+    digest
 }
 
 /// Pushes `blob` as a referrer of `subject` (manifest with `artifactType`,

@@ -120,8 +120,8 @@ impl TestRegistry {
                     std::fs::write(dir.path().join("token-root.pem"), cert_pem).unwrap();
                     auth_cfg = format!(
                         "auth:\n  token:\n    realm: {realm}\n    service: {}\n    issuer: {}\n    rootcertbundle: {}\n",
-                        super::token::SERVICE,
-                        super::token::ISSUER,
+                        crate::token::SERVICE,
+                        crate::token::ISSUER,
                         dir.path().join("token-root.pem").display()
                     );
                 }

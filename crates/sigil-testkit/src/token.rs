@@ -43,7 +43,7 @@ fn sign(key: &EcdsaKeyPair, cert_der: &[u8], subject: &str, access: serde_json::
         .unwrap()
         .as_secs();
     let header = json!({"typ": "JWT", "alg": "ES256", "x5c": [STANDARD.encode(cert_der)]});
-    let claims = json!({"iss": ISSUER, "sub": subject, "aud": SERVICE, "exp": now + 300, "nbf": now - 10, "iat": now, "jti": format!("{}", super::registry::uniq()), "access": access});
+    let claims = json!({"iss": ISSUER, "sub": subject, "aud": SERVICE, "exp": now + 300, "nbf": now - 10, "iat": now, "jti": format!("{}", crate::registry::uniq()), "access": access});
     let input = format!(
         "{}.{}",
         URL_SAFE_NO_PAD.encode(header.to_string()),

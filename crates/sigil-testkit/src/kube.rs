@@ -6,7 +6,7 @@
 //! selectors on list, uids. On every write of a MutatingWebhookConfiguration
 //! it probes a configured URL (sigil's `/readyz`) and records the status, so
 //! a test can prove registration never happens before Ready. The admission
-//! side of kube-apiserver is [`super::sigil::ApiServer`], pointed at what is
+//! side of kube-apiserver is [`crate::sigil::ApiServer`], pointed at what is
 //! registered here by [`FakeKube::webhook_client`].
 
 use std::collections::BTreeMap;
@@ -315,7 +315,7 @@ impl FakeKube {
 
     /// A kube-apiserver-like admission client for what is registered now:
     /// the configuration's URL, trusting exactly its caBundle.
-    pub fn webhook_client(&self, name: &str) -> super::sigil::ApiServer {
+    pub fn webhook_client(&self, name: &str) -> crate::sigil::ApiServer {
         use base64::Engine as _;
         let c = self
             .webhook_configuration(name)
@@ -327,7 +327,7 @@ impl FakeKube {
         let mut builder = reqwest::Client::builder();
         let certs = reqwest::Certificate::from_pem_bundle(&ca).expect("caBundle is PEM");
         builder = builder.tls_certs_only(certs);
-        super::sigil::ApiServer {
+        crate::sigil::ApiServer {
             client: builder.build().unwrap(),
             url: cc["url"].as_str().expect("clientConfig.url").to_owned(),
         }

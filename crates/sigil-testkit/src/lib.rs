@@ -1,0 +1,29 @@
+//! sigil-testkit: what sigil's tests, benches and fuzz targets share, so
+//! none of them keeps its own copy (dev-only, never published).
+//!
+//! It owns the real parts and the stand-ins tests run against: the CNCF
+//! `docker-registry` on loopback with pushes through its HTTP API
+//! ([`registry`]), its token service ([`token`]), a fault server for what a
+//! real registry cannot do ([`fault`]), cosign/notation signing helpers
+//! ([`signing`]), AdmissionReview builders and the captured fixtures
+//! ([`review`]), in-process digest resolvers ([`resolver`]), `sigil` as a
+//! child process with a kube-apiserver-like webhook client ([`sigil`]), and
+//! the kube-apiserver stand-in ([`kube`]). It contains no test itself and
+//! decides nothing about images.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::new_without_default,
+    missing_debug_implementations
+)]
+
+pub mod fault;
+pub mod kube;
+pub mod registry;
+pub mod resolver;
+pub mod review;
+pub mod sigil;
+pub mod signing;
+pub mod token;
+
+pub use review::{fixture, fixture_bytes, fixtures_dir};
