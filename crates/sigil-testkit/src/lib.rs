@@ -6,7 +6,8 @@
 //! ([`registry`]), its token service ([`token`]), a fault server for what a
 //! real registry cannot do ([`fault`]), cosign/notation signing helpers
 //! ([`signing`]), AdmissionReview builders and the captured fixtures
-//! ([`review`]), in-process digest resolvers ([`resolver`]), `sigil` as a
+//! ([`review`]), in-process digest resolvers ([`resolver`]) and signature
+//! sources ([`artifacts`]), `sigil` as a
 //! child process with a kube-apiserver-like webhook client ([`sigil`]), and
 //! the kube-apiserver stand-in ([`kube`]). It contains no test itself and
 //! decides nothing about images.
@@ -17,6 +18,7 @@
     missing_debug_implementations
 )]
 
+pub mod artifacts;
 pub mod fault;
 pub mod kube;
 pub mod registry;

@@ -68,6 +68,20 @@ pub fn test_ca() -> (String, String, String) {
     (ca_cert.pem(), cert.pem(), key.serialize_pem())
 }
 
+/// A fresh [`test_ca`] serving certificate written to `dir` as `tls.crt`
+/// and `tls.key`: returns (CA PEM, certificate path, key path).
+pub fn test_cert_files(dir: &std::path::Path) -> (String, String, String) {
+    let (ca, cert, key) = test_ca();
+    let (crt_path, key_path) = (dir.join("tls.crt"), dir.join("tls.key"));
+    std::fs::write(&crt_path, cert).unwrap();
+    std::fs::write(&key_path, key).unwrap();
+    (
+        ca,
+        crt_path.display().to_string(),
+        key_path.display().to_string(),
+    )
+}
+
 impl TestRegistry {
     pub async fn start(mode: Mode) -> TestRegistry {
         let bin = which("docker-registry")

@@ -156,25 +156,35 @@ pub async fn push_legacy(reg: &TestRegistry, repo: &str, image_digest: &str, lay
     // One config blob per signature: concurrent uploads of one shared blob
     // race in distribution 2.x.
     let config = serde_json::to_vec(&json!({"architecture": "", "config": {}, "created": "0001-01-01T00:00:00Z", "os": "", "rootfs": {"type": "layers", "diff_ids": []}, "signs": image_digest})).unwrap();
-    let config = config.as_slice();
-    let cd = reg.push_blob(repo, config).await;
-    let mut ls = Vec::new();
-    for l in layers {
-        let d = reg.push_blob(repo, &l.payload).await;
-        ls.push(json!({
-            "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
-            "size": l.payload.len(), "digest": d, "annotations": l.annotations
-        }));
+    let cd = reg.push_blob(repo, &config).await;
+    let mut pushed = Vec::new();
+    for l in &layers {
+        pushed.push((reg.push_blob(repo, &l.payload).await, l));
     }
-    let m = serde_json::to_vec(&json!({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": config.len(), "digest": cd},
-        "layers": ls
-    }))
-    .unwrap();
+    let m = legacy_manifest((&cd, config.len()), &pushed);
     let tag = format!("{}.sig", image_digest.replace(':', "-"));
     reg.push_manifest(repo, &tag, "application/vnd.oci.image.manifest.v1+json", &m)
         .await;
+}
+
+/// A legacy cosign `.sig` manifest over config (digest, size): one
+/// simple-signing layer per (payload digest, layer), with its annotations.
+pub fn legacy_manifest(config: (&str, usize), layers: &[(String, &Layer)]) -> Vec<u8> {
+    let ls: Vec<Value> = layers
+        .iter()
+        .map(|(d, l)| {
+            json!({
+                "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+                "size": l.payload.len(), "digest": d, "annotations": l.annotations
+            })
+        })
+        .collect();
+    serde_json::to_vec(&json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": config.1, "digest": config.0},
+        "layers": ls
+    }))
+    .unwrap()
 }
 
 /// Pushes an image and a legacy cosign signature of it by `key`, stored in

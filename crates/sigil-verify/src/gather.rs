@@ -260,54 +260,9 @@ mod tests {
     //! The referrers-API path, which the test registry (distribution 2.x)
     //! does not have: an in-memory source that answers it.
 
-    use std::collections::HashMap;
-    use std::sync::Mutex;
+    use sigil_testkit::artifacts::MemorySource;
 
     use super::*;
-
-    #[derive(Default)]
-    struct Mem {
-        manifests: HashMap<String, Vec<u8>>,
-        blobs: HashMap<String, Vec<u8>>,
-        referrers: Option<Vec<u8>>,
-        calls: Mutex<Vec<String>>,
-    }
-
-    impl ArtifactSource for Mem {
-        async fn manifest(
-            &self,
-            _: &Reference,
-            r: &str,
-            _: Instant,
-        ) -> Result<Option<Vec<u8>>, ResolveFailure> {
-            self.calls.lock().unwrap().push(format!("manifest {r}"));
-            Ok(self.manifests.get(r).cloned())
-        }
-        async fn referrers(
-            &self,
-            _: &Reference,
-            d: &Digest,
-            _: Instant,
-        ) -> Result<Option<Vec<u8>>, ResolveFailure> {
-            self.calls.lock().unwrap().push(format!("referrers {d}"));
-            Ok(self.referrers.clone())
-        }
-        async fn blob(
-            &self,
-            _: &Reference,
-            d: &Digest,
-            _: usize,
-            _: Instant,
-        ) -> Result<Vec<u8>, ResolveFailure> {
-            self.calls.lock().unwrap().push(format!("blob {d}"));
-            self.blobs
-                .get(d.as_str())
-                .cloned()
-                .ok_or(ResolveFailure::NotFound {
-                    detail: "blob".into(),
-                })
-        }
-    }
 
     fn sha(b: &[u8]) -> String {
         format!("sha256:{}", crate::trust::hex(&crate::sha256(b)))
@@ -338,7 +293,7 @@ mod tests {
             {"digest": sha(b"sbom"), "artifactType": "application/spdx+json"}
         ]}))
         .unwrap();
-        let mem = Mem {
+        let mem = MemorySource {
             manifests: [(sha(&m), m.clone()), (sha(&stray), stray.clone())]
                 .into_iter()
                 .collect(),
@@ -355,7 +310,7 @@ mod tests {
             1,
             "one envelope, from the referrer naming this subject"
         );
-        let calls = mem.calls.lock().unwrap().clone();
+        let calls = mem.calls();
         let tag_schema = format!("manifest sha256-{}", "ab".repeat(32));
         assert!(
             !calls.contains(&tag_schema),

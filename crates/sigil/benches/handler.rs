@@ -12,84 +12,35 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use sigil::admission::Webhook;
 use sigil::engine::Engine;
-use sigil_core::{ArtifactSource, Digest, Policy, Reference, ResolveFailure};
+use sigil_core::{Digest, Policy};
+use sigil_testkit::artifacts::MemorySource;
+use sigil_testkit::registry::sha256;
 use sigil_testkit::resolver::FakeResolver;
-
-/// Serves one legacy cosign signature for any digest asked about: an
-/// in-process stand-in, only to warm the cache before measuring hits.
-struct Signed {
-    manifest: Vec<u8>,
-    payloads: std::collections::HashMap<String, Vec<u8>>,
-}
-
-impl ArtifactSource for Signed {
-    async fn manifest(
-        &self,
-        _: &Reference,
-        r: &str,
-        _: Instant,
-    ) -> Result<Option<Vec<u8>>, ResolveFailure> {
-        Ok(r.ends_with(".sig").then(|| self.manifest.clone()))
-    }
-    async fn referrers(
-        &self,
-        _: &Reference,
-        _: &Digest,
-        _: Instant,
-    ) -> Result<Option<Vec<u8>>, ResolveFailure> {
-        Ok(None)
-    }
-    async fn blob(
-        &self,
-        _: &Reference,
-        d: &Digest,
-        _: usize,
-        _: Instant,
-    ) -> Result<Vec<u8>, ResolveFailure> {
-        self.payloads
-            .get(d.as_str())
-            .cloned()
-            .ok_or(ResolveFailure::NotFound {
-                detail: "blob".into(),
-            })
-    }
-}
+use sigil_testkit::signing::{Layer, Signer, legacy_manifest, simple_signing};
 
 /// A policy verifying `registry.example.com/team/**` with a fresh P-256 key,
 /// and a source holding that key's signature over `digest`.
-fn signed(digest: &Digest, dir: &std::path::Path) -> (Policy, Signed) {
-    use aws_lc_rs::encoding::AsDer;
-    use aws_lc_rs::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair};
-    use base64::Engine as _;
-    use sha2::Digest as _;
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let key = EcdsaKeyPair::generate(&ECDSA_P256_SHA256_ASN1_SIGNING).expect("key");
-    let pem = format!(
-        "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
-        b64.encode(key.public_key().as_der().expect("spki").as_ref())
-    );
+fn signed(digest: &Digest, dir: &std::path::Path) -> (Policy, MemorySource) {
+    let key = Signer::p256();
     let key_path = dir.join("k.pub");
-    std::fs::write(&key_path, pem).expect("key file");
-    let payload = serde_json::to_vec(&serde_json::json!({"critical": {"identity": {"docker-reference": "x"}, "image": {"docker-manifest-digest": digest.as_str()}, "type": "cosign container image signature"}, "optional": null})).expect("json");
-    let sig = key
-        .sign(&aws_lc_rs::rand::SystemRandom::new(), &payload)
-        .expect("sign");
-    let pd = format!("sha256:{:x}", sha2::Sha256::digest(&payload));
-    let manifest = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "layers": [
-        {"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json", "digest": pd, "size": payload.len(),
-         "annotations": {"dev.cosignproject.cosign/signature": b64.encode(sig.as_ref())}}]})).expect("json");
+    std::fs::write(&key_path, key.public_pem()).expect("key file");
+    let payload = simple_signing("x", digest.as_str());
+    let layer = Layer::new(payload.clone(), &key.sign(&payload));
+    let pd = sha256(&payload);
+    let manifest = legacy_manifest((&sha256(b"{}"), 2), &[(pd.clone(), &layer)]);
     let policy = Policy::from_yaml(&format!(
         "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n    - name: team\n      match: [\"registry.example.com/team/**\"]\n      verify:\n        - {{name: ci, cosign: {{key: \"{}\"}}}}\n    - {{name: rest, match: [\"**\"], mode: warn}}\n",
         key_path.display()
     ))
     .expect("policy");
-    (
-        policy,
-        Signed {
-            manifest,
-            payloads: [(pd, payload)].into_iter().collect(),
-        },
-    )
+    let source = MemorySource {
+        manifests: [(format!("{}.sig", digest.as_str().replace(':', "-")), manifest)]
+            .into_iter()
+            .collect(),
+        blobs: [(pd, payload)].into_iter().collect(),
+        ..MemorySource::default()
+    };
+    (policy, source)
 }
 
 fn body() -> Vec<u8> {

@@ -191,12 +191,8 @@ async fn call(client: &reqwest::Client, url: &str, n: usize) -> Result<(), Strin
 
 /// Runs `restarts` rolling restarts behind the balancer; returns (ok, failed).
 async fn rollout(restarts: usize, shutdown_delay: &str) -> (usize, usize, Vec<String>) {
-    let (ca, cert, key) = crate::support::registry::test_ca();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("tls.crt"), &cert).unwrap();
-    std::fs::write(dir.path().join("tls.key"), &key).unwrap();
-    let crt = dir.path().join("tls.crt").display().to_string();
-    let k = dir.path().join("tls.key").display().to_string();
+    let (ca, crt, k) = crate::support::registry::test_cert_files(dir.path());
     let args = [
         "--tls-cert",
         crt.as_str(),

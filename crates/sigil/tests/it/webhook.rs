@@ -790,12 +790,8 @@ async fn bad_bodies_get_400_never_500() {
 
 #[tokio::test]
 async fn serves_given_certificate_files() {
-    let (ca, cert, key) = crate::support::registry::test_ca();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("tls.crt"), &cert).unwrap();
-    std::fs::write(dir.path().join("tls.key"), &key).unwrap();
-    let c = dir.path().join("tls.crt").display().to_string();
-    let k = dir.path().join("tls.key").display().to_string();
+    let (ca, c, k) = crate::support::registry::test_cert_files(dir.path());
     let s = Sigil::start(None, &["--tls-cert", &c, "--tls-key", &k]).await;
     let got = s
         .api(&ca)

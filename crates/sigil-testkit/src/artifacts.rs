@@ -1,0 +1,66 @@
+//! An in-memory [`ArtifactSource`]: signature manifests, blobs and a
+//! referrers index held in maps, with every call recorded. For what the
+//! real registry (distribution 2.x) cannot serve — the referrers API — and
+//! for benches that measure cache hits, not fetches.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use sigil_core::{ArtifactSource, Digest, Reference, ResolveFailure};
+
+/// Manifests by reference (tag or digest), blobs by digest, one referrers
+/// index (answered for any subject; `None`: no referrers API).
+#[derive(Debug, Default)]
+pub struct MemorySource {
+    pub manifests: HashMap<String, Vec<u8>>,
+    pub blobs: HashMap<String, Vec<u8>>,
+    pub referrers: Option<Vec<u8>>,
+    /// `manifest <ref>`, `referrers <digest>`, `blob <digest>`, in call order.
+    pub calls: Mutex<Vec<String>>,
+}
+
+impl MemorySource {
+    /// The calls made so far.
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl ArtifactSource for MemorySource {
+    async fn manifest(
+        &self,
+        _: &Reference,
+        r: &str,
+        _: Instant,
+    ) -> Result<Option<Vec<u8>>, ResolveFailure> {
+        self.calls.lock().unwrap().push(format!("manifest {r}"));
+        Ok(self.manifests.get(r).cloned())
+    }
+
+    async fn referrers(
+        &self,
+        _: &Reference,
+        d: &Digest,
+        _: Instant,
+    ) -> Result<Option<Vec<u8>>, ResolveFailure> {
+        self.calls.lock().unwrap().push(format!("referrers {d}"));
+        Ok(self.referrers.clone())
+    }
+
+    async fn blob(
+        &self,
+        _: &Reference,
+        d: &Digest,
+        _: usize,
+        _: Instant,
+    ) -> Result<Vec<u8>, ResolveFailure> {
+        self.calls.lock().unwrap().push(format!("blob {d}"));
+        self.blobs
+            .get(d.as_str())
+            .cloned()
+            .ok_or(ResolveFailure::NotFound {
+                detail: "blob".into(),
+            })
+    }
+}
