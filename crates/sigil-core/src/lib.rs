@@ -13,6 +13,7 @@
 //! property tests and benches need no runtime.
 
 pub mod decision;
+pub mod dockerhub;
 pub mod manifest;
 pub mod object;
 pub mod patch;

@@ -1,6 +1,7 @@
 //! sigil-registry: the OCI distribution client sigil resolves digests with.
 //!
-//! It owns talking to registries ([`client`]), credentials and tokens
+//! It owns talking to registries ([`client`]) and reading their answers
+//! (error bodies, statuses, platform indexes), credentials and tokens
 //! ([`auth`]), and the process-wide digest cache: positive answers live for the
 //! policy's `cacheTTL`, not-found answers for a short negative TTL, transient
 //! failures are never kept, and concurrent lookups of one reference are
@@ -10,6 +11,7 @@
 
 pub mod auth;
 pub mod client;
+mod response;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

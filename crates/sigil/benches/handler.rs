@@ -34,9 +34,12 @@ fn signed(digest: &Digest, dir: &std::path::Path) -> (Policy, MemorySource) {
     ))
     .expect("policy");
     let source = MemorySource {
-        manifests: [(format!("{}.sig", digest.as_str().replace(':', "-")), manifest)]
-            .into_iter()
-            .collect(),
+        manifests: [(
+            format!("{}.sig", digest.as_str().replace(':', "-")),
+            manifest,
+        )]
+        .into_iter()
+        .collect(),
         blobs: [(pd, payload)].into_iter().collect(),
         ..MemorySource::default()
     };

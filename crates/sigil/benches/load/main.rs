@@ -16,10 +16,6 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
-use rustls::pki_types::pem::PemObject;
 use serde_json::Value;
 
 use sigil_testkit::registry::{Mode, TestRegistry, free_port};
@@ -33,10 +29,15 @@ struct Size {
     cold_pods: usize,
 }
 
+mod client;
+mod echo;
+
+use client::{Stats, client_tls, drive, pct};
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--echo-server") {
-        return echo_server();
+        return echo::echo_server();
     }
     let full = args.iter().any(|a| a == "--bench");
     let size = if full {
@@ -57,21 +58,6 @@ fn main() {
         .build()
         .expect("runtime");
     rt.block_on(run(size, full));
-}
-
-struct Stats {
-    rps: f64,
-    p50: Duration,
-    p99: Duration,
-    p999: Duration,
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -585,129 +571,4 @@ async fn metric_sum(http: &reqwest::Client, admin: u16, prefix: &str) -> u64 {
         .filter(|l| l.starts_with(prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
-}
-
-fn client_tls(ca_pem: &[u8]) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem) {
-        roots.add(c.expect("pem")).expect("root");
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    Arc::new(cfg)
-}
-
-/// `concurrency` workers, each on its own keep-alive HTTPS connection.
-async fn drive(
-    addr: SocketAddr,
-    tls: Arc<rustls::ClientConfig>,
-    concurrency: usize,
-    total: usize,
-    body: impl Fn(usize) -> Vec<u8> + Send + Sync + 'static,
-) -> Stats {
-    let body = Arc::new(body);
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency {
-        let (tls, body, next) = (tls.clone(), body.clone(), next.clone());
-        tasks.push(tokio::spawn(async move {
-            let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-            tcp.set_nodelay(true).expect("nodelay");
-            let stream = tokio_rustls::TlsConnector::from(tls)
-                .connect(
-                    rustls::pki_types::ServerName::try_from("localhost").expect("name"),
-                    tcp,
-                )
-                .await
-                .expect("tls");
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                .await
-                .expect("handshake");
-            tokio::spawn(conn);
-            let mut lat = Vec::new();
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= total {
-                    break;
-                }
-                let req = http::Request::post("/mutate?timeout=10s")
-                    .header("host", "localhost")
-                    .header("content-type", "application/json")
-                    .body(Full::new(Bytes::from(body(i))))
-                    .expect("request");
-                let t = Instant::now();
-                let resp = sender.send_request(req).await.expect("send");
-                assert!(resp.status().is_success(), "status {}", resp.status());
-                let b = resp.into_body().collect().await.expect("body").to_bytes();
-                lat.push(t.elapsed());
-                assert!(!b.is_empty());
-            }
-            lat
-        }));
-    }
-    let mut all = Vec::with_capacity(total);
-    for t in tasks {
-        all.extend(t.await.expect("worker"));
-    }
-    let elapsed = started.elapsed();
-    all.sort();
-    Stats {
-        rps: all.len() as f64 / elapsed.as_secs_f64(),
-        p50: pct(&all, 0.5),
-        p99: pct(&all, 0.99),
-        p999: pct(&all, 0.999),
-    }
-}
-
-/// The baseline: hyper + rustls answering every POST with its own body.
-fn echo_server() {
-    let addr: SocketAddr = std::env::var("ECHO_ADDR")
-        .expect("ECHO_ADDR")
-        .parse()
-        .expect("addr");
-    let dir = std::path::PathBuf::from(std::env::var("ECHO_DIR").expect("ECHO_DIR"));
-    let cert = sigil::tls::self_signed(&["localhost".into()]).expect("cert");
-    let cfg = sigil::tls::server_config(sigil::tls::CertStore::new(&cert, None).expect("store"))
-        .expect("tls");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
-    rt.block_on(async move {
-        let l = tokio::net::TcpListener::bind(addr).await.expect("bind");
-        std::fs::write(dir.join("ca.pem"), cert.ca_pem.unwrap_or_default()).expect("ca");
-        let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
-        loop {
-            let (tcp, _) = l.accept().await.expect("accept");
-            let _ = tcp.set_nodelay(true);
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(s) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let svc = hyper::service::service_fn(
-                    |req: hyper::Request<hyper::body::Incoming>| async move {
-                        let b = req
-                            .into_body()
-                            .collect()
-                            .await
-                            .map(|c| c.to_bytes())
-                            .unwrap_or_default();
-                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(b)))
-                    },
-                );
-                let _ = hyper_util::server::conn::auto::Builder::new(
-                    hyper_util::rt::TokioExecutor::new(),
-                )
-                .serve_connection(TokioIo::new(s), svc)
-                .await;
-            });
-        }
-    });
 }
