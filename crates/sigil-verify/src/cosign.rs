@@ -8,6 +8,7 @@
 //! chain at the log's integrated time, identity, and last the binding to the
 //! pinned digest. It fetches nothing; `gather` hands it bytes.
 
+use crate::ArtifactError;
 use base64::Engine as _;
 use regex::Regex;
 use serde_json::Value;
@@ -46,9 +47,9 @@ pub struct Item {
     /// Chain certificates (DER) that came with it.
     pub chain: Vec<Vec<u8>>,
     /// Log entries (or why one could not be read).
-    pub entries: Vec<Result<Entry, String>>,
+    pub entries: Vec<Result<Entry, ArtifactError>>,
     /// The image digest the payload names, or why none could be read.
-    pub signed_digest: Result<String, String>,
+    pub signed_digest: Result<String, ArtifactError>,
 }
 
 impl Item {
@@ -57,19 +58,20 @@ impl Item {
     pub fn from_legacy(
         payload: Vec<u8>,
         annotations: &serde_json::Map<String, Value>,
-    ) -> Result<Item, String> {
+    ) -> Result<Item, ArtifactError> {
         let ann = |k: &str| annotations.get(k).and_then(|v| v.as_str());
-        let sig_b64 = ann(SIGNATURE_ANNOTATION).ok_or("layer has no signature annotation")?;
+        let sig_b64 = ann(SIGNATURE_ANNOTATION).ok_or(ArtifactError::Malformed(
+            "layer has no signature annotation".into(),
+        ))?;
         let signature = base64::engine::general_purpose::STANDARD
             .decode(sig_b64.trim())
-            .map_err(|e| format!("signature annotation is not base64: {e}"))?;
+            .map_err(|e| {
+                ArtifactError::Malformed(format!("signature annotation is not base64: {e}"))
+            })?;
         let cert = match ann(CERT_ANNOTATION).filter(|s| !s.trim().is_empty()) {
-            Some(pem) => Some(
-                x509::certs_from_pem(pem)
-                    .into_iter()
-                    .next()
-                    .ok_or("certificate annotation holds no certificate")?,
-            ),
+            Some(pem) => Some(x509::certs_from_pem(pem).into_iter().next().ok_or(
+                ArtifactError::Malformed("certificate annotation holds no certificate".into()),
+            )?),
             None => None,
         };
         let chain = ann(CHAIN_ANNOTATION)
@@ -91,31 +93,35 @@ impl Item {
     }
 
     /// A Sigstore bundle (v0.3; v0.1/v0.2 certificate chains also read) with a DSSE envelope.
-    pub fn from_bundle(bytes: &[u8]) -> Result<Item, String> {
-        let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("bundle: {e}"))?;
+    pub fn from_bundle(bytes: &[u8]) -> Result<Item, ArtifactError> {
+        let v: Value = serde_json::from_slice(bytes)
+            .map_err(|e| ArtifactError::Malformed(format!("bundle: {e}")))?;
         let std = base64::engine::general_purpose::STANDARD;
-        let b64 = |p: &str| -> Result<Vec<u8>, String> {
+        let b64 = |p: &str| -> Result<Vec<u8>, ArtifactError> {
             let s = v
                 .pointer(p)
                 .and_then(|x| x.as_str())
-                .ok_or_else(|| format!("bundle has no {p}"))?;
-            std.decode(s.trim()).map_err(|e| format!("bundle {p}: {e}"))
+                .ok_or_else(|| ArtifactError::Malformed(format!("bundle has no {p}")))?;
+            std.decode(s.trim())
+                .map_err(|e| ArtifactError::Malformed(format!("bundle {p}: {e}")))
         };
         let mt = v
             .get("mediaType")
             .and_then(|m| m.as_str())
             .unwrap_or_default();
         if !mt.starts_with("application/vnd.dev.sigstore.bundle") {
-            return Err(format!("not a Sigstore bundle (mediaType {mt:?})"));
+            return Err(ArtifactError::Malformed(format!(
+                "not a Sigstore bundle (mediaType {mt:?})"
+            )));
         }
         if v.get("dsseEnvelope").is_none() {
-            return Err("bundle carries a messageSignature, not the DSSE envelope cosign sign writes for images".into());
+            return Err(ArtifactError::Malformed("bundle carries a messageSignature, not the DSSE envelope cosign sign writes for images".into()));
         }
         let payload = b64("/dsseEnvelope/payload")?;
         let payload_type = v
             .pointer("/dsseEnvelope/payloadType")
             .and_then(|x| x.as_str())
-            .ok_or("bundle has no payloadType")?;
+            .ok_or(ArtifactError::Malformed("bundle has no payloadType".into()))?;
         let signature = b64("/dsseEnvelope/signatures/0/sig")?;
         let cert = if v.pointer("/verificationMaterial/certificate").is_some() {
             Some(b64("/verificationMaterial/certificate/rawBytes")?)
@@ -137,9 +143,9 @@ impl Item {
         let signed_digest = if payload_type == "application/vnd.in-toto+json" {
             statement_digest(&payload)
         } else {
-            Err(format!(
+            Err(ArtifactError::Malformed(format!(
                 "DSSE payload type {payload_type:?} is not an in-toto statement"
-            ))
+            )))
         };
         Ok(Item {
             message: pae(payload_type, &payload),
@@ -174,63 +180,78 @@ fn int_field(v: &Value, k: &str) -> Option<i64> {
     }
 }
 
-fn bundle_entry(t: &Value) -> Result<Entry, String> {
+fn bundle_entry(t: &Value) -> Result<Entry, ArtifactError> {
     let std = base64::engine::general_purpose::STANDARD;
     let get = |p: &str| t.pointer(p).and_then(|x| x.as_str());
-    let key_id = get("/logId/keyId").ok_or("log entry has no logId")?;
-    let set = get("/inclusionPromise/signedEntryTimestamp")
-        .ok_or("log entry has no inclusion promise (SET)")?;
+    let key_id =
+        get("/logId/keyId").ok_or(ArtifactError::Malformed("log entry has no logId".into()))?;
+    let set = get("/inclusionPromise/signedEntryTimestamp").ok_or(ArtifactError::Malformed(
+        "log entry has no inclusion promise (SET)".into(),
+    ))?;
     Ok(Entry {
         body: std
-            .decode(get("/canonicalizedBody").ok_or("log entry has no body")?)
-            .map_err(|e| format!("log entry body: {e}"))?,
-        integrated_time: int_field(t, "integratedTime").ok_or("log entry has no integratedTime")?,
-        log_index: int_field(t, "logIndex").ok_or("log entry has no logIndex")?,
-        log_id: crate::trust::hex(&std.decode(key_id).map_err(|e| format!("logId: {e}"))?),
-        set: std.decode(set).map_err(|e| format!("SET: {e}"))?,
+            .decode(
+                get("/canonicalizedBody")
+                    .ok_or(ArtifactError::Malformed("log entry has no body".into()))?,
+            )
+            .map_err(|e| ArtifactError::Malformed(format!("log entry body: {e}")))?,
+        integrated_time: int_field(t, "integratedTime").ok_or(ArtifactError::Malformed(
+            "log entry has no integratedTime".into(),
+        ))?,
+        log_index: int_field(t, "logIndex")
+            .ok_or(ArtifactError::Malformed("log entry has no logIndex".into()))?,
+        log_id: crate::trust::hex(
+            &std.decode(key_id)
+                .map_err(|e| ArtifactError::Malformed(format!("logId: {e}")))?,
+        ),
+        set: std
+            .decode(set)
+            .map_err(|e| ArtifactError::Malformed(format!("SET: {e}")))?,
     })
 }
 
 /// `critical.image.docker-manifest-digest` of a simple-signing payload.
-pub fn simple_signing_digest(payload: &[u8]) -> Result<String, String> {
-    let v: Value =
-        serde_json::from_slice(payload).map_err(|e| format!("simple-signing payload: {e}"))?;
+pub fn simple_signing_digest(payload: &[u8]) -> Result<String, ArtifactError> {
+    let v: Value = serde_json::from_slice(payload)
+        .map_err(|e| ArtifactError::Malformed(format!("simple-signing payload: {e}")))?;
     let ty = v.pointer("/critical/type").and_then(|t| t.as_str());
     if ty != Some("cosign container image signature") {
-        return Err(format!(
+        return Err(ArtifactError::Malformed(format!(
             "payload type {ty:?} is not a cosign container image signature"
-        ));
+        )));
     }
     v.pointer("/critical/image/docker-manifest-digest")
         .and_then(|d| d.as_str())
         .map(str::to_owned)
-        .ok_or_else(|| "payload names no docker-manifest-digest".to_owned())
+        .ok_or_else(|| ArtifactError::Malformed("payload names no docker-manifest-digest".into()))
 }
 
 /// The subject digest of an in-toto statement made by `cosign sign`.
-fn statement_digest(payload: &[u8]) -> Result<String, String> {
-    let v: Value =
-        serde_json::from_slice(payload).map_err(|e| format!("in-toto statement: {e}"))?;
+fn statement_digest(payload: &[u8]) -> Result<String, ArtifactError> {
+    let v: Value = serde_json::from_slice(payload)
+        .map_err(|e| ArtifactError::Malformed(format!("in-toto statement: {e}")))?;
     let pt = v.get("predicateType").and_then(|p| p.as_str());
     if pt != Some(SIGN_PREDICATE) {
-        return Err(format!(
+        return Err(ArtifactError::Malformed(format!(
             "in-toto predicateType {pt:?} is an attestation, not a cosign image signature"
-        ));
+        )));
     }
     let subjects = v
         .get("subject")
         .and_then(|s| s.as_array())
-        .ok_or("statement has no subject")?;
+        .ok_or(ArtifactError::Malformed("statement has no subject".into()))?;
     match subjects.as_slice() {
         [one] => one
             .pointer("/digest/sha256")
             .and_then(|d| d.as_str())
             .map(|h| format!("sha256:{}", h.to_ascii_lowercase()))
-            .ok_or_else(|| "statement subject has no sha256 digest".to_owned()),
-        _ => Err(format!(
+            .ok_or_else(|| {
+                ArtifactError::Malformed("statement subject has no sha256 digest".into())
+            }),
+        _ => Err(ArtifactError::Malformed(format!(
             "statement names {} subjects; expected one image",
             subjects.len()
-        )),
+        ))),
     }
 }
 
@@ -299,8 +320,7 @@ impl CosignCheck {
                         detail: "signature carries no certificate (it was made with a key)".into(),
                     });
                 };
-                let spki =
-                    x509::spki(cert).map_err(|detail| SignatureProblem::Malformed { detail })?;
+                let spki = x509::spki(cert).map_err(SignatureProblem::from)?;
                 let key = PublicKey::from_spki(&spki).map_err(|e| SignatureProblem::Malformed {
                     detail: e.to_string(),
                 })?;
@@ -323,7 +343,7 @@ impl CosignCheck {
                     ) {
                         Ok(()) => true,
                         Err(e) => {
-                            last = e;
+                            last = e.to_string();
                             false
                         }
                     }
@@ -331,8 +351,7 @@ impl CosignCheck {
                 if !ok {
                     return Err(SignatureProblem::ChainInvalid { detail: last });
                 }
-                let id = x509::identity(cert)
-                    .map_err(|detail| SignatureProblem::Malformed { detail })?;
+                let id = x509::identity(cert).map_err(SignatureProblem::from)?;
                 let issuer_ok = id.issuer.as_deref().is_some_and(|i| issuer.matches(i));
                 let subject_ok = id.subjects.iter().any(|s| subject.matches(s));
                 if !(issuer_ok && subject_ok) {
@@ -376,7 +395,7 @@ fn check_entries(
             .and_then(|e| e.verify(trust, &expect))
         {
             Ok(t) => return Ok(Some(t)),
-            Err(m) => last = m,
+            Err(m) => last = m.to_string(),
         }
     }
     Err(SignatureProblem::LogEntryInvalid { detail: last })
@@ -386,8 +405,6 @@ fn bind(item: &Item, digest: &str) -> Result<(), SignatureProblem> {
     match &item.signed_digest {
         Ok(d) if d == digest => Ok(()),
         Ok(d) => Err(SignatureProblem::DigestMismatch { signed: d.clone() }),
-        Err(detail) => Err(SignatureProblem::Malformed {
-            detail: detail.clone(),
-        }),
+        Err(e) => Err(e.clone().into()),
     }
 }

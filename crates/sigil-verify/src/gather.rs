@@ -9,6 +9,7 @@
 //! per signature so a verifier can say "malformed"; a registry failure fails
 //! the whole gather (nothing was checked, so nothing may pass).
 
+use crate::ArtifactError;
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -28,9 +29,9 @@ pub const MAX_REFERRERS: usize = 32;
 #[derive(Debug, Default)]
 pub struct Artifacts {
     /// cosign signatures (legacy layers and bundles), or why one could not be read.
-    pub cosign: Vec<Result<Item, String>>,
+    pub cosign: Vec<Result<Item, ArtifactError>>,
     /// notation envelopes, or why one could not be read.
-    pub notation: Vec<Result<Envelope, String>>,
+    pub notation: Vec<Result<Envelope, ArtifactError>>,
     /// Manifests and blobs fetched, for tests and logs.
     pub fetches: usize,
 }
@@ -64,7 +65,7 @@ pub async fn gather<S: ArtifactSource>(
     })
 }
 
-type Fetched<T> = Result<(Vec<Result<T, String>>, usize), ResolveFailure>;
+type Fetched<T> = Result<(Vec<Result<T, ArtifactError>>, usize), ResolveFailure>;
 
 /// Legacy cosign: one manifest at `sha256-<hex>.sig` whose layers each carry a signature.
 async fn legacy<S: ArtifactSource>(
@@ -93,16 +94,18 @@ async fn legacy<S: ArtifactSource>(
             .unwrap_or_default();
         match l.get("digest").and_then(|d| d.as_str()).map(Digest::parse) {
             Some(Ok(d)) => layers.push((d, ann)),
-            _ => out.push(Err("signature layer has no valid digest".into())),
+            _ => out.push(Err(ArtifactError::Malformed(
+                "signature layer has no valid digest".into(),
+            ))),
         }
     }
     let (blobs, n) = fetch_blobs(source, repo, layers.iter().map(|(d, _)| d), deadline).await?;
     for (d, ann) in &layers {
         out.push(match blobs.get(d) {
             Some(payload) => Item::from_legacy(payload.clone(), ann),
-            None => Err(format!(
+            None => Err(ArtifactError::Malformed(format!(
                 "signature payload {d} is missing from the registry"
-            )),
+            ))),
         });
     }
     Ok((out, 1 + n))
@@ -116,8 +119,8 @@ async fn referred<S: ArtifactSource>(
     deadline: Instant,
 ) -> Result<
     (
-        Vec<Result<Item, String>>,
-        Vec<Result<Envelope, String>>,
+        Vec<Result<Item, ArtifactError>>,
+        Vec<Result<Envelope, ArtifactError>>,
         usize,
     ),
     ResolveFailure,
@@ -195,7 +198,8 @@ async fn referred<S: ArtifactSource>(
     fetches += n;
     let (mut bundles, mut envs) = (Vec::new(), Vec::new());
     for (d, mt, kind) in &envelopes {
-        let missing = || format!("signature blob {d} is missing from the registry");
+        let missing =
+            || ArtifactError::Malformed(format!("signature blob {d} is missing from the registry"));
         match (*kind, blobs.get(d)) {
             ("notation", Some(b)) => envs.push(Envelope::parse(mt, b)),
             ("notation", None) => envs.push(Err(missing())),

@@ -72,6 +72,34 @@ pub enum VerifyError {
     },
 }
 
+/// Why one signature artifact, certificate or log entry cannot vouch for an
+/// image. Found while parsing and checking; each becomes the matching
+/// [`SignatureProblem`] in the verifier's report.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArtifactError {
+    /// Not the shape its media type promises (JSON, base64, PEM, DER, CBOR,
+    /// a required field or header missing, an unsupported form).
+    #[error("{0}")]
+    Malformed(String),
+    /// The certificate chain does not lead to a trusted root at the time checked.
+    #[error("{0}")]
+    Chain(String),
+    /// The transparency-log entry is not from a trusted log, does not verify,
+    /// or is not about this signature.
+    #[error("{0}")]
+    Log(String),
+}
+
+impl From<ArtifactError> for SignatureProblem {
+    fn from(e: ArtifactError) -> SignatureProblem {
+        match e {
+            ArtifactError::Malformed(detail) => SignatureProblem::Malformed { detail },
+            ArtifactError::Chain(detail) => SignatureProblem::ChainInvalid { detail },
+            ArtifactError::Log(detail) => SignatureProblem::LogEntryInvalid { detail },
+        }
+    }
+}
+
 /// SHA-256 of `data`.
 pub fn sha256(data: &[u8]) -> [u8; 32] {
     let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data);
@@ -278,7 +306,7 @@ pub fn evaluate(
 }
 
 fn run<T>(
-    items: &[Result<T, String>],
+    items: &[Result<T, ArtifactError>],
     check: impl Fn(&T) -> Result<Vec<String>, SignatureProblem>,
 ) -> VerifierOutcome {
     let mut problems = Vec::new();
@@ -293,9 +321,7 @@ fn run<T>(
                 }
                 Err(p) => problems.push(p),
             },
-            Err(detail) => problems.push(SignatureProblem::Malformed {
-                detail: detail.clone(),
-            }),
+            Err(e) => problems.push(e.clone().into()),
         }
     }
     VerifierOutcome::failed(items.len(), problems)

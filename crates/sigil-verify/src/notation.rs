@@ -9,6 +9,7 @@
 //! calls to CAs on the admission path. The binding of the signed target
 //! digest to the pinned digest is sigil's own rule and always enforced.
 
+use crate::ArtifactError;
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::Value;
@@ -79,15 +80,19 @@ fn rfc3339(s: &str) -> Option<i64> {
         .map(|t| t.unix_timestamp())
 }
 
-fn check_crit(crit: &[String], present: &[&str]) -> Result<(), String> {
+fn check_crit(crit: &[String], present: &[&str]) -> Result<(), ArtifactError> {
     for c in crit {
         if !KNOWN_CRIT.contains(&c.as_str()) {
-            return Err(format!("critical header {c:?} is not understood"));
+            return Err(ArtifactError::Malformed(format!(
+                "critical header {c:?} is not understood"
+            )));
         }
     }
     for p in present {
         if [SCHEME, EXPIRY, AUTHENTIC_TIME].contains(p) && !crit.iter().any(|c| c == p) {
-            return Err(format!("header {p:?} must be listed as critical"));
+            return Err(ArtifactError::Malformed(format!(
+                "header {p:?} must be listed as critical"
+            )));
         }
     }
     Ok(())
@@ -95,28 +100,33 @@ fn check_crit(crit: &[String], present: &[&str]) -> Result<(), String> {
 
 impl Envelope {
     /// Decodes an envelope by its layer media type.
-    pub fn parse(media_type: &str, bytes: &[u8]) -> Result<Envelope, String> {
+    pub fn parse(media_type: &str, bytes: &[u8]) -> Result<Envelope, ArtifactError> {
         match media_type {
             JWS_MEDIA_TYPE => Envelope::from_jws(bytes),
             COSE_MEDIA_TYPE => Envelope::from_cose(bytes),
-            other => Err(format!("envelope media type {other:?} is not supported")),
+            other => Err(ArtifactError::Malformed(format!(
+                "envelope media type {other:?} is not supported"
+            ))),
         }
     }
 
     /// A JWS JSON-serialized envelope.
-    pub fn from_jws(bytes: &[u8]) -> Result<Envelope, String> {
-        let jws: Jws = serde_json::from_slice(bytes).map_err(|e| format!("JWS envelope: {e}"))?;
+    pub fn from_jws(bytes: &[u8]) -> Result<Envelope, ArtifactError> {
+        let jws: Jws = serde_json::from_slice(bytes)
+            .map_err(|e| ArtifactError::Malformed(format!("JWS envelope: {e}")))?;
         let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
         let std = base64::engine::general_purpose::STANDARD;
         let protected = url
             .decode(jws.protected.trim_end_matches('='))
-            .map_err(|e| format!("JWS protected header: {e}"))?;
-        let h: Value =
-            serde_json::from_slice(&protected).map_err(|e| format!("JWS protected header: {e}"))?;
+            .map_err(|e| ArtifactError::Malformed(format!("JWS protected header: {e}")))?;
+        let h: Value = serde_json::from_slice(&protected)
+            .map_err(|e| ArtifactError::Malformed(format!("JWS protected header: {e}")))?;
         let s = |k: &str| h.get(k).and_then(|v| v.as_str());
         let cty = s("cty");
         if cty != Some(PAYLOAD_CTY) {
-            return Err(format!("payload content type {cty:?} is not {PAYLOAD_CTY}"));
+            return Err(ArtifactError::Malformed(format!(
+                "payload content type {cty:?} is not {PAYLOAD_CTY}"
+            )));
         }
         let crit: Vec<String> = h
             .get("crit")
@@ -132,7 +142,9 @@ impl Envelope {
             .map(|o| o.keys().map(String::as_str).collect())
             .unwrap_or_default();
         check_crit(&crit, &present)?;
-        let scheme = s(SCHEME).ok_or("no signing scheme")?.to_owned();
+        let scheme = s(SCHEME)
+            .ok_or(ArtifactError::Malformed("no signing scheme".into()))?
+            .to_owned();
         let signing_time = if scheme == "notary.x509.signingAuthority" {
             s(AUTHENTIC_TIME).and_then(rfc3339)
         } else {
@@ -142,18 +154,23 @@ impl Envelope {
             .header
             .x5c
             .iter()
-            .map(|c| std.decode(c.trim()).map_err(|e| format!("x5c: {e}")))
+            .map(|c| {
+                std.decode(c.trim())
+                    .map_err(|e| ArtifactError::Malformed(format!("x5c: {e}")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Envelope {
-            alg: s("alg").ok_or("no alg")?.to_owned(),
+            alg: s("alg")
+                .ok_or(ArtifactError::Malformed("no alg".into()))?
+                .to_owned(),
             message: format!("{}.{}", jws.protected, jws.payload).into_bytes(),
             signature: url
                 .decode(jws.signature.trim_end_matches('='))
-                .map_err(|e| format!("JWS signature: {e}"))?,
+                .map_err(|e| ArtifactError::Malformed(format!("JWS signature: {e}")))?,
             certs,
             payload: url
                 .decode(jws.payload.trim_end_matches('='))
-                .map_err(|e| format!("JWS payload: {e}"))?,
+                .map_err(|e| ArtifactError::Malformed(format!("JWS payload: {e}")))?,
             scheme,
             signing_time,
             expiry: s(EXPIRY).and_then(rfc3339),
@@ -161,13 +178,13 @@ impl Envelope {
     }
 
     /// A COSE_Sign1 envelope (tagged or untagged).
-    pub fn from_cose(bytes: &[u8]) -> Result<Envelope, String> {
+    pub fn from_cose(bytes: &[u8]) -> Result<Envelope, ArtifactError> {
         use coset::{
             CborSerializable, Label, RegisteredLabelWithPrivate, TaggedCborSerializable, iana,
         };
         let sign1 = coset::CoseSign1::from_tagged_slice(bytes)
             .or_else(|_| coset::CoseSign1::from_slice(bytes))
-            .map_err(|e| format!("COSE envelope: {e}"))?;
+            .map_err(|e| ArtifactError::Malformed(format!("COSE envelope: {e}")))?;
         let p = &sign1.protected.header;
         let alg = match &p.alg {
             Some(RegisteredLabelWithPrivate::Assigned(a)) => match a {
@@ -176,14 +193,24 @@ impl Envelope {
                 iana::Algorithm::PS512 => "PS512",
                 iana::Algorithm::ES256 => "ES256",
                 iana::Algorithm::ES384 => "ES384",
-                other => return Err(format!("COSE algorithm {other:?} is not supported")),
+                other => {
+                    return Err(ArtifactError::Malformed(format!(
+                        "COSE algorithm {other:?} is not supported"
+                    )));
+                }
             },
-            other => return Err(format!("COSE algorithm {other:?} is not supported")),
+            other => {
+                return Err(ArtifactError::Malformed(format!(
+                    "COSE algorithm {other:?} is not supported"
+                )));
+            }
         };
         let cty_ok =
             matches!(&p.content_type, Some(coset::ContentType::Text(t)) if t == PAYLOAD_CTY);
         if !cty_ok {
-            return Err(format!("payload content type is not {PAYLOAD_CTY}"));
+            return Err(ArtifactError::Malformed(format!(
+                "payload content type is not {PAYLOAD_CTY}"
+            )));
         }
         let text = |want: &str| {
             p.rest.iter().find_map(|(l, v)| match l {
@@ -210,7 +237,7 @@ impl Envelope {
         check_crit(&crit, &present)?;
         let scheme = text(SCHEME)
             .and_then(|v| v.as_text())
-            .ok_or("no signing scheme")?
+            .ok_or(ArtifactError::Malformed("no signing scheme".into()))?
             .to_owned();
         let time_of = |v: &ciborium::Value| -> Option<i64> {
             match v {
@@ -231,19 +258,28 @@ impl Envelope {
             .rest
             .iter()
             .find_map(|(l, v)| (*l == Label::Int(33)).then_some(v))
-            .ok_or("COSE envelope has no x5chain")?;
+            .ok_or(ArtifactError::Malformed(
+                "COSE envelope has no x5chain".into(),
+            ))?;
         let certs = match x5chain {
             ciborium::Value::Bytes(b) => vec![b.clone()],
             ciborium::Value::Array(a) => a
                 .iter()
-                .map(|c| c.as_bytes().cloned().ok_or("x5chain entry is not bytes"))
+                .map(|c| {
+                    c.as_bytes().cloned().ok_or(ArtifactError::Malformed(
+                        "x5chain entry is not bytes".into(),
+                    ))
+                })
                 .collect::<Result<Vec<_>, _>>()?,
-            _ => return Err("x5chain is neither bytes nor an array".into()),
+            _ => {
+                return Err(ArtifactError::Malformed(
+                    "x5chain is neither bytes nor an array".into(),
+                ));
+            }
         };
-        let payload = sign1
-            .payload
-            .clone()
-            .ok_or("COSE envelope has a detached payload")?;
+        let payload = sign1.payload.clone().ok_or(ArtifactError::Malformed(
+            "COSE envelope has a detached payload".into(),
+        ))?;
         Ok(Envelope {
             alg: alg.to_owned(),
             message: sign1.tbs_data(b""),
@@ -257,13 +293,13 @@ impl Envelope {
     }
 
     /// The `targetArtifact.digest` of the payload.
-    pub fn target_digest(&self) -> Result<String, String> {
-        let v: Value =
-            serde_json::from_slice(&self.payload).map_err(|e| format!("notation payload: {e}"))?;
+    pub fn target_digest(&self) -> Result<String, ArtifactError> {
+        let v: Value = serde_json::from_slice(&self.payload)
+            .map_err(|e| ArtifactError::Malformed(format!("notation payload: {e}")))?;
         v.pointer("/targetArtifact/digest")
             .and_then(|d| d.as_str())
             .map(str::to_owned)
-            .ok_or_else(|| "payload has no targetArtifact.digest".to_owned())
+            .ok_or_else(|| ArtifactError::Malformed("payload has no targetArtifact.digest".into()))
     }
 }
 
@@ -298,7 +334,7 @@ impl NotationCheck {
         let leaf = env.certs.first().ok_or(SignatureProblem::Malformed {
             detail: "envelope carries no certificate".into(),
         })?;
-        let spki = x509::spki(leaf).map_err(|detail| SignatureProblem::Malformed { detail })?;
+        let spki = x509::spki(leaf).map_err(SignatureProblem::from)?;
         let key = PublicKey::from_spki(&spki).map_err(|e| SignatureProblem::Malformed {
             detail: e.to_string(),
         })?;
@@ -322,9 +358,7 @@ impl NotationCheck {
             });
         }
         // Binding: sigil's rule, at every level.
-        let target = env
-            .target_digest()
-            .map_err(|detail| SignatureProblem::Malformed { detail })?;
+        let target = env.target_digest().map_err(SignatureProblem::from)?;
         let mut logged = Vec::new();
         let mut enforce =
             |enforced: bool, problem: SignatureProblem| -> Result<(), SignatureProblem> {
@@ -341,10 +375,8 @@ impl NotationCheck {
             NotationLevel::Audit => (false, false, false),
         };
         let at = env.signing_time.unwrap_or(now);
-        if let Err(detail) =
-            x509::verify_chain(leaf, &env.certs[1..], &self.roots, at, Eku::IfPresent)
-        {
-            enforce(authenticity, SignatureProblem::ChainInvalid { detail })?;
+        if let Err(e) = x509::verify_chain(leaf, &env.certs[1..], &self.roots, at, Eku::IfPresent) {
+            enforce(authenticity, e.into())?;
         } else if env.scheme == "notary.x509" {
             // Without a timestamp countersignature, the signing time is only a
             // claim: the chain must still be valid now.

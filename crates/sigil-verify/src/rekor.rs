@@ -7,6 +7,7 @@
 //! checks always run together. Inclusion proofs against a checkpoint are not
 //! checked (they need the log's current tree head); the SET is the promise.
 
+use crate::ArtifactError;
 use base64::Engine as _;
 use serde::Deserialize;
 
@@ -48,20 +49,20 @@ struct LegacyPayload {
 
 impl Entry {
     /// Parses the `dev.sigstore.cosign/bundle` annotation of a legacy signature.
-    pub fn from_legacy_annotation(text: &str) -> Result<Entry, String> {
-        let b: LegacyBundle =
-            serde_json::from_str(text).map_err(|e| format!("Rekor bundle annotation: {e}"))?;
+    pub fn from_legacy_annotation(text: &str) -> Result<Entry, ArtifactError> {
+        let b: LegacyBundle = serde_json::from_str(text)
+            .map_err(|e| ArtifactError::Malformed(format!("Rekor bundle annotation: {e}")))?;
         let std = base64::engine::general_purpose::STANDARD;
         Ok(Entry {
             body: std
                 .decode(b.payload.body.trim())
-                .map_err(|e| format!("Rekor body: {e}"))?,
+                .map_err(|e| ArtifactError::Malformed(format!("Rekor body: {e}")))?,
             integrated_time: b.payload.integrated_time,
             log_index: b.payload.log_index,
             log_id: b.payload.log_id.to_ascii_lowercase(),
             set: std
                 .decode(b.set.trim())
-                .map_err(|e| format!("SignedEntryTimestamp: {e}"))?,
+                .map_err(|e| ArtifactError::Malformed(format!("SignedEntryTimestamp: {e}")))?,
         })
     }
 
@@ -79,24 +80,24 @@ impl Entry {
 
     /// Checks the SET against the trusted logs and that the body records
     /// exactly this signature. Returns the integrated time on success.
-    pub fn verify(&self, trust: &TrustedRoot, expect: &Expected<'_>) -> Result<i64, String> {
+    pub fn verify(&self, trust: &TrustedRoot, expect: &Expected<'_>) -> Result<i64, ArtifactError> {
         let log = trust
             .log(&self.log_id, self.integrated_time)
             .ok_or_else(|| {
-                format!(
+                ArtifactError::Log(format!(
                     "log {} is not a trusted transparency log (or its key was not valid at {})",
                     short(&self.log_id),
                     self.integrated_time
-                )
+                ))
             })?;
         if !log
             .key
             .verify(SigEncoding::Der, self.set_message().as_bytes(), &self.set)
         {
-            return Err(format!(
+            return Err(ArtifactError::Log(format!(
                 "signed entry timestamp does not verify with the key of log {}",
                 short(&self.log_id)
-            ));
+            )));
         }
         check_body(&self.body, expect)?;
         Ok(self.integrated_time)
@@ -122,11 +123,13 @@ pub struct Expected<'a> {
 type LoggedSignature<'a> = (Option<&'a str>, Option<&'a str>);
 
 /// Compares the logged body with the signature in hand.
-fn check_body(body: &[u8], expect: &Expected<'_>) -> Result<(), String> {
-    let v: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| format!("log entry body: {e}"))?;
+fn check_body(body: &[u8], expect: &Expected<'_>) -> Result<(), ArtifactError> {
+    let v: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| ArtifactError::Log(format!("log entry body: {e}")))?;
     let kind = v.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
-    let spec = v.get("spec").ok_or("log entry body has no spec")?;
+    let spec = v
+        .get("spec")
+        .ok_or(ArtifactError::Log("log entry body has no spec".into()))?;
     let std = base64::engine::general_purpose::STANDARD;
     let want_hash = crate::trust::hex(&expect.payload_sha256);
     let (hash, sigs): (Option<&str>, Vec<LoggedSignature<'_>>) = match kind {
@@ -154,10 +157,16 @@ fn check_body(body: &[u8], expect: &Expected<'_>) -> Result<(), String> {
                 })
                 .unwrap_or_default(),
         ),
-        other => return Err(format!("log entry kind {other:?} is not supported")),
+        other => {
+            return Err(ArtifactError::Log(format!(
+                "log entry kind {other:?} is not supported"
+            )));
+        }
     };
     if hash.map(str::to_ascii_lowercase).as_deref() != Some(want_hash.as_str()) {
-        return Err("log entry records a different payload hash".into());
+        return Err(ArtifactError::Log(
+            "log entry records a different payload hash".into(),
+        ));
     }
     let matches = sigs.iter().any(|(sig, signer)| {
         let sig_ok = sig
@@ -174,7 +183,9 @@ fn check_body(body: &[u8], expect: &Expected<'_>) -> Result<(), String> {
         sig_ok && signer_ok
     });
     if !matches {
-        return Err("log entry records a different signature or signer".into());
+        return Err(ArtifactError::Log(
+            "log entry records a different signature or signer".into(),
+        ));
     }
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! does not decide which time to check at; callers pass the Rekor
 //! integratedTime or the signing time.
 
+use crate::ArtifactError;
 use rustls_pki_types::{CertificateDer, UnixTime};
 use webpki::{EndEntityCert, KeyUsage};
 use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension, X509Certificate};
@@ -48,9 +49,10 @@ pub fn verify_chain(
     roots: &[Vec<u8>],
     at: i64,
     eku: Eku,
-) -> Result<(), String> {
+) -> Result<(), ArtifactError> {
     let leaf_der = CertificateDer::from(leaf);
-    let ee = EndEntityCert::try_from(&leaf_der).map_err(|e| format!("leaf certificate: {e}"))?;
+    let ee = EndEntityCert::try_from(&leaf_der)
+        .map_err(|e| ArtifactError::Chain(format!("leaf certificate: {e}")))?;
     let root_ders: Vec<CertificateDer<'_>> = roots
         .iter()
         .map(|r| CertificateDer::from(r.as_slice()))
@@ -60,14 +62,14 @@ pub fn verify_chain(
         .filter_map(|r| webpki::anchor_from_trusted_cert(r).ok())
         .collect();
     if anchors.is_empty() {
-        return Err("no usable trust root".into());
+        return Err(ArtifactError::Chain("no usable trust root".into()));
     }
     let inter: Vec<CertificateDer<'_>> = intermediates
         .iter()
         .map(|c| CertificateDer::from(c.as_slice()))
         .collect();
     let time = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
-        u64::try_from(at).map_err(|_| "time before 1970".to_owned())?,
+        u64::try_from(at).map_err(|_| ArtifactError::Chain("time before 1970".into()))?,
     ));
     let usage = match eku {
         Eku::Required => KeyUsage::required(CODE_SIGNING),
@@ -75,7 +77,7 @@ pub fn verify_chain(
     };
     ee.verify_for_usage(ALGS, &anchors, &inter, time, usage, None, None)
         .map(|_| ())
-        .map_err(|e| describe(&e, leaf, at))
+        .map_err(|e| ArtifactError::Chain(describe(&e, leaf, at)))
 }
 
 fn describe(e: &webpki::Error, leaf: &[u8], at: i64) -> String {
@@ -125,8 +127,9 @@ impl std::fmt::Display for Identity {
 }
 
 /// Reads the SAN and Fulcio issuer of a DER certificate.
-pub fn identity(der: &[u8]) -> Result<Identity, String> {
-    let (_, cert) = X509Certificate::from_der(der).map_err(|e| format!("certificate: {e}"))?;
+pub fn identity(der: &[u8]) -> Result<Identity, ArtifactError> {
+    let (_, cert) = X509Certificate::from_der(der)
+        .map_err(|e| ArtifactError::Malformed(format!("certificate: {e}")))?;
     let mut id = Identity::default();
     let mut v1 = None;
     let mut v2 = None;
@@ -180,8 +183,9 @@ fn der_utf8(v: &[u8]) -> Option<String> {
 }
 
 /// The DER SubjectPublicKeyInfo of a certificate.
-pub fn spki(der: &[u8]) -> Result<Vec<u8>, String> {
-    let (_, cert) = X509Certificate::from_der(der).map_err(|e| format!("certificate: {e}"))?;
+pub fn spki(der: &[u8]) -> Result<Vec<u8>, ArtifactError> {
+    let (_, cert) = X509Certificate::from_der(der)
+        .map_err(|e| ArtifactError::Malformed(format!("certificate: {e}")))?;
     Ok(cert.public_key().raw.to_vec())
 }
 
@@ -209,7 +213,10 @@ mod tests {
         let roots = certs_from_pem(FULCIO);
         verify_chain(leaf, &chain, &roots, 1_717_082_297, Eku::Required).unwrap();
         let e = verify_chain(leaf, &chain, &roots, 1_800_000_000, Eku::Required).unwrap_err();
-        assert!(e.contains("not valid at"), "{e}");
+        assert!(
+            matches!(&e, ArtifactError::Chain(d) if d.contains("not valid at")),
+            "{e}"
+        );
     }
 
     #[test]
