@@ -1,16 +1,19 @@
 //! sigil-core: every decision sigil makes, with no I/O and no async runtime.
 //!
-//! It owns image references ([`reference`]), the policy schema and its
-//! meaning ([`policy`], [`pattern`]), where images live in any object
-//! ([`walker`]) and how to edit them in YAML text ([`manifest`]), what
-//! happens to each image ([`decision`]), the JSONPatch that applies it
-//! ([`patch`]), and what a rule's signature requirement means and whether a
-//! set of verifier results meets it ([`verify`]). It does not talk to
-//! registries, check signatures or serve HTTP: those edges are the traits in
-//! this file, implemented by `sigil-registry` and `sigil-verify` and driven by
-//! the `sigil` binary, which runs the I/O a plan asks for under one deadline
-//! and hands the answers back here. Because nothing here awaits, fuzzing,
-//! property tests and benches need no runtime.
+//! It owns image references ([`mod@reference`], with Docker Hub's many names
+//! folded in one place: [`dockerhub`]), the policy schema and its meaning
+//! ([`policy`], [`pattern`]), where images live in any object ([`walker`])
+//! and how to edit them in YAML text ([`manifest`]), the per-object decision
+//! every front end calls ([`object`]: skip rules, namespace, UPDATE
+//! downgrade, scope, and which lookups a decision needs), what happens to
+//! each image and the denial reasons ([`decision`]), what a rule's signature
+//! requirement means and whether a set of verifier results meets it
+//! ([`verify`]), and the JSONPatch that applies a decision ([`patch`]). It
+//! does not talk to registries, check signatures or serve HTTP: those edges
+//! are the traits in this file, implemented by `sigil-registry` and
+//! `sigil-verify` and driven by the `sigil` binary, which runs the I/O a plan
+//! asks for under one deadline and hands the answers back here. Because
+//! nothing here awaits, fuzzing, property tests and benches need no runtime.
 
 pub mod decision;
 pub mod dockerhub;

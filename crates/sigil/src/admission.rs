@@ -1,12 +1,15 @@
-//! The mutating admission webhook: AdmissionReview in, AdmissionReview out.
+//! The mutating admission webhook's wire format: AdmissionReview in,
+//! AdmissionReview out.
 //!
-//! Owns the admission rules that keep a cluster safe (DELETE, CONNECT,
-//! finalizer removal on terminating objects and exempt namespaces always pass,
-//! untouched), the deadline taken from `?timeout=`, and the wire format of the
-//! answer (base64 JSONPatch, warnings, audit annotations, denial status). The
-//! request is parsed leniently into `serde_json::Value` for the object so that
-//! unknown or oddly-typed metadata never turns into a rejection; patches are
-//! built against that raw object. Decisions come from [`crate::engine`].
+//! Owns reading the request leniently (the objects stay raw JSON, walked by
+//! sigil-core's streaming walker, so unknown or oddly-typed metadata never
+//! turns into a rejection), the deadline taken from `?timeout=`, and
+//! rendering sigil-core's `ObjectVerdict` as the answer: base64 JSONPatch
+//! built against the raw object, warnings, audit annotations, denial status,
+//! metrics and the decision log line. It decides nothing: which requests pass
+//! untouched (DELETE, CONNECT, finalizer removal, exempt namespaces), the
+//! UPDATE downgrade and the scope are the one per-object decision in
+//! `sigil_core::object`, run by [`crate::engine`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

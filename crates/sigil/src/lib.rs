@@ -1,10 +1,17 @@
-//! sigil, the binary's library half: the webhook server, the shared decision
-//! engine, TLS, metrics, the readiness self-check, and the few writes sigil
-//! makes to the Kubernetes API (registration, certificates, break-glass).
+//! sigil, the binary's library half: what turns a policy and flags into a
+//! running webhook, and what renders sigil-core's decisions for each front end.
 //!
-//! It owns wiring — turning a policy and flags into running listeners — and
-//! the Kubernetes-facing wire formats. Decisions live in `sigil-core`;
-//! registry I/O in `sigil-registry`. `main.rs` is only flags and glue.
+//! It owns the webhook server and process lifecycle ([`server`]), the
+//! AdmissionReview wire format ([`admission`]), the I/O half of the one
+//! decision path ([`engine`]: runs the lookups a sigil-core plan names),
+//! client-side pinning and the KRM function ([`pin`], [`krm`]), policy hot
+//! reload ([`reload`]), serving certificates ([`tls`], and self-managed ones
+//! in [`certs`]), the readiness self-check ([`selfcheck`]), metrics
+//! ([`metrics`]), atomic file writes ([`files`]), and the few writes sigil
+//! makes to the Kubernetes API (registration and break-glass: [`cluster`]).
+//! Its errors are [`error::Error`]. Decisions live in `sigil-core`, registry
+//! I/O in `sigil-registry`, signature checks in `sigil-verify`; the
+//! binary's `main.rs` and `cmd/` are only flags and glue.
 
 pub mod admission;
 pub mod certs;

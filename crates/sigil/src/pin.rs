@@ -7,7 +7,9 @@
 //! changed image is spliced into the original bytes by
 //! [`sigil_core::manifest`]. It also owns the report of what happened to each
 //! image, with file and line. It does not read files, print, or pick exit
-//! codes: `sigil pin` (in `main.rs`) and [`crate::krm`] do.
+//! codes: `sigil pin` (`cmd/pin.rs`) and [`crate::krm`] do. Decisions are
+//! sigil-core's per-object decision with `Source::Manifest`, so the
+//! webhook and `sigil pin` agree on every verdict.
 
 use std::time::{Duration, Instant};
 

@@ -2,9 +2,9 @@
 //!
 //! Owns the compiled policy ([`Policy`], [`Rule`], [`Mirror`]) and the
 //! per-image [`Plan`]; the document as written lives in [`schema`], turning
-//! it into a policy (with line-numbered errors) in [`compile`], mirror
-//! rewrites and rule matching in [`plan`], and the plain-words rendering
-//! `sigil policy check` prints in [`describe`]. It reads no files and talks
+//! it into a policy (with line-numbered errors) in `compile`, mirror
+//! rewrites and rule matching in `plan`, and the plain-words rendering
+//! `sigil policy check` prints in `describe`. It reads no files and talks
 //! to no registry: paths in the policy (CA files, password files) are handed
 //! to the I/O crates as written.
 

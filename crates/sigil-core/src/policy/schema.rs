@@ -1,6 +1,6 @@
 //! The policy document as written: field names are the YAML's, values keep
 //! their source position (`Spanned`) so errors can name the line. Nothing
-//! here is validated; [`super::compile`] does that.
+//! here is validated; `compile` does that.
 
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;

@@ -5,8 +5,8 @@
 //! once, keep serving for `--shutdown-delay`, stop accepting, finish what is
 //! in flight).
 //!
-//! The webhook port is in [`conn`], the admin port in [`admin`], readiness in
-//! [`health`]. It makes no admission decisions.
+//! The webhook port is in `conn`, the admin port in `admin`, readiness in
+//! `health`. It makes no admission decisions.
 
 mod admin;
 mod conn;
@@ -232,7 +232,7 @@ impl Running {
     /// The drain: not ready at once, keep serving for `--shutdown-delay`
     /// (endpoints are removed meanwhile), then close the listener and let
     /// hyper-util's graceful shutdown finish every connection, for at most
-    /// [`FINISH_TIMEOUT`]. A second signal exits at once.
+    /// `FINISH_TIMEOUT`. A second signal exits at once.
     pub async fn drain(self, signals: &mut Signals) {
         self.health.start_draining(&self.metrics);
         let _ = self.phase.send(Phase::Draining);
