@@ -14,7 +14,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use futures_util::StreamExt as _;
 use sigil::files::{Durability, write_atomic};
-use sigil::pin::{ImageReport, PinOptions, Pinned, Status, pin_text};
+use sigil::pin::report::Report;
+use sigil::pin::{PinOptions, Pinned, pin_text};
 
 use super::{EXIT_ERROR, EXIT_FINDINGS, engine_for, load_policy, read_stdin, runtime};
 
@@ -170,7 +171,7 @@ pub fn run(args: PinArgs) -> Result<ExitCode> {
     let mut results = results;
     let mut report = Report::default();
     for (input, result) in inputs.iter().zip(&mut results) {
-        report.add(input, result, args.check);
+        report.add(&input.name, result, args.check);
     }
     report.registry_requests = engine.resolver.loads();
 
@@ -218,142 +219,4 @@ pub fn run(args: PinArgs) -> Result<ExitCode> {
     } else {
         0
     }))
-}
-
-#[derive(Debug, Default, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Report {
-    files: Vec<FileReport>,
-    images: usize,
-    pinned: usize,
-    rewritten: usize,
-    ok: usize,
-    needs_registry: usize,
-    denied: usize,
-    warnings: usize,
-    errors: usize,
-    check_failures: usize,
-    written: usize,
-    registry_requests: u64,
-}
-
-#[derive(Debug, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct FileReport {
-    path: String,
-    changed: bool,
-    images: Vec<ImageReport>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    notes: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-}
-
-impl Report {
-    fn add(
-        &mut self,
-        input: &Input,
-        result: &mut Result<Pinned, sigil_core::manifest::ManifestError>,
-        check: bool,
-    ) {
-        let mut f = FileReport {
-            path: input.name.clone(),
-            changed: false,
-            images: Vec::new(),
-            notes: Vec::new(),
-            error: None,
-        };
-        match result {
-            Err(e) => {
-                self.errors += 1;
-                f.error = Some(e.to_string());
-            }
-            Ok(p) => {
-                f.changed = p.changed;
-                f.notes = std::mem::take(&mut p.decided.notes);
-                for i in &p.decided.images {
-                    self.images += 1;
-                    match i.status {
-                        Status::Ok => self.ok += 1,
-                        Status::Pinned => self.pinned += 1,
-                        Status::Rewritten => self.rewritten += 1,
-                        Status::NeedsRegistry => self.needs_registry += 1,
-                        Status::Denied => self.denied += 1,
-                        Status::Warning => self.warnings += 1,
-                    }
-                    if check && i.status.fails_check() {
-                        self.check_failures += 1;
-                    }
-                }
-                f.images = std::mem::take(&mut p.decided.images);
-            }
-        }
-        self.files.push(f);
-    }
-
-    fn text(&self, check: bool, quiet_changes: bool) -> String {
-        use std::fmt::Write as _;
-        let mut s = String::new();
-        for f in &self.files {
-            if let Some(e) = &f.error {
-                let _ = writeln!(s, "{}: error: {e}", f.path);
-            }
-            for n in &f.notes {
-                let _ = writeln!(s, "{}: note: {n}", f.path);
-            }
-            for i in &f.images {
-                let loc = format!("{}:{}:{}", f.path, i.line, i.column);
-                let what = format!("{} {}", i.object, i.describe);
-                match (i.status, &i.new, &i.message) {
-                    (Status::Ok, _, _) => {}
-                    (Status::Pinned | Status::Rewritten, Some(new), _) if !quiet_changes => {
-                        let verb = match (i.status, check) {
-                            (Status::Pinned, true) => "not pinned",
-                            (Status::Rewritten, true) => "not rewritten",
-                            (Status::Pinned, false) => "pinned",
-                            _ => "rewritten",
-                        };
-                        let _ = writeln!(s, "{loc}: {verb}: {what}: {} -> {new}", i.image);
-                    }
-                    (Status::Pinned | Status::Rewritten, _, _) => {}
-                    (status, _, msg) => {
-                        let label = match status {
-                            Status::Denied => "denied",
-                            Status::Warning => "warning",
-                            _ => "needs registry",
-                        };
-                        let _ =
-                            writeln!(s, "{loc}: {label}: {}", msg.as_deref().unwrap_or_default());
-                    }
-                }
-            }
-        }
-        let _ = writeln!(
-            s,
-            "sigil pin: {} file(s), {} image(s): {} pinned, {} rewritten, {} already final, {} need a registry, {} denied, {} warning(s), {} error(s); {} registry lookup(s){}",
-            self.files.len(),
-            self.images,
-            self.pinned,
-            self.rewritten,
-            self.ok,
-            self.needs_registry,
-            self.denied,
-            self.warnings,
-            self.errors,
-            self.registry_requests,
-            if self.written > 0 {
-                format!("; {} file(s) written", self.written)
-            } else {
-                String::new()
-            }
-        );
-        if check && self.check_failures > 0 {
-            let _ = writeln!(
-                s,
-                "sigil pin --check: {} image(s) not final; run `sigil pin --write` on these files and commit the result",
-                self.check_failures
-            );
-        }
-        s
-    }
 }

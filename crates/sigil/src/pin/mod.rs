@@ -25,6 +25,8 @@ use sigil_core::{
 
 use crate::engine::Engine;
 
+pub mod report;
+
 /// How to decide.
 #[derive(Debug, Clone)]
 pub struct PinOptions {
