@@ -103,6 +103,10 @@ pub struct ObjectSummary {
     pub generate_name: Option<String>,
     /// `metadata.namespace`.
     pub namespace: Option<String>,
+    /// The pod spec's `imagePullSecrets` names.
+    pub pull_secrets: Vec<String>,
+    /// The pod spec's `serviceAccountName` (or deprecated `serviceAccount`).
+    pub service_account: Option<String>,
     /// `metadata.deletionTimestamp` is set (not null).
     pub terminating: bool,
 }
@@ -393,6 +397,31 @@ impl<'de> serde::de::Visitor<'de> for Seed<'_> {
                     w.summary.terminating = a.next_value::<serde_json::Value>()?.is_null().not();
                     continue;
                 }
+                (Node::TopSpec | Node::PodSpec(_), "serviceAccountName") => {
+                    if let Some(sa) = a.next_value_seed(Str)?.filter(|s| !s.is_empty()) {
+                        w.summary.service_account = Some(sa);
+                    }
+                    continue;
+                }
+                // Deprecated alias, used only when serviceAccountName is absent.
+                (Node::TopSpec | Node::PodSpec(_), "serviceAccount") => {
+                    if let Some(sa) = a.next_value_seed(Str)?.filter(|s| !s.is_empty()) {
+                        w.summary.service_account.get_or_insert(sa);
+                    }
+                    continue;
+                }
+                (Node::TopSpec | Node::PodSpec(_), "imagePullSecrets") => {
+                    let v = a.next_value::<serde_json::Value>()?;
+                    w.summary.pull_secrets.extend(
+                        v.as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|s| s.get("name")?.as_str())
+                            .filter(|n| !n.is_empty())
+                            .map(str::to_owned),
+                    );
+                    continue;
+                }
                 (Node::Item(_, FieldKind::ImageVolume), "name") | (Node::Item(..), "name") => {
                     name = a.next_value_seed(Str)?;
                     continue;
@@ -547,6 +576,14 @@ mod tests {
         assert_eq!(s.kind.as_deref(), Some("Pod"));
         assert_eq!(s.generate_name.as_deref(), Some("web-"));
         assert_eq!(s.namespace, None);
+        let d = summarize_value(
+            &serde_json::json!({"kind": "Deployment", "spec": {"template": {"spec": {
+            "serviceAccount": "old", "serviceAccountName": "builder",
+            "imagePullSecrets": [{"name": "a"}, {"name": ""}, {"x": 1}, {"name": "b"}],
+            "containers": [{"image": "x"}]}}}}),
+        );
+        assert_eq!(d.pull_secrets, ["a", "b"]);
+        assert_eq!(d.service_account.as_deref(), Some("builder"));
         assert!(s.terminating);
         assert_eq!(s.fields[0].value, "nginx:1");
         assert_eq!(s.fields[0].name.as_deref(), Some("a\"b"));
