@@ -368,6 +368,20 @@ impl<'a> ImageLocation<'a> {
     }
 }
 
+/// kubelet's match of a docker config key, or a credential provider's
+/// `matchImages` entry, against a normalized image name: same number of host
+/// labels (`*` and `?` within one label), same port, the key's path a
+/// prefix of the image's.
+pub fn key_matches(glob: &str, name: &str) -> bool {
+    Key::parse(glob).is_some_and(|k| k.matches(&ImageLocation::new(name)))
+}
+
+/// The registry host of a normalized image name (`host[:port]`), for
+/// `cacheKeyType: Registry`.
+pub fn registry_of(name: &str) -> &str {
+    name.split('/').next().unwrap_or(name)
+}
+
 /// Credentials indexed by docker config key, looked up as kubelet does:
 /// every key matching the image, most specific first (keys sorted in
 /// reverse, so `quay.io/team` comes before `quay.io`); several credentials
@@ -583,6 +597,24 @@ mod tests {
             users(&k, "docker.io/library/nginx"),
             ["https://index.docker.io/v1/"]
         );
+    }
+
+    #[test]
+    fn provider_match_images() {
+        assert!(key_matches(
+            "*.dkr.ecr.*.amazonaws.com",
+            "123.dkr.ecr.eu-west-1.amazonaws.com/app"
+        ));
+        assert!(!key_matches(
+            "*.dkr.ecr.*.amazonaws.com",
+            "123.dkr.ecr.amazonaws.com/app"
+        ));
+        assert!(key_matches(
+            "*-docker.pkg.dev",
+            "europe-docker.pkg.dev/p/r/app"
+        ));
+        assert!(key_matches("docker.io", "docker.io/library/nginx"));
+        assert_eq!(registry_of("r.io:5000/a/b"), "r.io:5000");
     }
 
     #[test]

@@ -18,6 +18,7 @@
 pub mod credentials;
 pub mod decision;
 pub mod dockerhub;
+pub mod duration;
 pub mod manifest;
 pub mod object;
 pub mod patch;

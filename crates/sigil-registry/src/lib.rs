@@ -11,6 +11,8 @@
 
 pub mod auth;
 pub mod client;
+pub mod helper;
+pub mod provider;
 mod response;
 
 use std::sync::Arc;

@@ -151,41 +151,9 @@ pub fn timeout_from_query(query: Option<&str>) -> Duration {
         .into_iter()
         .flat_map(|q| q.split('&'))
         .find_map(|kv| kv.strip_prefix("timeout="))
-        .and_then(parse_go_duration)
+        .and_then(sigil_core::duration::parse_go)
         .unwrap_or(DEFAULT_TIMEOUT);
     t.min(MAX_TIMEOUT)
-}
-
-/// Parses Go's `time.Duration` text (`10s`, `1m0s`, `1.5s`, `250ms`).
-pub fn parse_go_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    if s.is_empty() {
-        return None;
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let n: f64 = rest[..num_end].parse().ok()?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let mult = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += n * mult;
-        rest = &rest[unit_end..];
-    }
-    (total.is_finite() && (0.0..86_400.0).contains(&total)).then(|| Duration::from_secs_f64(total))
 }
 
 /// When to stop waiting for registries: the API server's timeout minus a
@@ -475,12 +443,6 @@ mod tests {
 
     #[test]
     fn go_durations() {
-        assert_eq!(parse_go_duration("10s"), Some(Duration::from_secs(10)));
-        assert_eq!(parse_go_duration("1m0s"), Some(Duration::from_secs(60)));
-        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_go_duration("5"), None);
-        assert_eq!(parse_go_duration("1e400s"), None);
         assert_eq!(
             timeout_from_query(Some("timeout=5s")),
             Duration::from_secs(5)
