@@ -34,6 +34,8 @@ pub struct Credential {
     secret: Zeroizing<String>,
     /// `secret` is an identity (refresh) token, not a password.
     pub identity_token: bool,
+    /// See [`Credential::identity`]; computed once, used per lookup.
+    identity: String,
 }
 
 impl fmt::Debug for Credential {
@@ -46,22 +48,42 @@ impl fmt::Debug for Credential {
 }
 
 impl Credential {
+    fn new(username: String, secret: String, identity_token: bool) -> Credential {
+        let mut h = Sha256::new();
+        h.update(username.as_bytes());
+        h.update([0, u8::from(identity_token)]);
+        h.update(secret.as_bytes());
+        let identity = h
+            .finalize()
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Credential {
+            username,
+            secret: Zeroizing::new(secret),
+            identity_token,
+            identity,
+        }
+    }
+
     /// Basic credentials.
     pub fn basic(username: impl Into<String>, password: impl Into<String>) -> Credential {
-        Credential {
-            username: username.into(),
-            secret: Zeroizing::new(password.into()),
-            identity_token: false,
-        }
+        Credential::new(username.into(), password.into(), false)
     }
 
     /// An identity (refresh) token.
     pub fn identity_token(username: impl Into<String>, token: impl Into<String>) -> Credential {
-        Credential {
-            username: username.into(),
-            secret: Zeroizing::new(token.into()),
-            identity_token: true,
-        }
+        Credential::new(username.into(), token.into(), true)
+    }
+
+    /// `Authorization: Basic …` value for the registry or its token service.
+    pub fn basic_header(&self) -> Zeroizing<String> {
+        let raw = Zeroizing::new(format!("{}:{}", self.username, self.secret.as_str()));
+        Zeroizing::new(format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(raw.as_bytes())
+        ))
     }
 
     /// The password or token. Only the registry client should call this.
@@ -73,13 +95,8 @@ impl Credential {
     /// first 16 hex digits of SHA-256 over user and secret. Cached answers
     /// are keyed by it, so two namespaces holding the same credential share
     /// the cache, and one that holds another does not.
-    pub fn identity(&self) -> String {
-        let mut h = Sha256::new();
-        h.update(self.username.as_bytes());
-        h.update([0, u8::from(self.identity_token)]);
-        h.update(self.secret.as_bytes());
-        let d = h.finalize();
-        d.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    pub fn identity(&self) -> &str {
+        &self.identity
     }
 }
 
@@ -171,10 +188,44 @@ pub struct Candidate {
 impl Candidate {
     /// The cache identity of what this candidate can see: the credential's
     /// [`Credential::identity`], or `anonymous`.
-    pub fn identity(&self) -> String {
+    pub fn identity(&self) -> &str {
         self.credential
             .as_ref()
-            .map_or_else(|| "anonymous".to_owned(), Credential::identity)
+            .map_or(ANONYMOUS, Credential::identity)
+    }
+
+    /// The last resort every lookup ends with.
+    pub fn anonymous() -> Candidate {
+        Candidate {
+            credential: None,
+            source: CredentialSource::Anonymous,
+        }
+    }
+}
+
+/// The cache identity of anonymous lookups.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// The cluster credentials one lookup may use, most specific first, and
+/// every cluster source the object named (for denials). The registry adds
+/// its node-level credentials (policy, `--docker-config`, helpers,
+/// providers) and anonymous after these.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PullCredentials {
+    /// Candidates from the object's Secrets or its ServiceAccount's.
+    pub candidates: Vec<Candidate>,
+    /// `secret ns/name`, `serviceaccount ns/name`, whether or not found.
+    pub named: Vec<String>,
+}
+
+impl PullCredentials {
+    /// No cluster credentials (client-side commands, objects naming none).
+    pub fn none() -> &'static PullCredentials {
+        static NONE: PullCredentials = PullCredentials {
+            candidates: Vec::new(),
+            named: Vec::new(),
+        };
+        &NONE
     }
 }
 

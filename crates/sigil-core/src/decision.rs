@@ -122,7 +122,7 @@ impl ResolveFailure {
                 "check the image name and tag, or push the image (and mirror it, if a mirror is configured)"
             }
             ResolveFailure::Unauthorized { .. } => {
-                "give sigil pull credentials for this registry (spec.registries[].auth)"
+                "give the workload an imagePullSecret for this registry (on the Pod spec or its ServiceAccount), or give sigil node-level credentials (spec.registries[].auth, --docker-config, a credential provider); see docs/credentials.md"
             }
             ResolveFailure::RateLimited { .. } => {
                 "use a mirror or authenticated pulls, or retry later"

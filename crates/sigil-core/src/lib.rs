@@ -28,6 +28,7 @@ pub mod reference;
 pub mod verify;
 pub mod walker;
 
+pub use credentials::PullCredentials;
 pub use decision::{Denial, Finding, Mode, ObjectRef, Outcome, ResolveFailure};
 pub use object::{
     Answers, FieldVerdict, ObjectFacts, ObjectPlan, ObjectVerdict, Operation, Skip, Source,
@@ -95,12 +96,16 @@ impl CacheConfig {
 /// an HTTP stack; `sigil-registry` implements it with caching and
 /// single-flight. `deadline` is the admission deadline: an implementation
 /// must answer (possibly with [`ResolveFailure::Timeout`]) before it.
+/// `creds` are the cluster credentials the object may use (its pull
+/// secrets); an implementation tries them before its own and anonymous, and
+/// never serves an answer learned with a credential `creds` does not hold.
 pub trait DigestResolver: Send + Sync {
     /// Resolves `target` (which carries a tag, not a digest) for `platform`.
     fn resolve(
         &self,
         target: &Reference,
         platform: Option<&Platform>,
+        creds: &PullCredentials,
         deadline: Instant,
     ) -> impl Future<Output = Result<Digest, ResolveFailure>> + Send;
 }
@@ -117,6 +122,7 @@ pub trait ArtifactSource: Send + Sync {
         &self,
         repository: &Reference,
         reference: &str,
+        creds: &PullCredentials,
         deadline: Instant,
     ) -> impl Future<Output = Result<Option<Vec<u8>>, ResolveFailure>> + Send;
 
@@ -126,6 +132,7 @@ pub trait ArtifactSource: Send + Sync {
         &self,
         repository: &Reference,
         digest: &Digest,
+        creds: &PullCredentials,
         deadline: Instant,
     ) -> impl Future<Output = Result<Option<Vec<u8>>, ResolveFailure>> + Send;
 
@@ -135,6 +142,7 @@ pub trait ArtifactSource: Send + Sync {
         repository: &Reference,
         digest: &Digest,
         max: usize,
+        creds: &PullCredentials,
         deadline: Instant,
     ) -> impl Future<Output = Result<Vec<u8>, ResolveFailure>> + Send;
 }
@@ -145,13 +153,15 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The I/O edge that checks a digest's signatures against a rule's verifiers.
 pub trait SignatureVerifier: Send + Sync {
-    /// Verifies `digest`, pulled from `repository`, under `verification`.
-    /// Always answers (a fetch failure is a report, not an error).
+    /// Verifies `digest`, pulled from `repository` with `creds`, under
+    /// `verification`. Always answers (a fetch failure is a report, not an
+    /// error).
     fn verify<'a>(
         &'a self,
         repository: &'a Reference,
         digest: &'a Digest,
         verification: &'a Arc<Verification>,
+        creds: &'a PullCredentials,
         deadline: Instant,
     ) -> BoxFuture<'a, Arc<VerificationReport>>;
 }

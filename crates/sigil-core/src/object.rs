@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::credentials::PullContext;
 use crate::decision::{Denial, Finding, Mode, Outcome, ResolveFailure, decide};
 use crate::patch::Replacement;
 use crate::policy::{Plan, Policy, Scope, Step};
@@ -168,6 +169,8 @@ pub struct FieldPlans {
     patchable: bool,
     /// Images the old object had (pointer, value), for the UPDATE downgrade.
     old: Vec<(String, String)>,
+    /// The secrets the object's Pods may pull with.
+    pull: PullContext,
 }
 
 /// The decision for one object.
@@ -262,6 +265,12 @@ pub fn plan_object(policy: &Policy, facts: ObjectFacts<'_>) -> ObjectPlan {
     let Some(object) = facts.object else {
         return ObjectPlan::Skip(Skip::NoObject);
     };
+    let pull = PullContext::of(
+        facts.namespace.unwrap_or_default(),
+        facts.kind,
+        &object.pull_secrets,
+        object.service_account.as_deref(),
+    );
     let fields = object.fields;
     let plans = fields.iter().map(|f| policy.plan(&f.value)).collect();
     let old = match (facts.operation, facts.old_object) {
@@ -279,10 +288,19 @@ pub fn plan_object(policy: &Policy, facts: ObjectFacts<'_>) -> ObjectPlan {
             || policy.scope == Scope::Workloads
             || facts.kind == "Pod",
         old,
+        pull,
     })
 }
 
 impl ObjectPlan {
+    /// The secrets the object's Pods may pull with (`None` when skipped).
+    pub fn pull_context(&self) -> Option<&PullContext> {
+        match self {
+            ObjectPlan::Fields(f) => Some(&f.pull),
+            ObjectPlan::Skip(_) => None,
+        }
+    }
+
     /// Distinct registry lookups (tags to resolve), in field order.
     pub fn lookups(&self) -> Vec<&Reference> {
         let mut out: Vec<&Reference> = Vec::new();

@@ -2,7 +2,7 @@
 //!
 //! Owns where credentials come from (policy `username` + `passwordFile`, or a
 //! docker `config.json`), parsing Bearer/Basic challenges, and the token cache
-//! keyed by (host, scope). Secrets never appear in `Debug` output or errors.
+//! keyed by (host, scope, credential identity). Secrets never appear in `Debug` output or errors.
 //! It does not send the manifest requests themselves; see `client`.
 
 use std::collections::HashMap;
@@ -10,10 +10,9 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
+use sigil_core::credentials::{Credential, Keyring, parse_docker_config};
 use sigil_core::policy::AuthSpec;
-use sigil_core::reference::is_docker_hub;
+use zeroize::Zeroizing;
 
 /// Where a host's credentials come from. Files are read when needed, so a
 /// rotated Secret takes effect without a restart.
@@ -69,123 +68,43 @@ impl CredentialSource {
     }
 
     /// Loads the credentials for `host`. `Ok(None)` means anonymous.
-    pub fn load(&self, host: &str) -> Result<Option<Credentials>, String> {
+    pub fn load(&self, host: &str) -> Result<Option<Credential>, String> {
         match self {
             CredentialSource::Anonymous => Ok(None),
             CredentialSource::PasswordFile { username, path } => {
-                let pw = std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read passwordFile {path}: {e}"))?;
-                Ok(Some(Credentials {
-                    username: username.clone(),
-                    secret: Secret::Password(pw.trim_end_matches(['\r', '\n']).to_owned()),
-                }))
+                let pw = Zeroizing::new(
+                    std::fs::read_to_string(path)
+                        .map_err(|e| format!("cannot read passwordFile {path}: {e}"))?,
+                );
+                Ok(Some(Credential::basic(
+                    username.clone(),
+                    pw.trim_end_matches(['\r', '\n']),
+                )))
             }
             CredentialSource::DockerConfig { path } => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read dockerConfig {path}: {e}"))?;
+                let text = Zeroizing::new(
+                    std::fs::read(path)
+                        .map_err(|e| format!("cannot read dockerConfig {path}: {e}"))?,
+                );
                 docker_config_lookup(&text, host).map_err(|e| format!("dockerConfig {path}: {e}"))
             }
         }
     }
 }
 
-/// A secret value; `Debug` never prints it.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Secret {
-    /// A password for Basic auth or the token service.
-    Password(String),
-    /// An OAuth2 refresh token (`identitytoken` in docker config).
-    IdentityToken(String),
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-/// Loaded credentials for one host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Credentials {
-    /// User name.
-    pub username: String,
-    /// Password or identity token.
-    pub secret: Secret,
-}
-
-impl Credentials {
-    /// `Authorization: Basic …` value.
-    pub fn basic_header(&self) -> String {
-        let pw = match &self.secret {
-            Secret::Password(p) | Secret::IdentityToken(p) => p,
-        };
-        format!(
-            "Basic {}",
-            STANDARD.encode(format!("{}:{pw}", self.username))
-        )
-    }
-}
-
-/// Finds `host` in a docker config's `auths`, accepting the key spellings
-/// docker itself writes (`host`, `https://host`, Docker Hub's legacy URL).
-pub fn docker_config_lookup(text: &str, host: &str) -> Result<Option<Credentials>, String> {
-    let v: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
-    let Some(auths) = v.get("auths").and_then(|a| a.as_object()) else {
-        return Ok(None);
-    };
-    let hub = is_docker_hub(host);
-    let entry = auths.iter().find(|(k, _)| {
-        let k = k
-            .trim_start_matches("https://")
-            .trim_start_matches("http://");
-        let k_host = k.split('/').next().unwrap_or_default();
-        k_host == host || (hub && is_docker_hub(k_host))
-    });
-    let Some((_, e)) = entry else { return Ok(None) };
-    if let Some(tok) = e
-        .get("identitytoken")
-        .and_then(|t| t.as_str())
-        .filter(|t| !t.is_empty())
-    {
-        let user = e
-            .get("username")
-            .and_then(|u| u.as_str())
-            .unwrap_or("<token>")
-            .to_owned();
-        return Ok(Some(Credentials {
-            username: user,
-            secret: Secret::IdentityToken(tok.to_owned()),
-        }));
-    }
-    if let Some(a) = e
-        .get("auth")
-        .and_then(|a| a.as_str())
-        .filter(|a| !a.is_empty())
-    {
-        let raw = STANDARD
-            .decode(a.trim())
-            .map_err(|_| format!("auths entry for {host}: `auth` is not base64"))?;
-        let s = String::from_utf8(raw)
-            .map_err(|_| format!("auths entry for {host}: `auth` is not UTF-8"))?;
-        let (u, p) = s
-            .split_once(':')
-            .ok_or_else(|| format!("auths entry for {host}: `auth` is not user:password"))?;
-        return Ok(Some(Credentials {
-            username: u.to_owned(),
-            secret: Secret::Password(p.to_owned()),
-        }));
-    }
-    match (
-        e.get("username").and_then(|u| u.as_str()),
-        e.get("password").and_then(|p| p.as_str()),
-    ) {
-        (Some(u), Some(p)) => Ok(Some(Credentials {
-            username: u.to_owned(),
-            secret: Secret::Password(p.to_owned()),
-        })),
-        _ => Ok(None),
-    }
+/// The credential a docker config's `auths` holds for `host` (kubelet's
+/// key rules: `host`, `https://host`, `/v1/`, Docker Hub's legacy URL).
+pub fn docker_config_lookup(text: &[u8], host: &str) -> Result<Option<Credential>, String> {
+    let entries = parse_docker_config(text, false).map_err(|e| e.to_string())?;
+    let mut ring = Keyring::default();
+    ring.add(
+        &entries,
+        &sigil_core::credentials::CredentialSource::DockerConfig,
+    );
+    Ok(ring
+        .lookup(&format!("{host}/"))
+        .into_iter()
+        .find_map(|c| c.credential))
 }
 
 /// A parsed `WWW-Authenticate` header.
@@ -264,20 +183,25 @@ fn parse_params(s: &str) -> HashMap<String, String> {
 /// Bearer tokens by (host, scope), kept until shortly before they expire.
 #[derive(Debug, Default)]
 pub struct TokenCache {
-    inner: Mutex<HashMap<(String, String), (String, Instant)>>,
+    inner: Mutex<HashMap<TokenKey, (String, Instant)>>,
 }
+
+/// (host, scope, identity of the credential the token was issued for):
+/// a token obtained with one namespace's pull secret is never sent on
+/// behalf of another.
+type TokenKey = (String, String, String);
 
 impl TokenCache {
     /// A still-valid token.
-    pub fn get(&self, host: &str, scope: &str) -> Option<String> {
+    pub fn get(&self, host: &str, scope: &str, identity: &str) -> Option<String> {
         let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(&(host.to_owned(), scope.to_owned()))
+        map.get(&(host.to_owned(), scope.to_owned(), identity.to_owned()))
             .filter(|(_, exp)| *exp > Instant::now())
             .map(|(t, _)| t.clone())
     }
 
     /// Stores a token valid for `ttl` (minus a safety margin).
-    pub fn put(&self, host: &str, scope: &str, token: String, ttl: Duration) {
+    pub fn put(&self, host: &str, scope: &str, identity: &str, token: String, ttl: Duration) {
         let ttl = ttl
             .saturating_sub(Duration::from_secs(5))
             .max(Duration::from_secs(1));
@@ -287,7 +211,7 @@ impl TokenCache {
             map.retain(|_, (_, e)| *e > now);
         }
         map.insert(
-            (host.to_owned(), scope.to_owned()),
+            (host.to_owned(), scope.to_owned(), identity.to_owned()),
             (token, Instant::now() + ttl),
         );
     }
@@ -328,30 +252,26 @@ mod tests {
 
     #[test]
     fn docker_config_spellings() {
-        let auth = STANDARD.encode("u:p:w");
+        use base64::Engine as _;
+        let auth = base64::engine::general_purpose::STANDARD.encode("u:p:w");
         let cfg = format!(
             r#"{{"auths":{{"https://index.docker.io/v1/":{{"auth":"{auth}"}},"reg.local:5000":{{"username":"a","password":"b"}}}}}}"#
         );
-        let c = docker_config_lookup(&cfg, "docker.io").unwrap().unwrap();
-        assert_eq!(c.username, "u");
-        assert_eq!(c.secret, Secret::Password("p:w".into()));
+        let c = docker_config_lookup(cfg.as_bytes(), "docker.io")
+            .unwrap()
+            .unwrap();
+        assert_eq!(c, Credential::basic("u", "p:w"));
         assert_eq!(
-            docker_config_lookup(&cfg, "reg.local:5000")
+            docker_config_lookup(cfg.as_bytes(), "reg.local:5000")
                 .unwrap()
                 .unwrap()
                 .username,
             "a"
         );
-        assert_eq!(docker_config_lookup(&cfg, "other.io").unwrap(), None);
-        assert!(docker_config_lookup("{", "x").is_err());
-    }
-
-    #[test]
-    fn secrets_never_debug_print() {
-        let c = Credentials {
-            username: "u".into(),
-            secret: Secret::Password("hunter2".into()),
-        };
-        assert!(!format!("{c:?}").contains("hunter2"));
+        assert_eq!(
+            docker_config_lookup(cfg.as_bytes(), "other.io").unwrap(),
+            None
+        );
+        assert!(docker_config_lookup(b"{", "x").is_err());
     }
 }

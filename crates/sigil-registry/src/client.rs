@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use sha2::{Digest as _, Sha256};
+use sigil_core::credentials::{ANONYMOUS, Credential};
 use sigil_core::policy::RegistrySpec;
 use sigil_core::reference::api_host;
 use sigil_core::{Digest, Platform, Reference, ResolveFailure};
@@ -33,7 +34,7 @@ const USER_AGENT: &str = concat!("sigil/", env!("CARGO_PKG_VERSION"));
 pub(crate) struct HostClient {
     scheme: &'static str,
     http: reqwest::Client,
-    creds: CredentialSource,
+    pub(crate) creds: CredentialSource,
     permits: Semaphore,
 }
 
@@ -129,6 +130,8 @@ impl HostClient {
 
 pub(crate) struct Lookup<'a> {
     pub(crate) host: &'a HostClient,
+    /// The credential this lookup authenticates with (`None`: anonymous).
+    pub(crate) credential: Option<&'a Credential>,
     pub(crate) tokens: &'a TokenCache,
     pub(crate) observer: &'a dyn Observer,
     pub(crate) deadline: Instant,
@@ -237,9 +240,10 @@ impl Lookup<'_> {
             .map_err(|_| ResolveFailure::Config {
                 detail: "registry client is shutting down".into(),
             })?;
+        let identity = self.credential.map_or(ANONYMOUS, Credential::identity);
         let mut auth = self
             .tokens
-            .get(domain, scope)
+            .get(domain, scope, identity)
             .map(|t| format!("Bearer {t}"));
         let mut authed_once = false;
         let mut rate_limited_once = false;
@@ -266,14 +270,9 @@ impl Lookup<'_> {
                     .get(header::WWW_AUTHENTICATE)
                     .and_then(|v| v.to_str().ok())
                     .and_then(parse_challenge);
-                let creds = self
-                    .host
-                    .creds
-                    .load(domain)
-                    .map_err(|detail| ResolveFailure::Config { detail })?;
                 auth = match challenge {
-                    Some(Challenge::Basic) => match &creds {
-                        Some(c) => Some(c.basic_header()),
+                    Some(Challenge::Basic) => match self.credential {
+                        Some(c) => Some(c.basic_header().to_string()),
                         None => return Err(failure_for(&r)),
                     },
                     Some(Challenge::Bearer {
@@ -283,9 +282,10 @@ impl Lookup<'_> {
                     }) => {
                         let sc = ch_scope.unwrap_or_else(|| scope.to_owned());
                         let token = self
-                            .fetch_token(&realm, service.as_deref(), &sc, creds.as_ref())
+                            .fetch_token(&realm, service.as_deref(), &sc, self.credential)
                             .await?;
-                        self.tokens.put(domain, scope, token.0.clone(), token.1);
+                        self.tokens
+                            .put(domain, scope, identity, token.0.clone(), token.1);
                         Some(format!("Bearer {}", token.0))
                     }
                     None => return Err(failure_for(&r)),
@@ -372,7 +372,7 @@ impl Lookup<'_> {
         realm: &str,
         service: Option<&str>,
         scope: &str,
-        creds: Option<&crate::auth::Credentials>,
+        creds: Option<&Credential>,
     ) -> Result<(String, Duration), ResolveFailure> {
         let mut url = reqwest::Url::parse(realm).map_err(|e| ResolveFailure::BadResponse {
             detail: format!("token realm {realm:?} is not a URL: {e}"),
@@ -386,10 +386,11 @@ impl Lookup<'_> {
         }
         let mut req = self.host.http.get(url.clone()).timeout(self.remaining());
         if let Some(c) = creds {
-            let mut v =
-                HeaderValue::from_str(&c.basic_header()).map_err(|_| ResolveFailure::Config {
+            let mut v = HeaderValue::from_str(c.basic_header().as_str()).map_err(|_| {
+                ResolveFailure::Config {
                     detail: "credentials contain characters not allowed in a header".into(),
-                })?;
+                }
+            })?;
             v.set_sensitive(true);
             req = req.header(header::AUTHORIZATION, v);
         }

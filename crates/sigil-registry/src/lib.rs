@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod client;
 pub mod helper;
+pub mod keychain;
 pub mod provider;
 mod response;
 
@@ -21,8 +22,11 @@ use std::time::{Duration, Instant};
 
 use moka::Expiry;
 use moka::future::Cache;
+use sigil_core::credentials::{Candidate, Credential, CredentialSource};
 use sigil_core::policy::RegistrySpec;
-use sigil_core::{Digest, DigestResolver, Freshness, Platform, Reference, ResolveFailure};
+use sigil_core::{
+    Digest, DigestResolver, Freshness, Platform, PullCredentials, Reference, ResolveFailure,
+};
 
 /// Why the registry client could not be built from the policy.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +42,15 @@ pub enum RegistryError {
     /// The TLS or HTTP client could not be set up.
     #[error("TLS setup: {0}")]
     Tls(String),
+    /// A credential source (`--docker-config`, the credential-provider
+    /// config) could not be read.
+    #[error("credentials {source_name}: {detail}")]
+    Credentials {
+        /// The file.
+        source_name: String,
+        /// What went wrong.
+        detail: String,
+    },
 }
 
 /// Receives one call per HTTP request and per cache lookup, for metrics.
@@ -46,6 +59,10 @@ pub trait Observer: Send + Sync + 'static {
     fn request(&self, host: &str, method: &str, status: &str, elapsed: Duration);
     /// A digest lookup was answered from the cache (`hit`) or had to load.
     fn cache(&self, hit: bool);
+    /// A lookup was answered using a credential from this kind of source
+    /// (`secret`, `serviceaccount`, `policy`, `docker-config`, `helper`,
+    /// `provider`, `anonymous`).
+    fn credential(&self, _source: &str) {}
 }
 
 /// An observer that records nothing.
@@ -60,12 +77,15 @@ impl Observer for NoObserver {
 /// Cache settings (shared with the verification cache).
 pub use sigil_core::CacheConfig;
 
+/// A cached answer is keyed by the credential identity it was learned with,
+/// so namespaces sharing one credential share it and no other request sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
     domain: String,
     path: String,
     tag: String,
     platform: Option<Platform>,
+    identity: String,
 }
 
 type Answer = Arc<Result<Digest, ResolveFailure>>;
@@ -77,6 +97,9 @@ impl Expiry<Key, Answer> for TtlByAnswer {
         Some(self.0.lifetime(match v.as_ref() {
             Ok(_) => Freshness::Good,
             Err(f) if !f.is_transient() => Freshness::Definite,
+            // Refused for this identity: a rotated credential is a new
+            // identity, so remembering the refusal briefly is safe.
+            Err(ResolveFailure::Unauthorized { .. }) => Freshness::Definite,
             Err(_) => Freshness::Transient,
         }))
     }
@@ -90,6 +113,7 @@ pub struct Registry {
 
 struct Inner {
     hosts: client::Hosts,
+    keychain: Arc<keychain::Keychain>,
     tokens: auth::TokenCache,
     cache: Cache<Key, Answer>,
     observer: Arc<dyn Observer>,
@@ -121,6 +145,7 @@ impl Registry {
         Ok(Registry {
             inner: Arc::new(Inner {
                 hosts: client::Hosts::new(specs)?,
+                keychain: Arc::default(),
                 tokens: auth::TokenCache::default(),
                 cache: Cache::builder()
                     .max_capacity(cache.capacity)
@@ -133,6 +158,20 @@ impl Registry {
         })
     }
 
+    /// Uses `keychain` for node-level credentials (`--docker-config`,
+    /// credential-provider plugins). Call before the registry is shared.
+    pub fn with_keychain(mut self, keychain: Arc<keychain::Keychain>) -> Registry {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.keychain = keychain;
+        }
+        self
+    }
+
+    /// The node-level keychain in use.
+    pub fn keychain(&self) -> &Arc<keychain::Keychain> {
+        &self.inner.keychain
+    }
+
     /// Entries in the digest cache (approximate, as moka counts).
     pub fn cache_size(&self) -> u64 {
         self.inner.cache.entry_count()
@@ -143,9 +182,15 @@ impl Registry {
         self.inner.lookups.load(Ordering::Relaxed)
     }
 
-    fn lookup(&self, target: &Reference, deadline: Instant) -> client::Lookup<'_> {
+    fn lookup<'a>(
+        &'a self,
+        target: &Reference,
+        credential: Option<&'a Credential>,
+        deadline: Instant,
+    ) -> client::Lookup<'a> {
         client::Lookup {
             host: self.inner.hosts.get(target.domain()),
+            credential,
             tokens: &self.inner.tokens,
             observer: self.inner.observer.as_ref(),
             deadline,
@@ -158,9 +203,10 @@ impl Registry {
         &self,
         target: &Reference,
         rest: &str,
+        credential: Option<&Credential>,
         deadline: Instant,
     ) -> Result<Option<Vec<u8>>, ResolveFailure> {
-        let lookup = self.lookup(target, deadline);
+        let lookup = self.lookup(target, credential, deadline);
         let budget = lookup.budget;
         match tokio::time::timeout_at(deadline.into(), lookup.get_optional(target, rest)).await {
             Ok(r) => r,
@@ -168,14 +214,79 @@ impl Registry {
         }
     }
 
-    /// Resolves without the cache: one fresh lookup.
+    /// The credentials to try for `target`, in order, anonymous last.
+    pub async fn candidates(
+        &self,
+        target: &Reference,
+        cluster: &PullCredentials,
+    ) -> keychain::Candidates {
+        let host = target.domain();
+        let policy = self.inner.hosts.get(host).creds.load(host).map(|c| {
+            c.map(|credential| Candidate {
+                credential: Some(credential),
+                source: CredentialSource::Policy {
+                    host: host.to_owned(),
+                },
+            })
+        });
+        self.inner
+            .keychain
+            .candidates(target, cluster, policy)
+            .await
+    }
+
+    /// Tries `op` with each candidate in order until one is not refused
+    /// (401/403); a refusal by every one names them all.
+    async fn with_candidates<T, F, Fut>(
+        &self,
+        target: &Reference,
+        cluster: &PullCredentials,
+        mut op: F,
+    ) -> Result<T, ResolveFailure>
+    where
+        F: FnMut(Candidate) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ResolveFailure>>,
+    {
+        let candidates = self.candidates(target, cluster).await;
+        let mut tried: Vec<String> = Vec::new();
+        let mut last = None;
+        for c in candidates.list {
+            let kind = c.source.kind();
+            let source = c.source.to_string();
+            match op(c).await {
+                Err(f @ ResolveFailure::Unauthorized { .. }) => {
+                    tried.push(source);
+                    last = Some(f);
+                }
+                other => {
+                    if other.is_ok() {
+                        self.inner.observer.credential(kind);
+                    }
+                    return other;
+                }
+            }
+        }
+        Err(refused(last, &tried, cluster, &candidates.problems))
+    }
+
+    /// Resolves without the cache: one fresh lookup, anonymous.
     pub async fn resolve_uncached(
         &self,
         target: &Reference,
         platform: Option<&Platform>,
         deadline: Instant,
     ) -> Result<Digest, ResolveFailure> {
-        let lookup = self.lookup(target, deadline);
+        self.resolve_as(target, platform, None, deadline).await
+    }
+
+    async fn resolve_as(
+        &self,
+        target: &Reference,
+        platform: Option<&Platform>,
+        credential: Option<&Credential>,
+        deadline: Instant,
+    ) -> Result<Digest, ResolveFailure> {
+        let lookup = self.lookup(target, credential, deadline);
         let budget = lookup.budget;
         match tokio::time::timeout_at(deadline.into(), lookup.resolve(target, platform)).await {
             Ok(r) => r,
@@ -184,21 +295,71 @@ impl Registry {
     }
 }
 
+/// Every candidate refused: the registry's last word, then what was tried
+/// (by kind and name), what the object named that held nothing for this
+/// registry, and what could not be asked.
+fn refused(
+    last: Option<ResolveFailure>,
+    tried: &[String],
+    cluster: &PullCredentials,
+    problems: &[String],
+) -> ResolveFailure {
+    let (status, detail) = match last {
+        Some(ResolveFailure::Unauthorized { status, detail }) => (status, detail),
+        _ => (401, "unauthorized".to_owned()),
+    };
+    let mut detail = format!("{detail}; tried {}", tried.join(", "));
+    let unmatched: Vec<&String> = cluster
+        .named
+        .iter()
+        .filter(|n| !tried.iter().any(|t| t.starts_with(n.as_str())))
+        .collect();
+    if !unmatched.is_empty() {
+        let names: Vec<&str> = unmatched.iter().map(|s| s.as_str()).collect();
+        detail.push_str(&format!(
+            "; {} held no credential for this registry",
+            names.join(", ")
+        ));
+    }
+    if !problems.is_empty() {
+        detail.push_str(&format!("; could not ask: {}", problems.join("; ")));
+    }
+    ResolveFailure::Unauthorized { status, detail }
+}
+
 impl DigestResolver for Registry {
     async fn resolve(
         &self,
         target: &Reference,
         platform: Option<&Platform>,
+        creds: &PullCredentials,
         deadline: Instant,
     ) -> Result<Digest, ResolveFailure> {
         if let Some(d) = target.digest() {
             return Ok(d.clone());
         }
+        self.with_candidates(target, creds, |c| {
+            self.resolve_cached(target, platform, c, deadline)
+        })
+        .await
+    }
+}
+
+impl Registry {
+    /// One candidate's answer, from the cache or one coalesced load.
+    async fn resolve_cached(
+        &self,
+        target: &Reference,
+        platform: Option<&Platform>,
+        candidate: Candidate,
+        deadline: Instant,
+    ) -> Result<Digest, ResolveFailure> {
         let key = Key {
             domain: target.domain().to_owned(),
             path: target.path().to_owned(),
             tag: target.tag_or_latest().to_owned(),
             platform: platform.cloned(),
+            identity: candidate.identity().to_owned(),
         };
         // Hit path: no timer, no initializer bookkeeping.
         if let Some(v) = self.inner.cache.get(&key).await {
@@ -208,7 +369,10 @@ impl DigestResolver for Registry {
         let budget = deadline.saturating_duration_since(Instant::now());
         let load = async {
             self.inner.lookups.fetch_add(1, Ordering::Relaxed);
-            Arc::new(self.resolve_uncached(target, platform, deadline).await)
+            Arc::new(
+                self.resolve_as(target, platform, candidate.credential.as_ref(), deadline)
+                    .await,
+            )
         };
         let entry = tokio::time::timeout_at(
             deadline.into(),
@@ -248,10 +412,15 @@ impl sigil_core::ArtifactSource for Registry {
         &self,
         repository: &Reference,
         reference: &str,
+        creds: &PullCredentials,
         deadline: Instant,
     ) -> Result<Option<Vec<u8>>, ResolveFailure> {
+        let rest = &format!("manifests/{reference}");
         let body = self
-            .get_optional(repository, &format!("manifests/{reference}"), deadline)
+            .with_candidates(repository, creds, |c| async move {
+                self.get_optional(repository, rest, c.credential.as_ref(), deadline)
+                    .await
+            })
             .await?;
         if let (Some(b), Ok(d)) = (&body, Digest::parse(reference)) {
             check_digest(b, &d, "manifest")?;
@@ -263,6 +432,7 @@ impl sigil_core::ArtifactSource for Registry {
         &self,
         repository: &Reference,
         digest: &Digest,
+        creds: &PullCredentials,
         deadline: Instant,
     ) -> Result<Option<Vec<u8>>, ResolveFailure> {
         // A registry with the referrers API never answers it with 404 (OCI
@@ -280,8 +450,12 @@ impl sigil_core::ArtifactSource for Registry {
         if known_missing {
             return Ok(None);
         }
+        let rest = &format!("referrers/{digest}");
         let r = self
-            .get_optional(repository, &format!("referrers/{digest}"), deadline)
+            .with_candidates(repository, creds, |c| async move {
+                self.get_optional(repository, rest, c.credential.as_ref(), deadline)
+                    .await
+            })
             .await?;
         if r.is_none()
             && let Ok(mut m) = self.inner.no_referrers_api.lock()
@@ -296,10 +470,15 @@ impl sigil_core::ArtifactSource for Registry {
         repository: &Reference,
         digest: &Digest,
         max: usize,
+        creds: &PullCredentials,
         deadline: Instant,
     ) -> Result<Vec<u8>, ResolveFailure> {
+        let rest = &format!("blobs/{digest}");
         let body = self
-            .get_optional(repository, &format!("blobs/{digest}"), deadline)
+            .with_candidates(repository, creds, |c| async move {
+                self.get_optional(repository, rest, c.credential.as_ref(), deadline)
+                    .await
+            })
             .await?
             .ok_or_else(|| ResolveFailure::NotFound {
                 detail: format!("blob {digest} not found"),

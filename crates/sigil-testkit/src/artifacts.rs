@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use sigil_core::{ArtifactSource, Digest, Reference, ResolveFailure};
+use sigil_core::{ArtifactSource, Digest, PullCredentials, Reference, ResolveFailure};
 
 /// Manifests by reference (tag or digest), blobs by digest, one referrers
 /// index (answered for any subject; `None`: no referrers API).
@@ -32,6 +32,7 @@ impl ArtifactSource for MemorySource {
         &self,
         _: &Reference,
         r: &str,
+        _: &PullCredentials,
         _: Instant,
     ) -> Result<Option<Vec<u8>>, ResolveFailure> {
         self.calls.lock().unwrap().push(format!("manifest {r}"));
@@ -42,6 +43,7 @@ impl ArtifactSource for MemorySource {
         &self,
         _: &Reference,
         d: &Digest,
+        _: &PullCredentials,
         _: Instant,
     ) -> Result<Option<Vec<u8>>, ResolveFailure> {
         self.calls.lock().unwrap().push(format!("referrers {d}"));
@@ -53,6 +55,7 @@ impl ArtifactSource for MemorySource {
         _: &Reference,
         d: &Digest,
         _: usize,
+        _: &PullCredentials,
         _: Instant,
     ) -> Result<Vec<u8>, ResolveFailure> {
         self.calls.lock().unwrap().push(format!("blob {d}"));

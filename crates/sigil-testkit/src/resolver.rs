@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use sha2::{Digest as _, Sha256};
-use sigil_core::{Digest, DigestResolver, Platform, Reference, ResolveFailure};
+use sigil_core::{Digest, DigestResolver, Platform, PullCredentials, Reference, ResolveFailure};
 
 /// Answers every tag at once: with a fixed digest, or with one derived from
 /// the name (so different images get different digests, the same image the
@@ -72,6 +72,7 @@ impl DigestResolver for FakeResolver {
         &self,
         target: &Reference,
         _: Option<&Platform>,
+        _: &PullCredentials,
         _: Instant,
     ) -> Result<Digest, ResolveFailure> {
         self.calls.fetch_add(1, Ordering::Relaxed);

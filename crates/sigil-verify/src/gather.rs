@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use futures_util::future::join_all;
 use serde_json::Value;
-use sigil_core::{ArtifactSource, Digest, Reference, ResolveFailure};
+use sigil_core::{ArtifactSource, Digest, PullCredentials, Reference, ResolveFailure};
 
 use crate::cosign::{self, Item};
 use crate::notation::{self, Envelope};
@@ -49,11 +49,12 @@ pub async fn gather<S: ArtifactSource>(
     source: &S,
     repo: &Reference,
     digest: &Digest,
+    creds: &PullCredentials,
     deadline: Instant,
 ) -> Result<Artifacts, ResolveFailure> {
     let (legacy, referred) = futures_util::join!(
-        legacy(source, repo, digest, deadline),
-        referred(source, repo, digest, deadline)
+        legacy(source, repo, digest, creds, deadline),
+        referred(source, repo, digest, creds, deadline)
     );
     let (mut cosign, f1) = legacy?;
     let (bundles, notation, f2) = referred?;
@@ -72,11 +73,12 @@ async fn legacy<S: ArtifactSource>(
     source: &S,
     repo: &Reference,
     digest: &Digest,
+    creds: &PullCredentials,
     deadline: Instant,
 ) -> Fetched<Item> {
     let sig_tag = format!("{}-{}.sig", digest.algorithm(), digest.hex());
     let mut out = Vec::new();
-    let Some(bytes) = source.manifest(repo, &sig_tag, deadline).await? else {
+    let Some(bytes) = source.manifest(repo, &sig_tag, creds, deadline).await? else {
         return Ok((out, 1));
     };
     let m: Value = serde_json::from_slice(&bytes).map_err(|e| not_json(&sig_tag, e))?;
@@ -99,7 +101,8 @@ async fn legacy<S: ArtifactSource>(
             ))),
         }
     }
-    let (blobs, n) = fetch_blobs(source, repo, layers.iter().map(|(d, _)| d), deadline).await?;
+    let (blobs, n) =
+        fetch_blobs(source, repo, layers.iter().map(|(d, _)| d), creds, deadline).await?;
     for (d, ann) in &layers {
         out.push(match blobs.get(d) {
             Some(payload) => Item::from_legacy(payload.clone(), ann),
@@ -116,6 +119,7 @@ async fn referred<S: ArtifactSource>(
     source: &S,
     repo: &Reference,
     digest: &Digest,
+    creds: &PullCredentials,
     deadline: Instant,
 ) -> Result<
     (
@@ -127,7 +131,7 @@ async fn referred<S: ArtifactSource>(
 > {
     let mut fetches = 1;
     let mut wanted: Vec<(Digest, &'static str)> = Vec::new();
-    if let Some(index) = referrers(source, repo, digest, deadline).await? {
+    if let Some(index) = referrers(source, repo, digest, creds, deadline).await? {
         let v: Value =
             serde_json::from_slice(&index).map_err(|e| not_json("referrers index", e))?;
         for d in v
@@ -156,7 +160,7 @@ async fn referred<S: ArtifactSource>(
     let manifests = join_all(
         wanted
             .iter()
-            .map(|(d, _)| source.manifest(repo, d.as_str(), deadline)),
+            .map(|(d, _)| source.manifest(repo, d.as_str(), creds, deadline)),
     )
     .await;
     fetches += manifests.len();
@@ -193,8 +197,14 @@ async fn referred<S: ArtifactSource>(
             }
         }
     }
-    let (blobs, n) =
-        fetch_blobs(source, repo, envelopes.iter().map(|(d, _, _)| d), deadline).await?;
+    let (blobs, n) = fetch_blobs(
+        source,
+        repo,
+        envelopes.iter().map(|(d, _, _)| d),
+        creds,
+        deadline,
+    )
+    .await?;
     fetches += n;
     let (mut bundles, mut envs) = (Vec::new(), Vec::new());
     for (d, mt, kind) in &envelopes {
@@ -216,6 +226,7 @@ async fn fetch_blobs<'d, S: ArtifactSource>(
     source: &S,
     repo: &Reference,
     digests: impl Iterator<Item = &'d Digest>,
+    creds: &PullCredentials,
     deadline: Instant,
 ) -> Result<(HashMap<Digest, Vec<u8>>, usize), ResolveFailure> {
     let mut distinct: Vec<&Digest> = Vec::new();
@@ -227,7 +238,7 @@ async fn fetch_blobs<'d, S: ArtifactSource>(
     let got = join_all(
         distinct
             .iter()
-            .map(|d| source.blob(repo, d, MAX_SIGNATURE_BLOB, deadline)),
+            .map(|d| source.blob(repo, d, MAX_SIGNATURE_BLOB, creds, deadline)),
     )
     .await;
     let mut out = HashMap::new();
@@ -248,13 +259,14 @@ async fn referrers<S: ArtifactSource>(
     source: &S,
     repo: &Reference,
     digest: &Digest,
+    creds: &PullCredentials,
     deadline: Instant,
 ) -> Result<Option<Vec<u8>>, ResolveFailure> {
-    match source.referrers(repo, digest, deadline).await? {
+    match source.referrers(repo, digest, creds, deadline).await? {
         Some(index) => Ok(Some(index)),
         None => {
             let tag = format!("{}-{}", digest.algorithm(), digest.hex());
-            source.manifest(repo, &tag, deadline).await
+            source.manifest(repo, &tag, creds, deadline).await
         }
     }
 }
@@ -308,7 +320,9 @@ mod tests {
         let repo = Reference::parse("r.example/app").unwrap();
         let d = Digest::parse(&subject).unwrap();
         let deadline = Instant::now() + std::time::Duration::from_secs(5);
-        let a = gather(&mem, &repo, &d, deadline).await.unwrap();
+        let a = gather(&mem, &repo, &d, PullCredentials::none(), deadline)
+            .await
+            .unwrap();
         assert_eq!(
             a.notation.len(),
             1,

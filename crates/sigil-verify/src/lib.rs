@@ -27,8 +27,8 @@ use regex::Regex;
 pub use sigil_core::CacheConfig;
 use sigil_core::verify::{TlogPolicy, VerifierSpec};
 use sigil_core::{
-    ArtifactSource, BoxFuture, Digest, Freshness, Policy, Reference, SignatureProblem,
-    SignatureVerifier, Verification, VerificationReport, VerifierOutcome,
+    ArtifactSource, BoxFuture, Digest, Freshness, Policy, PullCredentials, Reference,
+    SignatureProblem, SignatureVerifier, Verification, VerificationReport, VerifierOutcome,
 };
 
 use crate::cosign::{CosignCheck, Matcher};
@@ -347,7 +347,23 @@ impl Observer for NoObserver {
 /// Capacity of the verification cache unless the caller says otherwise.
 pub const DEFAULT_CAPACITY: u64 = 50_000;
 
-type Key = (String, Digest, Arc<Verification>);
+/// (repository, digest, verifier set, the cluster credentials' identities):
+/// a report fetched with one namespace's pull secrets is only served to
+/// requests holding the same ones. Node-level credentials are the same for
+/// every request, so they need no place in the key.
+type Key = (String, Digest, Arc<Verification>, String);
+
+/// The identities of the cluster credentials, joined (empty: none).
+fn identities(creds: &PullCredentials) -> String {
+    let mut s = String::new();
+    for c in &creds.candidates {
+        if !s.is_empty() {
+            s.push(',');
+        }
+        s.push_str(c.identity());
+    }
+    s
+}
 type Answer = Arc<VerificationReport>;
 
 struct TtlByOutcome(CacheConfig);
@@ -406,6 +422,7 @@ impl<S: ArtifactSource + 'static> Verifier<S> {
         repo: &Reference,
         digest: &Digest,
         v: &Verification,
+        creds: &PullCredentials,
         deadline: Instant,
     ) -> VerificationReport {
         let Some(loaded) = self.material.get(v) else {
@@ -419,7 +436,7 @@ impl<S: ArtifactSource + 'static> Verifier<S> {
         let budget = deadline.saturating_duration_since(Instant::now());
         let gathered = tokio::time::timeout_at(
             deadline.into(),
-            gather::gather(&self.source, repo, digest, deadline),
+            gather::gather(&self.source, repo, digest, creds, deadline),
         )
         .await
         .unwrap_or(Err(sigil_core::ResolveFailure::Timeout { budget }));
@@ -444,10 +461,16 @@ impl<S: ArtifactSource + 'static> SignatureVerifier for Verifier<S> {
         repo: &'a Reference,
         digest: &'a Digest,
         verification: &'a Arc<Verification>,
+        creds: &'a PullCredentials,
         deadline: Instant,
     ) -> BoxFuture<'a, Arc<VerificationReport>> {
         Box::pin(async move {
-            let key: Key = (repo.name(), digest.clone(), verification.clone());
+            let key: Key = (
+                repo.name(),
+                digest.clone(),
+                verification.clone(),
+                identities(creds),
+            );
             if let Some(v) = self.cache.get(&key).await {
                 self.observer.cache(true);
                 return v;
@@ -455,7 +478,7 @@ impl<S: ArtifactSource + 'static> SignatureVerifier for Verifier<S> {
             let budget = deadline.saturating_duration_since(Instant::now());
             let load = async {
                 Arc::new(
-                    self.verify_uncached(repo, digest, verification, deadline)
+                    self.verify_uncached(repo, digest, verification, creds, deadline)
                         .await,
                 )
             };

@@ -12,9 +12,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::future::join_all;
+use sigil_core::credentials::{Keyring, PullContext, PullSecretStore};
 use sigil_core::{
-    Answers, Digest, DigestResolver, ObjectFacts, ObjectVerdict, Policy, Reference, ResolveFailure,
-    SignatureVerifier, VerificationReport, VerifyJob, VerifyKey, plan_object,
+    Answers, Digest, DigestResolver, ObjectFacts, ObjectVerdict, Policy, PullCredentials,
+    Reference, ResolveFailure, SignatureVerifier, VerificationReport, VerifyJob, VerifyKey,
+    plan_object,
 };
 
 /// A policy plus the resolver and signature verifier that feed it.
@@ -25,6 +27,9 @@ pub struct Engine<R> {
     pub resolver: R,
     /// Checks signatures for rules with `verify`; `None` when no rule verifies.
     pub verifier: Option<Arc<dyn SignatureVerifier>>,
+    /// The cluster's pull secrets and ServiceAccounts (kept by watches);
+    /// `None` when sigil does not read them (client side, `--pull-secrets` off).
+    pub pull_secrets: Option<Arc<dyn PullSecretStore>>,
 }
 
 impl<R: std::fmt::Debug> std::fmt::Debug for Engine<R> {
@@ -33,6 +38,7 @@ impl<R: std::fmt::Debug> std::fmt::Debug for Engine<R> {
             .field("policy", &self.policy.name)
             .field("resolver", &self.resolver)
             .field("verifier", &self.verifier.is_some())
+            .field("pull_secrets", &self.pull_secrets.is_some())
             .finish()
     }
 }
@@ -44,7 +50,14 @@ impl<R: DigestResolver> Engine<R> {
             policy,
             resolver,
             verifier: None,
+            pull_secrets: None,
         }
+    }
+
+    /// Reads pull secrets and ServiceAccounts from `store`.
+    pub fn with_pull_secrets(mut self, store: Arc<dyn PullSecretStore>) -> Self {
+        self.pull_secrets = Some(store);
+        self
     }
 
     /// Adds the verifier rules with `verify` need.
@@ -58,9 +71,10 @@ impl<R: DigestResolver> Engine<R> {
     /// sigil-core turns the answers into the verdict.
     pub async fn decide(&self, facts: ObjectFacts<'_>, deadline: Instant) -> ObjectVerdict {
         let plan = plan_object(&self.policy, facts);
-        let digests = self.resolve_all(plan.lookups(), deadline).await;
+        let creds = self.cluster_credentials(plan.pull_context());
+        let digests = self.resolve_all(plan.lookups(), &creds, deadline).await;
         let reports = self
-            .verify_all(plan.verifications(&digests), deadline)
+            .verify_all(plan.verifications(&digests), &creds, deadline)
             .await;
         plan.decide(&Answers {
             offline: false,
@@ -78,10 +92,23 @@ impl<R: DigestResolver> Engine<R> {
         })
     }
 
+    /// The object's cluster credentials: its Secrets (or its
+    /// ServiceAccount's) as one keyring, read from the watches.
+    fn cluster_credentials(&self, pull: Option<&PullContext>) -> ClusterCredentials {
+        match (pull, &self.pull_secrets) {
+            (Some(ctx), Some(store)) if !ctx.namespace.is_empty() => ClusterCredentials {
+                keyring: ctx.keyring(store.as_ref()),
+                named: ctx.sources(),
+            },
+            _ => ClusterCredentials::default(),
+        }
+    }
+
     /// Verifies each job, all concurrently under the same deadline as the lookups.
     async fn verify_all(
         &self,
         jobs: Vec<VerifyJob>,
+        creds: &ClusterCredentials,
         deadline: Instant,
     ) -> HashMap<VerifyKey, Arc<VerificationReport>> {
         if jobs.is_empty() {
@@ -103,10 +130,13 @@ impl<R: DigestResolver> Engine<R> {
                 })
                 .collect();
         };
-        let reports = join_all(
-            jobs.iter()
-                .map(|j| verifier.verify(&j.repository, &j.key.digest, &j.verification, deadline)),
-        )
+        let per_job: Vec<PullCredentials> = jobs
+            .iter()
+            .map(|j| creds.for_target(&j.repository))
+            .collect();
+        let reports = join_all(jobs.iter().zip(&per_job).map(|(j, c)| {
+            verifier.verify(&j.repository, &j.key.digest, &j.verification, c, deadline)
+        }))
         .await;
         jobs.into_iter().map(|j| j.key).zip(reports).collect()
     }
@@ -115,18 +145,42 @@ impl<R: DigestResolver> Engine<R> {
     async fn resolve_all(
         &self,
         targets: Vec<&Reference>,
+        creds: &ClusterCredentials,
         deadline: Instant,
     ) -> HashMap<Reference, Result<Digest, ResolveFailure>> {
         if targets.is_empty() {
             return HashMap::new();
         }
         let platform = self.policy.platform.as_ref();
+        let per_target: Vec<PullCredentials> =
+            targets.iter().map(|t| creds.for_target(t)).collect();
         let answers = join_all(
             targets
                 .iter()
-                .map(|t| self.resolver.resolve(t, platform, deadline)),
+                .zip(&per_target)
+                .map(|(t, c)| self.resolver.resolve(t, platform, c, deadline)),
         )
         .await;
         targets.into_iter().cloned().zip(answers).collect()
+    }
+}
+
+/// One object's cluster credentials, looked up per image.
+#[derive(Debug, Default)]
+struct ClusterCredentials {
+    keyring: Keyring,
+    named: Vec<String>,
+}
+
+impl ClusterCredentials {
+    /// The candidates for one image, most specific key first.
+    fn for_target(&self, target: &Reference) -> PullCredentials {
+        if self.keyring.is_empty() && self.named.is_empty() {
+            return PullCredentials::default();
+        }
+        PullCredentials {
+            candidates: self.keyring.lookup(&target.name()),
+            named: self.named.clone(),
+        }
     }
 }
