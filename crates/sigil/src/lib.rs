@@ -8,7 +8,8 @@
 //! reload ([`reload`]), serving certificates ([`tls`], and self-managed ones
 //! in [`certs`]), the readiness self-check ([`selfcheck`]), metrics
 //! ([`metrics`]), atomic file writes ([`files`]), and the few writes sigil
-//! makes to the Kubernetes API (registration and break-glass: [`cluster`]).
+//! makes to the Kubernetes API (registration and break-glass: [`cluster`]),
+//! and the pull secrets it reads from it ([`pullsecrets`]).
 //! Its errors are [`error::Error`]. Decisions live in `sigil-core`, registry
 //! I/O in `sigil-registry`, signature checks in `sigil-verify`; the
 //! binary's `main.rs` and `cmd/` are only flags and glue.
@@ -22,6 +23,7 @@ pub mod files;
 pub mod krm;
 pub mod metrics;
 pub mod pin;
+pub mod pullsecrets;
 pub mod reload;
 pub mod selfcheck;
 pub mod server;

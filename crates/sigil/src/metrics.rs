@@ -73,6 +73,16 @@ pub struct Metrics {
     pub cert_not_after: Gauge,
     verifications: Family<VerifierLabels, Counter>,
     verification_cache: Family<CacheLabels, Counter>,
+    credential_lookups: Family<SourceLabels, Counter>,
+    /// Pull secrets and ServiceAccounts held by the watches, by kind.
+    pub pull_secrets_objects: Family<Vec<(String, String)>, Gauge>,
+    /// 1 once every pull-secret watch has listed once.
+    pub pull_secrets_synced: Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    source: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -112,8 +122,26 @@ impl Default for Metrics {
             cert_not_after: Gauge::default(),
             verifications: Family::default(),
             verification_cache: Family::default(),
+            credential_lookups: Family::default(),
+            pull_secrets_objects: Family::default(),
+            pull_secrets_synced: Gauge::default(),
             registry: Registry::default(),
         };
+        registry.register(
+            "registry_credential_lookups",
+            "Registry lookups answered, by the kind of credential that was accepted (secret, serviceaccount, policy, docker-config, helper, provider, anonymous)",
+            m.credential_lookups.clone(),
+        );
+        registry.register(
+            "pull_secrets_objects",
+            "Pull secrets (by type) and ServiceAccounts held in memory by the --pull-secrets watches",
+            m.pull_secrets_objects.clone(),
+        );
+        registry.register(
+            "pull_secrets_synced",
+            "1 once every --pull-secrets watch has listed once",
+            m.pull_secrets_synced.clone(),
+        );
         registry.register(
             "signature_verifications",
             "Signature verifier outcomes per digest checked, by verifier and result (passed, no_signature, wrong_key, digest_mismatch, identity_mismatch, chain_invalid, log_entry_invalid, malformed, level_check)",
@@ -274,6 +302,14 @@ impl sigil_registry::Observer for Metrics {
                 host: host.to_owned(),
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    fn credential(&self, source: &str) {
+        self.credential_lookups
+            .get_or_create(&SourceLabels {
+                source: source.to_owned(),
+            })
+            .inc();
     }
 
     fn cache(&self, hit: bool) {

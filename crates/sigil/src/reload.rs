@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sigil_core::Policy;
+use sigil_core::credentials::PullSecretStore;
+use sigil_registry::keychain::Keychain;
 use sigil_registry::{CacheConfig, Registry, RegistryError};
 
 use crate::admission::Webhook;
@@ -23,11 +25,31 @@ use crate::metrics::Metrics;
 /// a minute to reach the pod anyway.
 pub const POLL: Duration = Duration::from_secs(2);
 
+/// Where credentials come from besides the policy: set once from flags and
+/// kept across policy reloads.
+#[derive(Clone, Default)]
+pub struct Sources {
+    /// `--docker-config`, credential helpers, credential-provider plugins.
+    pub keychain: Arc<Keychain>,
+    /// Pull secrets and ServiceAccounts from watches (`--pull-secrets`).
+    pub pull_secrets: Option<Arc<dyn PullSecretStore>>,
+}
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sources")
+            .field("keychain", &self.keychain)
+            .field("pull_secrets", &self.pull_secrets.is_some())
+            .finish()
+    }
+}
+
 /// The registry client a policy needs, reusing `current` when nothing it
 /// depends on changed.
 pub fn registry_for(
     policy: &Policy,
     current: Option<(&Policy, &Registry)>,
+    keychain: &Arc<Keychain>,
     metrics: &Arc<Metrics>,
 ) -> Result<Registry, RegistryError> {
     if let Some((old, reg)) = current
@@ -40,7 +62,7 @@ pub fn registry_for(
         ttl: policy.cache_ttl,
         ..CacheConfig::default()
     };
-    Registry::new(&policy.registries, cache, metrics.clone())
+    Ok(Registry::new(&policy.registries, cache, metrics.clone())?.with_keychain(keychain.clone()))
 }
 
 /// Why a policy could not be put in force.
@@ -60,11 +82,13 @@ pub enum EngineError {
 pub fn engine_for(
     policy: Arc<Policy>,
     current: Option<&Engine<Registry>>,
+    sources: &Sources,
     metrics: &Arc<Metrics>,
 ) -> Result<Engine<Registry>, EngineError> {
     let registry = registry_for(
         &policy,
         current.map(|e| (e.policy.as_ref(), &e.resolver)),
+        &sources.keychain,
         metrics,
     )?;
     let material = sigil_verify::Material::load(&policy)?;
@@ -77,6 +101,9 @@ pub fn engine_for(
         };
         let verifier = sigil_verify::Verifier::new(registry, material, cache, metrics.clone());
         engine = engine.with_verifier(Arc::new(verifier));
+    }
+    if let Some(store) = &sources.pull_secrets {
+        engine = engine.with_pull_secrets(store.clone());
     }
     Ok(engine)
 }
@@ -130,7 +157,11 @@ pub async fn watch_policy(
                 // Recorded whatever the outcome: a broken key file is reported
                 // once, then again only when it changes.
                 seen_material = material_bytes(&policy).await;
-                match engine_for(Arc::new(policy), Some(&current), &metrics) {
+                let sources = Sources {
+                    keychain: current.resolver.keychain().clone(),
+                    pull_secrets: current.pull_secrets.clone(),
+                };
+                match engine_for(Arc::new(policy), Some(&current), &sources, &metrics) {
                     Ok(engine) => {
                         tracing::info!(path = %path.display(), policy = %name, rules, "policy reloaded");
                         webhook.replace(engine);

@@ -24,6 +24,8 @@ pub struct KrmArgs {
     /// Time allowed for the registry lookups of one object.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    #[command(flatten)]
+    creds: super::CredentialArgs,
     /// Namespace of objects that name none, for `exemptNamespaces` (kubectl's default).
     #[arg(short = 'n', long, default_value = sigil::pin::DEFAULT_NAMESPACE, env = "SIGIL_NAMESPACE")]
     namespace: String,
@@ -45,7 +47,7 @@ pub fn run(args: KrmArgs) -> Result<ExitCode> {
                 Some(p) => Ok(p),
                 None => load_policy(args.policy.as_deref()),
             };
-            match policy.and_then(engine_for) {
+            match policy.and_then(|p| engine_for(p, &args.creds.sources()?)) {
                 Err(e) => list.fail(format!("{e:#}")),
                 Ok(engine) => {
                     let opts = PinOptions {

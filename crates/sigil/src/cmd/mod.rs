@@ -12,8 +12,10 @@ use anyhow::{Context, Result};
 use sigil::cluster::{FailurePolicy, Settings};
 use sigil::engine::Engine;
 use sigil::metrics::Metrics;
+use sigil::reload::Sources;
 use sigil_core::Policy;
 use sigil_registry::Registry;
+use sigil_registry::keychain::Keychain;
 
 pub mod break_glass;
 pub mod krm;
@@ -48,10 +50,49 @@ pub fn load_policy(path: Option<&Path>) -> Result<Policy> {
 }
 
 /// The engine a client-side command decides with (its metrics are not served).
-pub fn engine_for(policy: Policy) -> Result<Engine<Registry>> {
+pub fn engine_for(policy: Policy, sources: &Sources) -> Result<Engine<Registry>> {
     let metrics = Arc::new(Metrics::default());
-    sigil::reload::engine_for(Arc::new(policy), None, &metrics)
+    sigil::reload::engine_for(Arc::new(policy), None, sources, &metrics)
         .context("putting the policy in force")
+}
+
+/// Node-level credentials, configured as kubelet's are (docs/credentials.md).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct CredentialArgs {
+    /// A docker config.json: its `auths`, then its `credHelpers`/`credsStore`
+    /// (docker-credential-<name> on PATH), are tried after the object's own pull secrets.
+    #[arg(long, env = "SIGIL_DOCKER_CONFIG")]
+    pub docker_config: Option<PathBuf>,
+    /// A kubelet CredentialProviderConfig (kubelet.config.k8s.io/v1): the
+    /// credential-provider plugins (ECR, GAR, ACR…) sigil runs as kubelet does.
+    #[arg(
+        long,
+        env = "SIGIL_IMAGE_CREDENTIAL_PROVIDER_CONFIG",
+        requires = "image_credential_provider_bin_dir"
+    )]
+    pub image_credential_provider_config: Option<PathBuf>,
+    /// Where the plugins named in --image-credential-provider-config live.
+    #[arg(
+        long,
+        env = "SIGIL_IMAGE_CREDENTIAL_PROVIDER_BIN_DIR",
+        requires = "image_credential_provider_config"
+    )]
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
+}
+
+impl CredentialArgs {
+    /// The node-level keychain these flags describe.
+    pub fn sources(&self) -> Result<Sources> {
+        let providers = self
+            .image_credential_provider_config
+            .as_deref()
+            .zip(self.image_credential_provider_bin_dir.as_deref());
+        let keychain = Keychain::load(self.docker_config.as_deref(), providers)?;
+        Ok(Sources {
+            keychain: Arc::new(keychain),
+            pull_secrets: None,
+        })
+    }
 }
 
 /// A multi-threaded runtime, started only after the flags were validated.

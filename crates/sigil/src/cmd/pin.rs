@@ -41,6 +41,8 @@ pub struct PinArgs {
     /// Time allowed for the registry lookups of one object.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    #[command(flatten)]
+    creds: super::CredentialArgs,
     /// Namespace of objects that name none, for `exemptNamespaces` (kubectl's default).
     #[arg(short = 'n', long, default_value = sigil::pin::DEFAULT_NAMESPACE, env = "SIGIL_NAMESPACE")]
     namespace: String,
@@ -143,7 +145,7 @@ pub fn run(args: PinArgs) -> Result<ExitCode> {
     if args.write && inputs.iter().any(|i| i.path.is_none()) {
         bail!("--write edits files; for stdin, leave it out and the pinned YAML goes to stdout");
     }
-    let engine = engine_for(load_policy(args.policy.as_deref())?)?;
+    let engine = engine_for(load_policy(args.policy.as_deref())?, &args.creds.sources()?)?;
     let opts = PinOptions {
         offline: args.offline,
         timeout: args.timeout,

@@ -61,6 +61,21 @@ pub struct ServeArgs {
     ca_bundle: Option<PathBuf>,
     #[command(flatten)]
     cluster: ClusterArgs,
+    #[command(flatten)]
+    creds: super::CredentialArgs,
+    /// Pull with the credentials the workloads themselves have: their
+    /// imagePullSecrets, else their ServiceAccount's, kept in memory by
+    /// watches on Secrets and ServiceAccounts (needs list/watch on both).
+    #[arg(long, env = "SIGIL_PULL_SECRETS")]
+    pull_secrets: bool,
+    /// Watch pull secrets only in these namespaces (comma-separated); default cluster-wide.
+    #[arg(
+        long,
+        env = "SIGIL_PULL_SECRETS_NAMESPACES",
+        value_delimiter = ',',
+        requires = "pull_secrets"
+    )]
+    pull_secrets_namespaces: Vec<String>,
     /// failurePolicy of the registered webhook: Fail (closed) or Ignore (open).
     #[arg(long, value_enum, default_value_t = FailurePolicy::Fail, env = "SIGIL_FAILURE_POLICY")]
     failure_policy: FailurePolicy,
@@ -168,15 +183,18 @@ async fn configure(
 )> {
     let namespace = sigil::cluster::own_namespace(args.cluster.namespace.clone());
     // The API server is contacted only when a flag asks for it.
-    let client = if args.register || args.self_managed_certs {
-        let flag = if args.register {
-            "--register"
-        } else {
-            "--self-managed-certs"
-        };
-        Some(sigil::cluster::connect(flag).await?)
+    let flag = if args.register {
+        Some("--register")
+    } else if args.self_managed_certs {
+        Some("--self-managed-certs")
+    } else if args.pull_secrets {
+        Some("--pull-secrets")
     } else {
         None
+    };
+    let client = match flag {
+        Some(flag) => Some(sigil::cluster::connect(flag).await?),
+        None => None,
     };
     let cert_settings = sigil::certs::CertSettings {
         secret: args.cert_secret.clone(),
@@ -229,7 +247,22 @@ async fn configure(
         "policy loaded"
     );
     let metrics = Arc::new(Metrics::default());
-    let engine = sigil::reload::engine_for(Arc::new(policy), None, &metrics)
+    let mut sources = args.creds.sources()?;
+    let mut ready_gates = Vec::new();
+    if let (true, Some(client)) = (args.pull_secrets, &client) {
+        let (store, synced) = sigil::pullsecrets::start(
+            client.clone(),
+            &args.pull_secrets_namespaces,
+            metrics.clone(),
+        );
+        sources.pull_secrets = Some(store);
+        ready_gates.push((
+            "waiting for the pull-secret watches to list Secrets and ServiceAccounts once"
+                .to_owned(),
+            synced,
+        ));
+    }
+    let engine = sigil::reload::engine_for(Arc::new(policy), None, &sources, &metrics)
         .context("putting the policy in force")?;
     let webhook = Arc::new(Webhook::new(engine, metrics.clone()));
     let tasks = cluster_tasks(args, namespace, client, ca_source, cert_settings, &metrics);
@@ -241,6 +274,7 @@ async fn configure(
         policy_file: args.policy.clone().zip(policy_bytes),
         shutdown_delay: args.shutdown_delay,
         tasks,
+        ready_gates,
     };
     Ok((config, webhook, metrics))
 }

@@ -31,16 +31,27 @@ pub struct Health {
     pub(super) ever_ready: tokio::sync::watch::Sender<bool>,
     draining: AtomicBool,
     reason: Mutex<String>,
+    /// Must all be true before Ready (e.g. the pull-secret watches synced).
+    gates: Vec<(String, tokio::sync::watch::Receiver<bool>)>,
 }
 
 impl Health {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(gates: Vec<(String, tokio::sync::watch::Receiver<bool>)>) -> Self {
         Health {
             ready: AtomicBool::new(false),
             ever_ready: tokio::sync::watch::Sender::new(false),
             draining: AtomicBool::new(false),
             reason: Mutex::new("starting: self-check has not passed yet".into()),
+            gates,
         }
+    }
+
+    /// The first gate that does not hold yet, if any.
+    fn waiting_for(&self) -> Option<&str> {
+        self.gates
+            .iter()
+            .find(|(_, rx)| !*rx.borrow())
+            .map(|(why, _)| why.as_str())
     }
 
     fn set_ready(&self, metrics: &Metrics) {
@@ -103,6 +114,11 @@ pub(super) async fn self_check_loop(
     loop {
         if health.draining() {
             return;
+        }
+        if let Some(why) = health.waiting_for() {
+            health.set_not_ready(&format!("starting: {why}"), &metrics);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
         }
         match crate::selfcheck::check(check_addr, store.leaf().as_ref()).await {
             Ok(()) => {

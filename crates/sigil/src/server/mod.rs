@@ -62,6 +62,9 @@ pub struct ServeConfig {
     pub shutdown_delay: Duration,
     /// Started with the server (registration, self-managed certificates).
     pub tasks: Tasks,
+    /// Conditions besides the self-check that must hold before Ready
+    /// (why not yet, and a receiver that turns true), e.g. watches synced.
+    pub ready_gates: Vec<(String, tokio::sync::watch::Receiver<bool>)>,
 }
 
 /// Work that runs beside the server and needs its readiness or the
@@ -152,7 +155,7 @@ impl Bound {
             acceptor,
             cfg,
         } = self;
-        let health = Arc::new(health::Health::new());
+        let health = Arc::new(health::Health::new(cfg.ready_gates));
         if cfg.cert_files.is_some() {
             tokio::spawn(watch_cert(store.clone(), metrics.clone()));
         }
