@@ -141,6 +141,9 @@ pub struct Providers {
     timeout: Duration,
     /// (provider, cache key) → answer. Keys: the image, its registry, or "".
     cache: Mutex<HashMap<(String, String), Cached>>,
+    /// One per provider: concurrent lookups wait for one run and reuse its
+    /// cached answer (the cache key is only known from the answer).
+    running: Vec<tokio::sync::Mutex<()>>,
     runs: AtomicU64,
 }
 
@@ -220,6 +223,7 @@ impl Providers {
             });
         }
         Ok(Providers {
+            running: providers.iter().map(|_| tokio::sync::Mutex::new(())).collect(),
             providers,
             timeout,
             cache: Mutex::new(HashMap::new()),
@@ -237,12 +241,21 @@ impl Providers {
     /// provider in config order; cached answers are reused.
     pub async fn credentials(&self, name: &str, image: &str) -> Provided {
         let mut out = Provided::default();
-        for p in &self.providers {
+        for (p, running) in self.providers.iter().zip(&self.running) {
             if !p.match_images.iter().any(|g| key_matches(g, name)) {
                 continue;
             }
             out.matched.push(p.name.clone());
-            let auth = match self.cached(p, name, image) {
+            // Held until this provider's answer is in the cache.
+            let mut _running = None;
+            let cached = match self.cached(p, name, image) {
+                Some(a) => Some(a),
+                None => {
+                    _running = Some(running.lock().await);
+                    self.cached(p, name, image)
+                }
+            };
+            let auth = match cached {
                 Some(a) => a,
                 None => match self.run(p, name, image).await {
                     Ok(a) => a,

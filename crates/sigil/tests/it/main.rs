@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cluster;
+mod credentials;
 mod deploy;
 mod drain;
 mod pin;
