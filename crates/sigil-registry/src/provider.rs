@@ -223,7 +223,10 @@ impl Providers {
             });
         }
         Ok(Providers {
-            running: providers.iter().map(|_| tokio::sync::Mutex::new(())).collect(),
+            running: providers
+                .iter()
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
             providers,
             timeout,
             cache: Mutex::new(HashMap::new()),

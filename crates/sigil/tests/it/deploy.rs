@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodSpec, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::sigil::bin;
 
@@ -314,6 +314,18 @@ fn base_renders_and_carries_the_safe_settings() {
         );
     }
     assert_eq!(pod.service_account_name.as_deref(), Some("sigil"));
+    // --pull-secrets: read-only list/watch of Secrets and ServiceAccounts, nothing more.
+    let rules = by["ClusterRole/sigil-pull-secrets"]["rules"]
+        .as_array()
+        .unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0]["verbs"], json!(["list", "watch"]));
+    assert_eq!(rules[0]["resources"], json!(["secrets", "serviceaccounts"]));
+    assert_eq!(
+        by["ClusterRoleBinding/sigil-pull-secrets"]["subjects"][0]["name"],
+        "sigil"
+    );
+    assert_eq!(env["SIGIL_PULL_SECRETS"], "true");
 }
 
 #[test]
