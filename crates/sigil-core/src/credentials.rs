@@ -27,21 +27,33 @@ use crate::dockerhub::canonical_domain;
 /// A registry credential: Basic user and password, or an identity token
 /// (exchanged at the token service as a refresh token). The secret part is
 /// never shown by `Debug` and is zeroed when dropped.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Credential {
-    /// User name (`<token>` for identity tokens, as docker writes them).
-    pub username: String,
+/// Cloning is cheap (shared), so a credential can be handed to every
+/// lookup that may use it.
+#[derive(Clone)]
+pub struct Credential(Arc<Inner>);
+
+struct Inner {
+    username: String,
     secret: Zeroizing<String>,
-    /// `secret` is an identity (refresh) token, not a password.
-    pub identity_token: bool,
+    identity_token: bool,
     /// See [`Credential::identity`]; computed once, used per lookup.
     identity: String,
 }
 
+impl PartialEq for Credential {
+    fn eq(&self, other: &Credential) -> bool {
+        self.0.username == other.0.username
+            && self.0.identity_token == other.0.identity_token
+            && self.0.secret == other.0.secret
+    }
+}
+
+impl Eq for Credential {}
+
 impl fmt::Debug for Credential {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Credential")
-            .field("username", &self.username)
+            .field("username", &self.0.username)
             .field("identity", &self.identity())
             .finish_non_exhaustive()
     }
@@ -59,12 +71,22 @@ impl Credential {
             .take(8)
             .map(|b| format!("{b:02x}"))
             .collect();
-        Credential {
+        Credential(Arc::new(Inner {
             username,
             secret: Zeroizing::new(secret),
             identity_token,
             identity,
-        }
+        }))
+    }
+
+    /// The user name (`<token>` for identity tokens, as docker writes them).
+    pub fn username(&self) -> &str {
+        &self.0.username
+    }
+
+    /// Whether the secret is an identity (refresh) token, not a password.
+    pub fn is_identity_token(&self) -> bool {
+        self.0.identity_token
     }
 
     /// Basic credentials.
@@ -79,7 +101,7 @@ impl Credential {
 
     /// `Authorization: Basic …` value for the registry or its token service.
     pub fn basic_header(&self) -> Zeroizing<String> {
-        let raw = Zeroizing::new(format!("{}:{}", self.username, self.secret.as_str()));
+        let raw = Zeroizing::new(format!("{}:{}", self.0.username, self.0.secret.as_str()));
         Zeroizing::new(format!(
             "Basic {}",
             base64::engine::general_purpose::STANDARD.encode(raw.as_bytes())
@@ -88,7 +110,7 @@ impl Credential {
 
     /// The password or token. Only the registry client should call this.
     pub fn secret(&self) -> &str {
-        &self.secret
+        &self.0.secret
     }
 
     /// A stable name for this credential that reveals nothing about it: the
@@ -96,7 +118,7 @@ impl Credential {
     /// are keyed by it, so two namespaces holding the same credential share
     /// the cache, and one that holds another does not.
     pub fn identity(&self) -> &str {
-        &self.identity
+        &self.0.identity
     }
 }
 
@@ -210,22 +232,21 @@ pub const ANONYMOUS: &str = "anonymous";
 /// every cluster source the object named (for denials). The registry adds
 /// its node-level credentials (policy, `--docker-config`, helpers,
 /// providers) and anonymous after these.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PullCredentials {
     /// Candidates from the object's Secrets or its ServiceAccount's.
     pub candidates: Vec<Candidate>,
-    /// `secret ns/name`, `serviceaccount ns/name`, whether or not found.
-    pub named: Vec<String>,
+    /// `secret ns/name`, `serviceaccount ns/name`, whether or not found
+    /// (shared by every image of the object).
+    pub named: Arc<[String]>,
 }
 
-impl PullCredentials {
-    /// No cluster credentials (client-side commands, objects naming none).
-    pub fn none() -> &'static PullCredentials {
-        static NONE: PullCredentials = PullCredentials {
+impl Default for PullCredentials {
+    fn default() -> Self {
+        PullCredentials {
             candidates: Vec::new(),
-            named: Vec::new(),
-        };
-        &NONE
+            named: Arc::from([]),
+        }
     }
 }
 
@@ -475,8 +496,38 @@ impl Keyring {
 }
 
 /// The parsed auths of one Secret of type `kubernetes.io/dockerconfigjson`
-/// or `kubernetes.io/dockercfg` — all that is kept of it.
-pub type SecretAuths = Arc<Vec<(String, Credential)>>;
+/// or `kubernetes.io/dockercfg` — all that is kept of it. Keys are parsed
+/// once, when the Secret is seen, not per request.
+#[derive(Debug, Default)]
+pub struct Auths {
+    entries: Vec<(Key, Credential)>,
+}
+
+impl Auths {
+    /// Indexes docker config entries (keys that are not `host[:port][/path]`
+    /// are skipped, as kubelet skips them).
+    pub fn new(entries: &[(String, Credential)]) -> Auths {
+        Auths {
+            entries: entries
+                .iter()
+                .filter_map(|(k, c)| Some((Key::parse(k)?, c.clone())))
+                .collect(),
+        }
+    }
+
+    /// How many entries it holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// A Secret's [`Auths`], shared.
+pub type SecretAuths = Arc<Auths>;
 
 /// Cluster state a credential lookup reads: kept in memory by watches,
 /// never fetched per request.
@@ -527,19 +578,29 @@ impl PullContext {
         }
     }
 
-    /// The credentials the cluster holds for this context, as one keyring:
-    /// the object's own secrets, or its ServiceAccount's. Missing Secrets
-    /// are skipped (kubelet does the same); they are named by
-    /// [`PullContext::sources`] when a pull is denied.
-    pub fn keyring(&self, store: &dyn PullSecretStore) -> Keyring {
-        let mut k = Keyring::default();
+    /// The cluster credentials for one image (a normalized name without
+    /// tag), as kubelet orders them: every matching key of the context's
+    /// secrets, most specific first (one index across all of them); equal
+    /// keys in the order the secrets are listed. Missing Secrets are skipped
+    /// (kubelet does the same); [`PullContext::sources`] names them.
+    pub fn candidates(&self, store: &dyn PullSecretStore, name: &str) -> Vec<Candidate> {
+        let loc = ImageLocation::new(name);
+        // (the secret's auths, which entry, where it came from): sorted by
+        // key text without copying it.
+        let mut found: Vec<(SecretAuths, usize, CredentialSource)> = Vec::new();
+        let mut add = |auths: SecretAuths, source: &dyn Fn() -> CredentialSource| {
+            for i in 0..auths.entries.len() {
+                if auths.entries[i].0.matches(&loc) {
+                    found.push((auths.clone(), i, source()));
+                }
+            }
+        };
         for s in &self.secrets {
             if let Some(auths) = store.secret(&self.namespace, s) {
-                let source = CredentialSource::Secret {
+                add(auths, &|| CredentialSource::Secret {
                     namespace: self.namespace.clone(),
                     name: s.clone(),
-                };
-                k.add(&auths, &source);
+                });
             }
         }
         if let Some(sa) = &self.service_account {
@@ -548,16 +609,22 @@ impl PullContext {
                 .unwrap_or_default()
             {
                 if let Some(auths) = store.secret(&self.namespace, &s) {
-                    let source = CredentialSource::ServiceAccount {
+                    add(auths, &|| CredentialSource::ServiceAccount {
                         namespace: self.namespace.clone(),
                         name: sa.clone(),
-                        secret: s,
-                    };
-                    k.add(&auths, &source);
+                        secret: s.clone(),
+                    });
                 }
             }
         }
-        k
+        found.sort_by(|(a, i, _), (b, j, _)| b.entries[*j].0.text.cmp(&a.entries[*i].0.text));
+        found
+            .into_iter()
+            .map(|(auths, i, source)| Candidate {
+                credential: Some(auths.entries[i].1.clone()),
+                source,
+            })
+            .collect()
     }
 
     /// Every cluster source this context names, whether or not it exists
@@ -579,20 +646,36 @@ impl PullContext {
 /// no cluster) and tests.
 #[derive(Debug, Default)]
 pub struct StaticStore {
-    /// `namespace/name` → auths.
-    pub secrets: HashMap<String, SecretAuths>,
-    /// `namespace/name` → secret names.
-    pub service_accounts: HashMap<String, Vec<String>>,
+    /// namespace → name → auths.
+    pub secrets: HashMap<String, HashMap<String, SecretAuths>>,
+    /// namespace → name → secret names.
+    pub service_accounts: HashMap<String, HashMap<String, Vec<String>>>,
+}
+
+impl StaticStore {
+    /// Adds Secret `namespace/name`.
+    pub fn add_secret(&mut self, namespace: &str, name: &str, auths: SecretAuths) {
+        self.secrets
+            .entry(namespace.to_owned())
+            .or_default()
+            .insert(name.to_owned(), auths);
+    }
+
+    /// Adds ServiceAccount `namespace/name` listing `secrets`.
+    pub fn add_service_account(&mut self, namespace: &str, name: &str, secrets: Vec<String>) {
+        self.service_accounts
+            .entry(namespace.to_owned())
+            .or_default()
+            .insert(name.to_owned(), secrets);
+    }
 }
 
 impl PullSecretStore for StaticStore {
     fn secret(&self, namespace: &str, name: &str) -> Option<SecretAuths> {
-        self.secrets.get(&format!("{namespace}/{name}")).cloned()
+        self.secrets.get(namespace)?.get(name).cloned()
     }
     fn service_account(&self, namespace: &str, name: &str) -> Option<Vec<String>> {
-        self.service_accounts
-            .get(&format!("{namespace}/{name}"))
-            .cloned()
+        self.service_accounts.get(namespace)?.get(name).cloned()
     }
 }
 
@@ -613,7 +696,11 @@ mod tests {
     fn users(k: &Keyring, image: &str) -> Vec<String> {
         k.lookup(image)
             .into_iter()
-            .map(|c| c.credential.map(|c| c.username).unwrap_or_default())
+            .map(|c| {
+                c.credential
+                    .map(|c| c.username().to_owned())
+                    .unwrap_or_default()
+            })
             .collect()
     }
 
@@ -678,7 +765,7 @@ mod tests {
         assert_eq!(e.len(), 3);
         assert_eq!(e[0].1, Credential::basic("alice", "s3cret"));
         assert_eq!(e[1].1, Credential::basic("bob", "pw"));
-        assert!(e[2].1.identity_token);
+        assert!(e[2].1.is_identity_token());
         let legacy = format!(r#"{{"a.io":{{"auth":"{auth}","email":"x@y"}}}}"#);
         assert_eq!(
             parse_docker_config(legacy.as_bytes(), true).unwrap()[0].1,
@@ -716,13 +803,12 @@ mod tests {
             "the SA's secrets would not reach the Pod"
         );
         let mut store = StaticStore::default();
-        let auths: SecretAuths = Arc::new(vec![("r.io".into(), Credential::basic("u", "p"))]);
-        store.secrets.insert("shop/regcred".into(), auths);
-        store
-            .service_accounts
-            .insert("shop/default".into(), vec!["regcred".into(), "gone".into()]);
+        let auths: SecretAuths =
+            Arc::new(Auths::new(&[("r.io".into(), Credential::basic("u", "p"))]));
+        store.add_secret("shop", "regcred", auths);
+        store.add_service_account("shop", "default", vec!["regcred".into(), "gone".into()]);
         let d = PullContext::of("shop", "Deployment", &[], None);
-        let found = d.keyring(&store).lookup("r.io/app");
+        let found = d.candidates(&store, "r.io/app");
         assert_eq!(found.len(), 1);
         assert_eq!(
             found[0].source.to_string(),

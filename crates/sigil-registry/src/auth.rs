@@ -265,7 +265,7 @@ mod tests {
             docker_config_lookup(cfg.as_bytes(), "reg.local:5000")
                 .unwrap()
                 .unwrap()
-                .username,
+                .username(),
             "a"
         );
         assert_eq!(

@@ -35,6 +35,10 @@ pub(crate) struct HostClient {
     scheme: &'static str,
     http: reqwest::Client,
     pub(crate) creds: CredentialSource,
+    /// The policy credential as last read, and when: files are re-read at
+    /// most every [`CREDENTIAL_FILE_POLL`], so a rotated Secret takes effect
+    /// without a restart and lookups do not read the disk each time.
+    loaded: std::sync::Mutex<Option<Loaded>>,
     permits: Semaphore,
 }
 
@@ -119,12 +123,38 @@ impl HostClient {
             scheme: if spec.insecure { "http" } else { "https" },
             http,
             creds: CredentialSource::from_spec(spec.auth.as_ref()),
+            loaded: std::sync::Mutex::new(None),
             permits: Semaphore::new(
                 spec.max_concurrent_requests
                     .unwrap_or(DEFAULT_MAX_CONCURRENT)
                     .max(1) as usize,
             ),
         })
+    }
+}
+
+/// A policy credential read from its file, and when.
+type Loaded = (Instant, Result<Option<Credential>, String>);
+
+/// How often the policy's password or docker config file is re-read.
+pub const CREDENTIAL_FILE_POLL: Duration = Duration::from_secs(2);
+
+impl HostClient {
+    /// The policy's credential for `host` (`registries[].auth`), read from
+    /// its file at most every [`CREDENTIAL_FILE_POLL`].
+    pub(crate) fn policy_credential(&self, host: &str) -> Result<Option<Credential>, String> {
+        if self.creds == CredentialSource::Anonymous {
+            return Ok(None);
+        }
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        match &*loaded {
+            Some((at, c)) if at.elapsed() < CREDENTIAL_FILE_POLL => c.clone(),
+            _ => {
+                let c = self.creds.load(host);
+                *loaded = Some((Instant::now(), c.clone()));
+                c
+            }
+        }
     }
 }
 

@@ -208,7 +208,7 @@ mod tests {
         let c = h.credential("reg.example:5000").await.unwrap().unwrap();
         let cred = c.credential.unwrap();
         assert_eq!(
-            (cred.username.as_str(), cred.secret()),
+            (cred.username(), cred.secret()),
             ("u", "s-reg.example:5000")
         );
         assert_eq!(

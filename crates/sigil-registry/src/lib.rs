@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use moka::Expiry;
 use moka::future::Cache;
-use sigil_core::credentials::{Candidate, Credential, CredentialSource};
+use sigil_core::credentials::{ANONYMOUS, Candidate, Credential, CredentialSource};
 use sigil_core::policy::RegistrySpec;
 use sigil_core::{
     Digest, DigestResolver, Freshness, Platform, PullCredentials, Reference, ResolveFailure,
@@ -221,7 +221,7 @@ impl Registry {
         cluster: &PullCredentials,
     ) -> keychain::Candidates {
         let host = target.domain();
-        let policy = self.inner.hosts.get(host).creds.load(host).map(|c| {
+        let policy = self.inner.hosts.get(host).policy_credential(host).map(|c| {
             c.map(|credential| Candidate {
                 credential: Some(credential),
                 source: CredentialSource::Policy {
@@ -244,18 +244,17 @@ impl Registry {
         mut op: F,
     ) -> Result<T, ResolveFailure>
     where
-        F: FnMut(Candidate) -> Fut,
+        F: FnMut(Option<Credential>) -> Fut,
         Fut: std::future::Future<Output = Result<T, ResolveFailure>>,
     {
         let candidates = self.candidates(target, cluster).await;
         let mut tried: Vec<String> = Vec::new();
         let mut last = None;
-        for c in candidates.list {
-            let kind = c.source.kind();
-            let source = c.source.to_string();
-            match op(c).await {
+        for Candidate { credential, source } in candidates.list {
+            let kind = source.kind();
+            match op(credential).await {
                 Err(f @ ResolveFailure::Unauthorized { .. }) => {
-                    tried.push(source);
+                    tried.push(source.to_string());
                     last = Some(f);
                 }
                 other => {
@@ -351,7 +350,7 @@ impl Registry {
         &self,
         target: &Reference,
         platform: Option<&Platform>,
-        candidate: Candidate,
+        credential: Option<Credential>,
         deadline: Instant,
     ) -> Result<Digest, ResolveFailure> {
         let key = Key {
@@ -359,7 +358,10 @@ impl Registry {
             path: target.path().to_owned(),
             tag: target.tag_or_latest().to_owned(),
             platform: platform.cloned(),
-            identity: candidate.identity().to_owned(),
+            identity: credential
+                .as_ref()
+                .map_or(ANONYMOUS, Credential::identity)
+                .to_owned(),
         };
         // Hit path: no timer, no initializer bookkeeping.
         if let Some(v) = self.inner.cache.get(&key).await {
@@ -370,7 +372,7 @@ impl Registry {
         let load = async {
             self.inner.lookups.fetch_add(1, Ordering::Relaxed);
             Arc::new(
-                self.resolve_as(target, platform, candidate.credential.as_ref(), deadline)
+                self.resolve_as(target, platform, credential.as_ref(), deadline)
                     .await,
             )
         };
@@ -418,7 +420,7 @@ impl sigil_core::ArtifactSource for Registry {
         let rest = &format!("manifests/{reference}");
         let body = self
             .with_candidates(repository, creds, |c| async move {
-                self.get_optional(repository, rest, c.credential.as_ref(), deadline)
+                self.get_optional(repository, rest, c.as_ref(), deadline)
                     .await
             })
             .await?;
@@ -453,7 +455,7 @@ impl sigil_core::ArtifactSource for Registry {
         let rest = &format!("referrers/{digest}");
         let r = self
             .with_candidates(repository, creds, |c| async move {
-                self.get_optional(repository, rest, c.credential.as_ref(), deadline)
+                self.get_optional(repository, rest, c.as_ref(), deadline)
                     .await
             })
             .await?;
@@ -476,7 +478,7 @@ impl sigil_core::ArtifactSource for Registry {
         let rest = &format!("blobs/{digest}");
         let body = self
             .with_candidates(repository, creds, |c| async move {
-                self.get_optional(repository, rest, c.credential.as_ref(), deadline)
+                self.get_optional(repository, rest, c.as_ref(), deadline)
                     .await
             })
             .await?

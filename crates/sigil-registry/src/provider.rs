@@ -478,7 +478,7 @@ mod tests {
                 assert!(got.failures.is_empty(), "{:?}", got.failures);
                 assert_eq!(got.candidates.len(), 1, "{key_type} {image}");
                 let c = got.candidates[0].credential.as_ref().unwrap();
-                assert_eq!(c.username, "AWS");
+                assert_eq!(c.username(), "AWS");
                 assert_eq!(c.secret(), format!("tok-{key_type}"));
                 assert_eq!(
                     got.candidates[0].source.to_string(),

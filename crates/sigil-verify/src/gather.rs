@@ -320,7 +320,7 @@ mod tests {
         let repo = Reference::parse("r.example/app").unwrap();
         let d = Digest::parse(&subject).unwrap();
         let deadline = Instant::now() + std::time::Duration::from_secs(5);
-        let a = gather(&mem, &repo, &d, PullCredentials::none(), deadline)
+        let a = gather(&mem, &repo, &d, &PullCredentials::default(), deadline)
             .await
             .unwrap();
         assert_eq!(

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use sigil::admission::Webhook;
 use sigil::engine::Engine;
+use sigil_core::credentials::{Auths, Credential, SecretAuths, StaticStore};
 use sigil_core::{Digest, Policy};
 use sigil_testkit::artifacts::MemorySource;
 use sigil_testkit::registry::sha256;
@@ -104,6 +105,40 @@ fn bench(c: &mut Criterion) {
     c.bench_function("admission_review_cached_3_container_pod_verified", |bn| {
         bn.iter(|| run(&vhook))
     });
+
+    // The same Pod naming an imagePullSecret held by the watches: the
+    // object's keyring is built and looked up per request.
+    let mut store = StaticStore::default();
+    let auths: SecretAuths = Arc::new(Auths::new(&[(
+        "registry.example.com".to_owned(),
+        Credential::basic("robot", "pa55"),
+    )]));
+    store.add_secret("bench", "regcred", auths);
+    let phook = Webhook::new(
+        Engine::new(
+            Arc::new(Policy::embedded_default()),
+            FakeResolver::fixed(d.clone()),
+        )
+        .with_pull_secrets(Arc::new(store)),
+        Arc::new(sigil::metrics::Metrics::default()),
+    );
+    let mut review: serde_json::Value = serde_json::from_slice(&b).expect("json");
+    review["request"]["object"]["spec"]["imagePullSecrets"] =
+        serde_json::json!([{"name": "regcred"}]);
+    let pb = serde_json::to_vec(&review).expect("json");
+    c.bench_function(
+        "admission_review_cached_3_container_pod_pull_secret",
+        |bn| {
+            bn.iter(|| {
+                let deadline = Instant::now() + Duration::from_secs(9);
+                let (out, v) = rt
+                    .block_on(phook.review(black_box(&pb), deadline))
+                    .expect("review");
+                phook.record(&v, Duration::from_micros(1));
+                out.len()
+            })
+        },
+    );
 }
 
 criterion_group!(benches, bench);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::future::join_all;
-use sigil_core::credentials::{Keyring, PullContext, PullSecretStore};
+use sigil_core::credentials::{PullContext, PullSecretStore};
 use sigil_core::{
     Answers, Digest, DigestResolver, ObjectFacts, ObjectVerdict, Policy, PullCredentials,
     Reference, ResolveFailure, SignatureVerifier, VerificationReport, VerifyJob, VerifyKey,
@@ -94,13 +94,16 @@ impl<R: DigestResolver> Engine<R> {
 
     /// The object's cluster credentials: its Secrets (or its
     /// ServiceAccount's) as one keyring, read from the watches.
-    fn cluster_credentials(&self, pull: Option<&PullContext>) -> ClusterCredentials {
+    fn cluster_credentials<'a>(&'a self, pull: Option<&'a PullContext>) -> ClusterCredentials<'a> {
         match (pull, &self.pull_secrets) {
             (Some(ctx), Some(store)) if !ctx.namespace.is_empty() => ClusterCredentials {
-                keyring: ctx.keyring(store.as_ref()),
-                named: ctx.sources(),
+                of: Some((ctx, store.as_ref())),
+                named: ctx.sources().into(),
             },
-            _ => ClusterCredentials::default(),
+            _ => ClusterCredentials {
+                of: None,
+                named: Arc::from([]),
+            },
         }
     }
 
@@ -108,7 +111,7 @@ impl<R: DigestResolver> Engine<R> {
     async fn verify_all(
         &self,
         jobs: Vec<VerifyJob>,
-        creds: &ClusterCredentials,
+        creds: &ClusterCredentials<'_>,
         deadline: Instant,
     ) -> HashMap<VerifyKey, Arc<VerificationReport>> {
         if jobs.is_empty() {
@@ -145,7 +148,7 @@ impl<R: DigestResolver> Engine<R> {
     async fn resolve_all(
         &self,
         targets: Vec<&Reference>,
-        creds: &ClusterCredentials,
+        creds: &ClusterCredentials<'_>,
         deadline: Instant,
     ) -> HashMap<Reference, Result<Digest, ResolveFailure>> {
         if targets.is_empty() {
@@ -166,21 +169,20 @@ impl<R: DigestResolver> Engine<R> {
 }
 
 /// One object's cluster credentials, looked up per image.
-#[derive(Debug, Default)]
-struct ClusterCredentials {
-    keyring: Keyring,
-    named: Vec<String>,
+struct ClusterCredentials<'a> {
+    of: Option<(&'a PullContext, &'a dyn PullSecretStore)>,
+    named: Arc<[String]>,
 }
 
-impl ClusterCredentials {
+impl ClusterCredentials<'_> {
     /// The candidates for one image, most specific key first.
     fn for_target(&self, target: &Reference) -> PullCredentials {
-        if self.keyring.is_empty() && self.named.is_empty() {
-            return PullCredentials::default();
-        }
-        PullCredentials {
-            candidates: self.keyring.lookup(&target.name()),
-            named: self.named.clone(),
+        match self.of {
+            None => PullCredentials::default(),
+            Some((ctx, store)) => PullCredentials {
+                candidates: ctx.candidates(store, &target.name()),
+                named: self.named.clone(),
+            },
         }
     }
 }

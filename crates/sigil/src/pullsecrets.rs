@@ -20,17 +20,25 @@ use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt as _};
-use sigil_core::credentials::{PullSecretStore, SecretAuths, parse_docker_config};
+use sigil_core::credentials::{Auths, PullSecretStore, SecretAuths, parse_docker_config};
 
 use crate::metrics::Metrics;
 
 /// `(namespace, name)`.
 type Key = (String, String);
 
-/// One watch's contents.
-#[derive(Debug, Default)]
+/// One watch's contents: namespace → name → value, so a lookup allocates nothing.
+#[derive(Debug)]
 struct Partition<V> {
-    items: RwLock<HashMap<Key, V>>,
+    items: RwLock<HashMap<String, HashMap<String, V>>>,
+}
+
+impl<V> Default for Partition<V> {
+    fn default() -> Self {
+        Partition {
+            items: RwLock::default(),
+        }
+    }
 }
 
 impl<V: Clone> Partition<V> {
@@ -38,12 +46,31 @@ impl<V: Clone> Partition<V> {
         self.items
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&(ns.to_owned(), name.to_owned()))
+            .get(ns)?
+            .get(name)
             .cloned()
     }
 
     fn len(&self) -> usize {
-        self.items.read().unwrap_or_else(|e| e.into_inner()).len()
+        self.items
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(HashMap::len)
+            .sum()
+    }
+
+    fn insert(map: &mut HashMap<String, HashMap<String, V>>, (ns, name): Key, v: V) {
+        map.entry(ns).or_default().insert(name, v);
+    }
+
+    fn remove(map: &mut HashMap<String, HashMap<String, V>>, (ns, name): &Key) {
+        if let Some(m) = map.get_mut(ns) {
+            m.remove(name);
+            if m.is_empty() {
+                map.remove(ns);
+            }
+        }
     }
 }
 
@@ -81,7 +108,7 @@ fn auths_of(s: &Secret, key: &str, legacy: bool) -> Result<SecretAuths, String> 
         .and_then(|d| d.get(key))
         .ok_or_else(|| format!("has no {key} key"))?;
     parse_docker_config(&data.0, legacy)
-        .map(Arc::new)
+        .map(|entries| Arc::new(Auths::new(&entries)))
         .map_err(|e| e.to_string())
 }
 
@@ -92,9 +119,9 @@ fn key_of<K: kube::Resource>(o: &K) -> Key {
 /// Applies one watch's events to a partition: single changes at once, a
 /// relist (Init … InitDone) atomically when it completes. Returns whether
 /// this event completed a (re)list.
-fn apply<K: kube::Resource, V>(
+fn apply<K: kube::Resource, V: Clone>(
     part: &Partition<V>,
-    buffer: &mut Option<HashMap<Key, V>>,
+    buffer: &mut Option<HashMap<String, HashMap<String, V>>>,
     event: Event<K>,
     value: impl Fn(&K) -> Option<V>,
 ) -> bool {
@@ -105,7 +132,7 @@ fn apply<K: kube::Resource, V>(
         }
         Event::InitApply(o) => {
             if let (Some(b), Some(v)) = (buffer.as_mut(), value(&o)) {
-                b.insert(key_of(&o), v);
+                Partition::insert(b, key_of(&o), v);
             }
             false
         }
@@ -118,16 +145,14 @@ fn apply<K: kube::Resource, V>(
         Event::Apply(o) => {
             let mut items = part.items.write().unwrap_or_else(|e| e.into_inner());
             match value(&o) {
-                Some(v) => items.insert(key_of(&o), v),
-                None => items.remove(&key_of(&o)),
-            };
+                Some(v) => Partition::insert(&mut items, key_of(&o), v),
+                None => Partition::remove(&mut items, &key_of(&o)),
+            }
             false
         }
         Event::Delete(o) => {
-            part.items
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&key_of(&o));
+            let mut items = part.items.write().unwrap_or_else(|e| e.into_inner());
+            Partition::remove(&mut items, &key_of(&o));
             false
         }
     }

@@ -478,3 +478,43 @@ async fn credential_helpers_and_provider_plugins_speak_the_real_protocols() {
         "{msg}"
     );
 }
+
+/// The same through a token service (Bearer challenge): the token a
+/// namespace's secret obtains is never sent on behalf of another namespace.
+#[tokio::test]
+async fn token_service_registries_use_each_namespaces_own_secret() {
+    let ts = crate::support::token::TokenServer::start("robot", "t0ken-pa55").await;
+    let mut reg = TestRegistry::start(Mode::Token {
+        realm: format!("http://{}/token", ts.addr),
+        cert_pem: ts.cert_pem.clone(),
+    })
+    .await;
+    reg.bearer = Some(ts.push_token("tok/app"));
+    let host = reg.host();
+    let digest = reg.push_image("tok/app", "v1").await;
+    let kube = FakeKube::start().await;
+    let put = |ns: &str, password: &str| {
+        kube.state.lock().unwrap().insert(
+            &secrets(ns),
+            pull_secret(ns, "regcred", &host, "robot", password),
+        );
+    };
+    put("good", "t0ken-pa55");
+    put("bad", "wrong");
+    let s = Sigil::start_env(Some(&policy(&host)), &["--pull-secrets"], &kube.env()).await;
+    let image = format!("{host}/tok/app:v1");
+    let a = admit(&s, &pod("good", &image, &["regcred"])).await;
+    assert!(a.allowed, "{}", a.message);
+    assert_eq!(
+        a.object["spec"]["containers"][0]["image"],
+        format!("{image}@{digest}").as_str()
+    );
+    let b = admit(&s, &pod("bad", &image, &["regcred"])).await;
+    assert!(!b.allowed, "another namespace's token was reused");
+    assert!(b.message.contains("token service refused"), "{}", b.message);
+    assert!(
+        b.message.contains("tried secret bad/regcred, anonymous"),
+        "{}",
+        b.message
+    );
+}
