@@ -40,6 +40,8 @@ pub struct State {
     compacted: u64,
     /// Wakes open watches when an event is recorded.
     pub changed: Arc<tokio::sync::Notify>,
+    /// Path prefixes the caller may not read (RBAC says no: 403 Forbidden).
+    pub forbidden: Vec<String>,
     /// (method, path, status) of every request.
     pub log: Vec<(String, String, u16)>,
     /// GET this on every webhook configuration write, record the status.
@@ -600,6 +602,27 @@ async fn serve(
             Err(_) => 0,
         };
         st.lock().unwrap().probe_results.push(got);
+    }
+    let refused = st
+        .lock()
+        .unwrap()
+        .forbidden
+        .iter()
+        .any(|p| path.starts_with(p.as_str()));
+    if authed && refused {
+        let (code, v) = status(
+            403,
+            "Forbidden",
+            format!(
+                "{path} is forbidden: User \"system:serviceaccount:sigil-system:sigil\" cannot list the resource at the cluster scope"
+            ),
+        );
+        st.lock().unwrap().log.push((method, path, code));
+        return hyper::Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(v.to_string())).boxed())
+            .unwrap();
     }
     let is_watch = matches!(
         query_param(&query, "watch").as_deref(),

@@ -74,6 +74,17 @@ impl Sigil {
         extra: &[&str],
         env: &[(String, String)],
     ) -> Sigil {
+        let s = Sigil::spawn_env(policy, extra, env).await;
+        s.wait_ready().await;
+        s
+    }
+
+    /// [`Sigil::start_env`] without waiting for Ready (once it listens).
+    pub async fn spawn_env(
+        policy: Option<&str>,
+        extra: &[&str],
+        env: &[(String, String)],
+    ) -> Sigil {
         let dir = tempfile::tempdir().unwrap();
         let ca_out = dir.path().join("ca.pem");
         let mut cmd = Command::new(bin());
@@ -146,7 +157,6 @@ impl Sigil {
             logs,
             _dir: dir,
         };
-        s.wait_ready().await;
         s
     }
 

@@ -168,7 +168,7 @@ fn explain(e: &watcher::Error, what: &str, scope: &str) -> String {
     };
     if forbidden {
         format!(
-            "sigil's ServiceAccount may not list/watch {what} {scope}: grant get, list and watch on {what} (deploy/kustomize/base/rbac.yaml), or limit --pull-secrets-namespaces to namespaces it may read ({e})"
+            "sigil's ServiceAccount may not list/watch {what} {scope}: grant list and watch on {what} (ClusterRole sigil-pull-secrets in deploy/kustomize/base/rbac.yaml), or limit --pull-secrets-namespaces to namespaces it may read ({e})"
         )
     } else {
         format!("watching {what} {scope}: {e}")

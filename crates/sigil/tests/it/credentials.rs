@@ -518,3 +518,27 @@ async fn token_service_registries_use_each_namespaces_own_secret() {
         b.message
     );
 }
+
+/// RBAC that does not allow listing Secrets: never Ready (so never
+/// registered, never sent traffic), and the log says which permission.
+#[tokio::test]
+async fn a_watch_refused_by_rbac_keeps_sigil_unready_and_names_the_permission() {
+    let kube = FakeKube::start().await;
+    kube.state
+        .lock()
+        .unwrap()
+        .forbidden
+        .push("/api/v1/secrets".into());
+    let s = Sigil::spawn_env(Some(&policy("r.example")), &["--pull-secrets"], &kube.env()).await;
+    let started = Instant::now();
+    while !s.logs().contains("may not list/watch secrets") {
+        assert!(started.elapsed() < Duration::from_secs(10), "{}", s.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = reqwest::get(format!("http://{}/readyz", s.admin))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(r.text().await.unwrap().contains("pull-secret watches"));
+    assert!(s.logs().contains("grant list and watch on secrets"));
+}
