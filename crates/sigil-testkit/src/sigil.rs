@@ -149,15 +149,14 @@ impl Sigil {
         }
         // With --tls-cert or --self-managed-certs there is no minted CA.
         let ca_pem = std::fs::read_to_string(&ca_out).unwrap_or_default();
-        let s = Sigil {
+        Sigil {
             child,
             addr: addr.unwrap(),
             admin: admin.unwrap(),
             ca_pem,
             logs,
             _dir: dir,
-        };
-        s
+        }
     }
 
     /// Sends SIGTERM, as the kubelet does.
