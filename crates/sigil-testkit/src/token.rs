@@ -140,3 +140,20 @@ impl TokenServer {
         )
     }
 }
+
+/// A registry in token mode behind a token service that knows `user` and
+/// `password`, with `repo` pushable; returns both (keep the server alive).
+pub async fn token_registry(
+    user: &'static str,
+    password: &'static str,
+    repo: &str,
+) -> (TokenServer, crate::registry::TestRegistry) {
+    let ts = TokenServer::start(user, password).await;
+    let mut reg = crate::registry::TestRegistry::start(crate::registry::Mode::Token {
+        realm: format!("http://{}/token", ts.addr),
+        cert_pem: ts.cert_pem.clone(),
+    })
+    .await;
+    reg.bearer = Some(ts.push_token(repo));
+    (ts, reg)
+}

@@ -5,30 +5,19 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Result;
 use sigil::krm::ResourceList;
-use sigil::pin::PinOptions;
 
 use super::{EXIT_FINDINGS, engine_for, load_policy, read_stdin, runtime};
 
-#[derive(clap::Args, Debug, Default)]
+#[derive(clap::Args, Debug)]
 pub struct KrmArgs {
     /// Policy used when the ResourceList carries no functionConfig.
     #[arg(long, env = "SIGIL_POLICY")]
     policy: Option<PathBuf>,
-    /// No registry calls: apply mirrors and rules; lookups become warnings.
-    #[arg(long)]
-    offline: bool,
-    /// Time allowed for the registry lookups of one object.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-    timeout: Duration,
     #[command(flatten)]
-    creds: super::CredentialArgs,
-    /// Namespace of objects that name none, for `exemptNamespaces` (kubectl's default).
-    #[arg(short = 'n', long, default_value = sigil::pin::DEFAULT_NAMESPACE, env = "SIGIL_NAMESPACE")]
-    namespace: String,
+    decide: super::DecideArgs,
 }
 
 /// `sigil krm`: ResourceList on stdin, ResourceList on stdout.
@@ -47,16 +36,9 @@ pub fn run(args: KrmArgs) -> Result<ExitCode> {
                 Some(p) => Ok(p),
                 None => load_policy(args.policy.as_deref()),
             };
-            match policy.and_then(|p| engine_for(p, &args.creds.sources()?)) {
+            match policy.and_then(|p| engine_for(p, &args.decide.creds.sources()?)) {
                 Err(e) => list.fail(format!("{e:#}")),
-                Ok(engine) => {
-                    let opts = PinOptions {
-                        offline: args.offline,
-                        timeout: args.timeout,
-                        namespace: args.namespace.clone(),
-                    };
-                    runtime()?.block_on(list.process(&engine, &opts))
-                }
+                Ok(engine) => runtime()?.block_on(list.process(&engine, &args.decide.options())),
             }
         }
     };

@@ -56,6 +56,33 @@ pub fn engine_for(policy: Policy, sources: &Sources) -> Result<Engine<Registry>>
         .context("putting the policy in force")
 }
 
+/// How `sigil pin` and `sigil krm` decide: lookups, credentials, namespace.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DecideArgs {
+    /// No registry calls: apply mirrors and rules, report images that need a lookup.
+    #[arg(long)]
+    pub offline: bool,
+    /// Time allowed for the registry lookups of one object.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    #[command(flatten)]
+    pub creds: CredentialArgs,
+    /// Namespace of objects that name none, for `exemptNamespaces` (kubectl's default).
+    #[arg(short = 'n', long, default_value = sigil::pin::DEFAULT_NAMESPACE, env = "SIGIL_NAMESPACE")]
+    pub namespace: String,
+}
+
+impl DecideArgs {
+    /// The options `sigil::pin` decides with.
+    pub fn options(&self) -> sigil::pin::PinOptions {
+        sigil::pin::PinOptions {
+            offline: self.offline,
+            timeout: self.timeout,
+            namespace: self.namespace.clone(),
+        }
+    }
+}
+
 /// Node-level credentials, configured as kubelet's are (docs/credentials.md).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct CredentialArgs {

@@ -9,13 +9,12 @@
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use futures_util::StreamExt as _;
 use sigil::files::{Durability, write_atomic};
 use sigil::pin::report::Report;
-use sigil::pin::{PinOptions, Pinned, pin_text};
+use sigil::pin::{Pinned, pin_text};
 
 use super::{EXIT_ERROR, EXIT_FINDINGS, engine_for, load_policy, read_stdin, runtime};
 
@@ -32,20 +31,11 @@ pub struct PinArgs {
     /// Change nothing; exit 1 if any image is not pinned, would be rewritten, or fails policy.
     #[arg(long)]
     check: bool,
-    /// No registry calls: apply mirrors and rules, report images that need a lookup.
-    #[arg(long)]
-    offline: bool,
     /// Report format.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     output: Output,
-    /// Time allowed for the registry lookups of one object.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-    timeout: Duration,
     #[command(flatten)]
-    creds: super::CredentialArgs,
-    /// Namespace of objects that name none, for `exemptNamespaces` (kubectl's default).
-    #[arg(short = 'n', long, default_value = sigil::pin::DEFAULT_NAMESPACE, env = "SIGIL_NAMESPACE")]
-    namespace: String,
+    decide: super::DecideArgs,
 }
 
 #[derive(Copy, Clone, Debug, clap::ValueEnum)]
@@ -145,12 +135,11 @@ pub fn run(args: PinArgs) -> Result<ExitCode> {
     if args.write && inputs.iter().any(|i| i.path.is_none()) {
         bail!("--write edits files; for stdin, leave it out and the pinned YAML goes to stdout");
     }
-    let engine = engine_for(load_policy(args.policy.as_deref())?, &args.creds.sources()?)?;
-    let opts = PinOptions {
-        offline: args.offline,
-        timeout: args.timeout,
-        namespace: args.namespace.clone(),
-    };
+    let engine = engine_for(
+        load_policy(args.policy.as_deref())?,
+        &args.decide.creds.sources()?,
+    )?;
+    let opts = args.decide.options();
     let bar = progress(inputs.len());
     let results: Vec<Result<Pinned, sigil_core::manifest::ManifestError>> =
         runtime()?.block_on(async {

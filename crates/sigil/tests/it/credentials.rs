@@ -483,13 +483,7 @@ async fn credential_helpers_and_provider_plugins_speak_the_real_protocols() {
 /// namespace's secret obtains is never sent on behalf of another namespace.
 #[tokio::test]
 async fn token_service_registries_use_each_namespaces_own_secret() {
-    let ts = crate::support::token::TokenServer::start("robot", "t0ken-pa55").await;
-    let mut reg = TestRegistry::start(Mode::Token {
-        realm: format!("http://{}/token", ts.addr),
-        cert_pem: ts.cert_pem.clone(),
-    })
-    .await;
-    reg.bearer = Some(ts.push_token("tok/app"));
+    let (_ts, reg) = crate::support::token::token_registry("robot", "t0ken-pa55", "tok/app").await;
     let host = reg.host();
     let digest = reg.push_image("tok/app", "v1").await;
     let kube = FakeKube::start().await;

@@ -458,13 +458,7 @@ async fn htpasswd_registry_needs_the_policy_credentials_and_secrets_stay_out_of_
 /// token service, with the policy's credentials, and caches the token.
 #[tokio::test]
 async fn bearer_token_registry_is_resolved_through_the_token_service() {
-    let ts = crate::support::token::TokenServer::start("robot", "t0ken-pa55").await;
-    let mut reg = TestRegistry::start(Mode::Token {
-        realm: format!("http://{}/token", ts.addr),
-        cert_pem: ts.cert_pem.clone(),
-    })
-    .await;
-    reg.bearer = Some(ts.push_token("tok/app"));
+    let (ts, reg) = crate::support::token::token_registry("robot", "t0ken-pa55", "tok/app").await;
     let h = reg.host();
     let d = reg.push_image("tok/app", "v1").await;
     let img = format!("{h}/tok/app:v1");
