@@ -136,16 +136,19 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
-    /// Builds clients for the policy's registries.
+    /// Builds clients for the policy's registries; `keychain` holds the
+    /// node-level credentials (`--docker-config`, credential-provider
+    /// plugins; `Arc::default()` for none).
     pub fn new(
         specs: &[RegistrySpec],
         cache: CacheConfig,
         observer: Arc<dyn Observer>,
+        keychain: Arc<keychain::Keychain>,
     ) -> Result<Registry, RegistryError> {
         Ok(Registry {
             inner: Arc::new(Inner {
                 hosts: client::Hosts::new(specs)?,
-                keychain: Arc::default(),
+                keychain,
                 tokens: auth::TokenCache::default(),
                 cache: Cache::builder()
                     .max_capacity(cache.capacity)
@@ -156,15 +159,6 @@ impl Registry {
                 no_referrers_api: Default::default(),
             }),
         })
-    }
-
-    /// Uses `keychain` for node-level credentials (`--docker-config`,
-    /// credential-provider plugins). Call before the registry is shared.
-    pub fn with_keychain(mut self, keychain: Arc<keychain::Keychain>) -> Registry {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.keychain = keychain;
-        }
-        self
     }
 
     /// The node-level keychain in use.

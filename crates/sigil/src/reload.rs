@@ -62,7 +62,7 @@ pub fn registry_for(
         ttl: policy.cache_ttl,
         ..CacheConfig::default()
     };
-    Ok(Registry::new(&policy.registries, cache, metrics.clone())?.with_keychain(keychain.clone()))
+    Registry::new(&policy.registries, cache, metrics.clone(), keychain.clone())
 }
 
 /// Why a policy could not be put in force.
