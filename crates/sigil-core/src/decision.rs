@@ -237,7 +237,8 @@ impl Denial {
         }
     }
 
-    fn why(&self) -> String {
+    /// Why the image fails, in words (the middle of every message).
+    pub fn why(&self) -> String {
         match self {
             Denial::InvalidReference { error } => {
                 format!("is not a valid image reference: {error}")
@@ -253,7 +254,8 @@ impl Denial {
         }
     }
 
-    fn hint(&self) -> &'static str {
+    /// How to fix it (the end of every message).
+    pub fn hint(&self) -> &'static str {
         match self {
             Denial::InvalidReference { .. } => {
                 "fix the image reference (names are lowercase; tags are [A-Za-z0-9_.-]; digests are sha256:<64 hex>)"

@@ -15,6 +15,7 @@
 //! binary's `main.rs` and `cmd/` are only flags and glue.
 
 pub mod admission;
+pub mod audit;
 pub mod certs;
 pub mod cluster;
 pub mod engine;

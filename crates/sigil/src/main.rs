@@ -34,6 +34,13 @@ enum Command {
     /// Invoked as `sigil-krm` (a symlink), sigil runs this mode with no
     /// arguments, for orchestrators whose exec spec takes none (kustomize).
     Krm(cmd::krm::KrmArgs),
+    /// Find what runs that the policy would not admit now (current kubeconfig).
+    ///
+    /// Lists Pods and workloads (paginated), decides each as the webhook
+    /// would, and reports per image: compliant, not pinned, would be
+    /// rewritten, denied, signature problem, unresolvable, exempt, or running
+    /// digest drift. Exit codes: 0 compliant; 1 violations; 2 error.
+    Audit(Box<cmd::audit::AuditArgs>),
     /// Emergency switch: delete sigil's webhook configurations and keep every
     /// replica from registering them again, until `--end`.
     ///
@@ -59,6 +66,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => cmd::serve::run(*args),
         Command::Pin(args) => cmd::pin::run(args),
         Command::Krm(args) => cmd::krm::run(args),
+        Command::Audit(args) => cmd::audit::run(*args),
         Command::BreakGlass(args) => cmd::break_glass::run(args),
         Command::Policy { command } => cmd::policy::run(command),
     };

@@ -4,6 +4,7 @@
 //! registry client (through [`sigil_registry::Observer`]) and the server
 //! record into it. It does not serve HTTP itself.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -78,6 +79,22 @@ pub struct Metrics {
     pub pull_secrets_objects: Family<Vec<(String, String)>, Gauge>,
     /// 1 once every pull-secret watch has listed once.
     pub pull_secrets_synced: Gauge,
+    /// 1 while this replica holds the audit Lease.
+    pub audit_leader: Gauge,
+    audit_violations: Family<AuditLabels, Gauge>,
+    audit_objects: Family<ResultLabels, Gauge>,
+    audit_last_success: Gauge,
+    audit_duration: Gauge<f64, AtomicU64>,
+    audit_runs: Family<ResultLabels, Counter>,
+    audit_events: Family<ResultLabels, Counter>,
+    /// Registry requests made by this process (an audit reports its own share).
+    registry_requests_total: AtomicU64,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AuditLabels {
+    namespace: String,
+    reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -125,6 +142,14 @@ impl Default for Metrics {
             credential_lookups: Family::default(),
             pull_secrets_objects: Family::default(),
             pull_secrets_synced: Gauge::default(),
+            audit_leader: Gauge::default(),
+            audit_violations: Family::default(),
+            audit_objects: Family::default(),
+            audit_last_success: Gauge::default(),
+            audit_duration: Gauge::default(),
+            audit_runs: Family::default(),
+            audit_events: Family::default(),
+            registry_requests_total: AtomicU64::new(0),
             registry: Registry::default(),
         };
         registry.register(
@@ -218,6 +243,41 @@ impl Default for Metrics {
             "Unix time at which the served TLS certificate expires",
             m.cert_not_after.clone(),
         );
+        registry.register(
+            "audit_leader",
+            "1 while this replica holds the audit Lease (exactly one replica should)",
+            m.audit_leader.clone(),
+        );
+        registry.register(
+            "audit_violations",
+            "Violations found by the last audit, by namespace and reason (denied, signature, unresolvable, not_mirrored, not_pinned, drift); exported by the audit leader only",
+            m.audit_violations.clone(),
+        );
+        registry.register(
+            "audit_objects",
+            "Objects in the last audit by result (compliant, violating, exempt)",
+            m.audit_objects.clone(),
+        );
+        registry.register(
+            "audit_last_success_timestamp_seconds",
+            "Unix time at which the last complete audit finished",
+            m.audit_last_success.clone(),
+        );
+        registry.register(
+            "audit_duration_seconds",
+            "How long the last audit took",
+            m.audit_duration.clone(),
+        );
+        registry.register(
+            "audit_runs",
+            "Audits by result (ok; error: a kind could not be listed)",
+            m.audit_runs.clone(),
+        );
+        registry.register(
+            "audit_events",
+            "Audit Events by result (published, deduplicated, rate_limited, error)",
+            m.audit_events.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -260,6 +320,64 @@ impl Metrics {
             .inc();
     }
 
+    /// Registry requests made so far by this process.
+    pub fn registry_requests_total(&self) -> u64 {
+        self.registry_requests_total.load(Ordering::Relaxed)
+    }
+
+    /// Publishes an audit's counts (the leader's only).
+    pub fn audit_report(&self, report: &crate::audit::Report, complete: bool) {
+        self.audit_violations.clear();
+        for ns in &report.namespaces {
+            for (reason, n) in &ns.by_reason {
+                self.audit_violations
+                    .get_or_create(&AuditLabels {
+                        namespace: ns.name.clone(),
+                        reason,
+                    })
+                    .set(i64::try_from(*n).unwrap_or(i64::MAX));
+            }
+        }
+        self.audit_objects.clear();
+        let s = &report.summary;
+        for (result, n) in [
+            ("compliant", s.compliant),
+            ("violating", s.violating),
+            ("exempt", s.exempt),
+        ] {
+            self.audit_objects
+                .get_or_create(&ResultLabels { result })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        self.audit_duration.set(report.duration_seconds);
+        if complete {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs();
+            self.audit_last_success
+                .set(i64::try_from(now).unwrap_or(i64::MAX));
+        }
+        self.audit_runs
+            .get_or_create(&ResultLabels {
+                result: if complete { "ok" } else { "error" },
+            })
+            .inc();
+    }
+
+    /// Withdraws the audit gauges (this replica no longer leads).
+    pub fn clear_audit(&self) {
+        self.audit_violations.clear();
+        self.audit_objects.clear();
+    }
+
+    /// Counts one audit Event outcome.
+    pub fn audit_event(&self, result: &'static str) {
+        self.audit_events
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
     /// Prometheus text exposition.
     pub fn encode(&self) -> String {
         let mut s = String::new();
@@ -290,6 +408,7 @@ impl sigil_verify::Observer for Metrics {
 
 impl sigil_registry::Observer for Metrics {
     fn request(&self, host: &str, method: &str, status: &str, elapsed: Duration) {
+        self.registry_requests_total.fetch_add(1, Ordering::Relaxed);
         self.registry_requests
             .get_or_create(&RegistryLabels {
                 host: host.to_owned(),

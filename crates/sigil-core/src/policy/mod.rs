@@ -200,6 +200,15 @@ pub enum Step {
 }
 
 impl Policy {
+    /// The same policy with every signature requirement dropped
+    /// (`sigil audit --no-verify`: rules, mirrors and pinning only).
+    pub fn without_verification(mut self) -> Policy {
+        for r in &mut self.rules {
+            r.verification = None;
+        }
+        self
+    }
+
     /// Loads the embedded default policy.
     pub fn embedded_default() -> Policy {
         // The embedded text is covered by a unit test; failing here is a build bug.

@@ -17,6 +17,7 @@ use kube::Client;
 use crate::error::{Context as _, Error, Result};
 
 pub mod break_glass;
+pub mod lease;
 pub mod registration;
 
 pub use registration::{

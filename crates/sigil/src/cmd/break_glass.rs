@@ -39,8 +39,13 @@ pub fn run(args: BreakGlassArgs) -> Result<ExitCode> {
                 Some(p) => println!(
                     "break-glass ended ({p}; ended={now}).\n\
                      Running sigil replicas re-register the webhook within one reconcile interval (default 30s).\n\
-                     Now audit what was admitted while images were not checked, e.g.:\n  \
-                     kubectl get pods -A -o yaml | sigil pin --check --policy <your policy> -"
+                     Now audit what was created or changed while images were not checked:\n  \
+                     sigil audit -A --since-break-glass --policy <your policy>{}",
+                    if namespace == "sigil-system" {
+                        String::new()
+                    } else {
+                        format!(" --sigil-namespace {namespace}")
+                    }
                 ),
                 None => println!("no break-glass was active (ConfigMap {cm}); nothing changed."),
             }

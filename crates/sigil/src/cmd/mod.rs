@@ -17,6 +17,7 @@ use sigil_core::Policy;
 use sigil_registry::Registry;
 use sigil_registry::keychain::Keychain;
 
+pub mod audit;
 pub mod break_glass;
 pub mod krm;
 pub mod pin;

@@ -107,6 +107,8 @@ pub struct ServeArgs {
     /// marker and the certificate Secret.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, env = "SIGIL_RECONCILE_INTERVAL")]
     reconcile_interval: Duration,
+    #[command(flatten)]
+    audit: super::audit::ServeAuditArgs,
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -130,7 +132,7 @@ impl ServeArgs {
                 "--register with --tls-cert needs --ca-bundle (the CA the API server must trust, e.g. cert-manager's ca.crt)"
             );
         }
-        Ok(())
+        self.audit.validate()
     }
 }
 
@@ -161,11 +163,16 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let _log_guard = init_logging(args.log_format);
     let (policy, policy_bytes) = super::load_policy_bytes(args.policy.as_deref())?;
     super::runtime()?.block_on(async {
-        let (config, webhook, metrics) = configure(&args, policy, policy_bytes).await?;
+        let (config, webhook, metrics, audit) = configure(&args, policy, policy_bytes).await?;
         let bound = sigil::server::bind(config).await?;
         let mut signals = Signals::install()?;
         let running = bound.spawn(webhook, metrics);
         signals.recv().await;
+        // Hand the audit over first: another replica takes the Lease at its
+        // next try while this one drains.
+        if let Some(audit) = audit {
+            audit.shutdown().await;
+        }
         running.drain(&mut signals).await;
         Ok(ExitCode::SUCCESS)
     })
@@ -180,6 +187,7 @@ async fn configure(
     ServeConfig,
     Arc<Webhook<sigil_registry::Registry>>,
     Arc<Metrics>,
+    Option<sigil::audit::continuous::Handle>,
 )> {
     let namespace = sigil::cluster::own_namespace(args.cluster.namespace.clone());
     // The API server is contacted only when a flag asks for it.
@@ -189,6 +197,8 @@ async fn configure(
         Some("--self-managed-certs")
     } else if args.pull_secrets {
         Some("--pull-secrets")
+    } else if args.audit.enabled() {
+        Some("--audit-interval")
     } else {
         None
     };
@@ -265,7 +275,22 @@ async fn configure(
     let engine = sigil::reload::engine_for(Arc::new(policy), None, &sources, &metrics)
         .context("putting the policy in force")?;
     let webhook = Arc::new(Webhook::new(engine, metrics.clone()));
-    let tasks = cluster_tasks(args, namespace, client, ca_source, cert_settings, &metrics);
+    let mut audit = None;
+    let mut latest = None;
+    let mut tasks = cluster_tasks(
+        args,
+        namespace.clone(),
+        client.clone(),
+        ca_source,
+        cert_settings,
+        &metrics,
+    );
+    if let (true, Some(client)) = (args.audit.enabled(), client) {
+        let (handle, task, l) = audit_task(args, namespace, client, &webhook, &metrics);
+        audit = Some(handle);
+        latest = Some(l);
+        tasks.0.push(task);
+    }
     let config = ServeConfig {
         listen: args.listen,
         admin_listen: args.admin_listen,
@@ -275,8 +300,51 @@ async fn configure(
         shutdown_delay: args.shutdown_delay,
         tasks,
         ready_gates,
+        audit: latest,
     };
-    Ok((config, webhook, metrics))
+    Ok((config, webhook, metrics, audit))
+}
+
+/// The in-cluster audit: campaigns for the Lease once Ready.
+fn audit_task(
+    args: &ServeArgs,
+    namespace: String,
+    client: kube::Client,
+    webhook: &Arc<Webhook<sigil_registry::Registry>>,
+    metrics: &Arc<Metrics>,
+) -> (
+    sigil::audit::continuous::Handle,
+    Task,
+    Arc<sigil::audit::continuous::Latest>,
+) {
+    let a = &args.audit;
+    let identity = sigil::cluster::lease::identity();
+    let latest = Arc::new(sigil::audit::continuous::Latest::default());
+    let start = sigil::audit::continuous::Start {
+        client,
+        webhook: webhook.clone(),
+        metrics: metrics.clone(),
+        settings: sigil::audit::continuous::Settings {
+            interval: a.audit_interval.unwrap_or(Duration::from_secs(600)),
+            options: sigil::audit::Options {
+                concurrency: a.audit_concurrency.max(1),
+                ..sigil::audit::Options::default()
+            },
+            max_events: a.audit_max_events,
+            event_refresh: a.audit_event_refresh,
+            instance: identity.clone(),
+        },
+        lease: sigil::cluster::lease::LeaseSettings {
+            namespace,
+            name: a.audit_lease.clone(),
+            identity,
+            duration: a.audit_lease_duration,
+        },
+        latest: latest.clone(),
+    };
+    let (handle, run) = start.spawnable();
+    let task: Task = Box::new(move |ready, _store| run(Box::pin(ready.wait())));
+    (handle, task, latest)
 }
 
 /// Registration and certificate rotation, started beside the server.

@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 use super::conn::{HEADER_READ_TIMEOUT, text};
 use super::health::Health;
 use crate::admission::Webhook;
+use crate::audit::continuous::Latest;
 use crate::metrics::Metrics;
 
 /// Serves the admin port until the process exits.
@@ -23,6 +24,7 @@ pub(super) async fn admin_loop(
     health: Arc<Health>,
     metrics: Arc<Metrics>,
     webhook: Arc<Webhook<Registry>>,
+    audit: Option<Arc<Latest>>,
 ) {
     loop {
         let (tcp, _) = match listener.accept().await {
@@ -36,6 +38,7 @@ pub(super) async fn admin_loop(
         let health = health.clone();
         let metrics = metrics.clone();
         let webhook = webhook.clone();
+        let audit = audit.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
                 let r = match (req.method(), req.uri().path()) {
@@ -58,9 +61,10 @@ pub(super) async fn admin_loop(
                         );
                         r
                     }
+                    (&Method::GET, "/audit") => audit_report(audit.as_deref()),
                     _ => text(
                         StatusCode::NOT_FOUND,
-                        "not found: /livez /readyz /metrics\n",
+                        "not found: /livez /readyz /metrics /audit\n",
                     ),
                 };
                 async move { Ok::<_, Infallible>(r) }
@@ -70,5 +74,34 @@ pub(super) async fn admin_loop(
                 .header_read_timeout(HEADER_READ_TIMEOUT);
             let _ = b.serve_connection(TokioIo::new(tcp), svc).await;
         });
+    }
+}
+
+/// `GET /audit`: the last report this replica made (JSON, the AuditReport
+/// schema), 404 when the audit is off, 503 before the first one completes.
+fn audit_report(audit: Option<&Latest>) -> http::Response<super::conn::Body> {
+    let Some(latest) = audit else {
+        return text(
+            StatusCode::NOT_FOUND,
+            "the in-cluster audit is off (sigil serve --audit-interval)\n",
+        );
+    };
+    match latest.json() {
+        Some(json) => {
+            let mut r = http::Response::new(http_body_util::Full::new(json));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+        None if latest.leading() => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the first audit has not finished yet\n",
+        ),
+        None => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this replica has not audited: another replica holds the audit Lease (see its /audit, or the Lease's holderIdentity)\n",
+        ),
     }
 }

@@ -65,6 +65,8 @@ pub struct ServeConfig {
     /// Conditions besides the self-check that must hold before Ready
     /// (why not yet, and a receiver that turns true), e.g. watches synced.
     pub ready_gates: Vec<(String, tokio::sync::watch::Receiver<bool>)>,
+    /// The in-cluster audit's last report, served at `GET /audit` (when on).
+    pub audit: Option<Arc<crate::audit::continuous::Latest>>,
 }
 
 /// Work that runs beside the server and needs its readiness or the
@@ -173,6 +175,7 @@ impl Bound {
             health.clone(),
             metrics.clone(),
             webhook.clone(),
+            cfg.audit,
         ));
         if let Some((path, seen)) = cfg.policy_file {
             tokio::spawn(crate::reload::watch_policy(

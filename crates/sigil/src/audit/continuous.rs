@@ -1,0 +1,374 @@
+//! The audit inside the cluster (`sigil serve --audit-interval`): one
+//! replica at a time (the Lease in `cluster::lease`) audits every namespace
+//! on the interval and whenever the policy in force changes, and publishes
+//! the result three ways — Prometheus gauges (no image or object names in
+//! labels), a Warning Event per offending object and reason (events.k8s.io
+//! through kube-runtime's recorder, deduplicated and capped per run), and
+//! the last report at `GET /audit` on the admin port. A replica that loses
+//! the Lease stops mid-audit and withdraws its gauges, so a dashboard never
+//! sums two replicas' counts. It decides nothing itself: it runs
+//! [`super::run`] with the engine in force.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use sigil_core::audit::{ObjectResult, Reason};
+use sigil_registry::Registry;
+
+use super::{Options, Quiet, Report};
+use crate::admission::Webhook;
+use crate::metrics::Metrics;
+
+/// Event reason on offending objects.
+pub const EVENT_REASON: &str = "ImagePolicyViolation";
+/// The shortest gap between two audits (policy edits in a burst cost one).
+const MIN_GAP: Duration = Duration::from_secs(5);
+/// How often a policy change is looked for.
+const POLICY_POLL: Duration = Duration::from_secs(1);
+
+/// How the in-cluster audit runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Time between audits.
+    pub interval: Duration,
+    /// What to list (all namespaces, all kinds, by default).
+    pub options: Options,
+    /// Most Events published per audit; the rest wait for the next one.
+    pub max_events: usize,
+    /// An (object, reason) already reported gets another Event only after this.
+    pub event_refresh: Duration,
+    /// `reportingInstance` of the Events (the Lease identity).
+    pub instance: String,
+}
+
+/// The last report this replica made, as served at `GET /audit`.
+#[derive(Debug, Default)]
+pub struct Latest {
+    json: RwLock<Option<Bytes>>,
+    leading: std::sync::atomic::AtomicBool,
+}
+
+impl Latest {
+    /// The last report, serialized once when it was made.
+    pub fn json(&self) -> Option<Bytes> {
+        self.json.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether this replica holds the audit Lease now.
+    pub fn leading(&self) -> bool {
+        self.leading.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn set(&self, report: &Report) {
+        let bytes = serde_json::to_vec_pretty(report).ok().map(Bytes::from);
+        *self.json.write().unwrap_or_else(|e| e.into_inner()) = bytes;
+    }
+}
+
+/// Stops the in-cluster audit on drain.
+#[derive(Debug)]
+pub struct Handle {
+    stop: tokio::sync::watch::Sender<bool>,
+    done: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl Handle {
+    /// Stops auditing and releases the Lease, so another replica takes
+    /// over at its next try (bounded: a stuck API server cannot hold up the drain).
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.done).await;
+    }
+}
+
+/// Everything the in-cluster audit needs, started by [`Start::run`] once
+/// the server is Ready (a replica that cannot serve must not hold the Lease).
+pub struct Start {
+    /// API client.
+    pub client: Client,
+    /// The webhook whose engine (policy, caches, credentials) the audit uses.
+    pub webhook: Arc<Webhook<Registry>>,
+    /// Where results are counted.
+    pub metrics: Arc<Metrics>,
+    /// How it runs.
+    pub settings: Settings,
+    /// The Lease.
+    pub lease: crate::cluster::lease::LeaseSettings,
+    /// Where `GET /audit` reads from.
+    pub latest: Arc<Latest>,
+}
+
+impl std::fmt::Debug for Start {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Start")
+            .field("settings", &self.settings)
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
+
+impl Start {
+    /// A handle for the drain and the future that runs the audit.
+    pub fn spawnable(
+        self,
+    ) -> (
+        Handle,
+        impl FnOnce(
+            std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+        ) -> futures_util::future::BoxFuture<'static, ()>,
+    ) {
+        let (stop, mut stop_rx) = tokio::sync::watch::channel(false);
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        let run_it = move |ready: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>| {
+            let fut: futures_util::future::BoxFuture<'static, ()> = Box::pin(async move {
+                tokio::select! {
+                    () = ready => {}
+                    _ = stop_rx.wait_for(|s| *s) => {
+                        let _ = done_tx.send(());
+                        return;
+                    }
+                }
+                let election = crate::cluster::lease::spawn(self.client.clone(), self.lease);
+                let leading = election.leading.clone();
+                tokio::select! {
+                    () = run(
+                        self.client,
+                        self.webhook,
+                        self.metrics.clone(),
+                        self.settings,
+                        self.latest.clone(),
+                        leading,
+                    ) => {}
+                    _ = stop_rx.wait_for(|s| *s) => {}
+                }
+                self.metrics.audit_leader.set(0);
+                self.metrics.clear_audit();
+                self.latest
+                    .leading
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+                election.release().await;
+                let _ = done_tx.send(());
+            });
+            fut
+        };
+        (Handle { stop, done }, run_it)
+    }
+}
+
+/// Runs forever: waits for the Lease, audits while it holds it.
+pub async fn run(
+    client: Client,
+    webhook: Arc<Webhook<Registry>>,
+    metrics: Arc<Metrics>,
+    settings: Settings,
+    latest: Arc<Latest>,
+    mut leading: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut events = EventSink::new(client.clone(), &settings);
+    loop {
+        metrics.audit_leader.set(0);
+        latest
+            .leading
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        metrics.clear_audit();
+        if leading.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        metrics.audit_leader.set(1);
+        latest
+            .leading
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        loop {
+            let engine = webhook.engine();
+            let policy = engine.policy.clone();
+            let started = Instant::now();
+            let audit = super::run(
+                &client,
+                engine,
+                &settings.options,
+                || metrics.registry_requests_total(),
+                &Quiet,
+            );
+            let report = tokio::select! {
+                r = audit => r,
+                _ = leading.wait_for(|l| !*l) => break,
+            };
+            let ok = report.errors.is_empty();
+            tracing::info!(
+                objects = report.summary.objects,
+                violating = report.summary.violating,
+                violations = report.summary.violations,
+                registry_requests = report.summary.registry_requests,
+                errors = report.errors.len(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "audit finished"
+            );
+            for e in &report.errors {
+                tracing::warn!(error = %e, "audit incomplete");
+            }
+            metrics.audit_report(&report, ok);
+            latest.set(&report);
+            events.publish(&report, &metrics).await;
+            // Next: the interval, a policy change, or losing the Lease.
+            let next = tokio::time::Instant::now() + settings.interval;
+            tokio::time::sleep(MIN_GAP).await;
+            let lost = loop {
+                if !*leading.borrow() {
+                    break true;
+                }
+                if tokio::time::Instant::now() >= next {
+                    break false;
+                }
+                if !Arc::ptr_eq(&webhook.policy(), &policy) {
+                    tracing::info!("policy changed; auditing again");
+                    break false;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(POLICY_POLL) => {}
+                    _ = leading.changed() => {}
+                }
+            };
+            if lost {
+                break;
+            }
+        }
+        tracing::info!("no longer the audit leader; withdrawing audit metrics");
+    }
+}
+
+/// Publishes Events for violations: one per (object, reason) until
+/// `event_refresh` passes, at most `max_events` per audit.
+struct EventSink {
+    recorder: Recorder,
+    seen: HashMap<(String, Reason), Instant>,
+    max: usize,
+    refresh: Duration,
+}
+
+impl EventSink {
+    fn new(client: Client, s: &Settings) -> EventSink {
+        let reporter = Reporter {
+            controller: "sigil.dev/audit".into(),
+            instance: Some(s.instance.clone()),
+        };
+        EventSink {
+            recorder: Recorder::new(client, reporter),
+            seen: HashMap::new(),
+            max: s.max_events,
+            refresh: s.event_refresh,
+        }
+    }
+
+    async fn publish(&mut self, report: &Report, metrics: &Metrics) {
+        // Forget objects that are gone or compliant now: if they violate
+        // again later, that is news.
+        let live: std::collections::HashSet<(&str, Reason)> = report
+            .objects
+            .iter()
+            .flat_map(|o| o.violations().map(move |(_, v)| (o.uid.as_str(), v.reason)))
+            .collect();
+        self.seen
+            .retain(|(uid, r), _| live.contains(&(uid.as_str(), *r)));
+        let mut sent = 0usize;
+        for o in report
+            .objects
+            .iter()
+            .filter(|o| o.result == ObjectResult::Violating && !o.uid.is_empty())
+        {
+            let mut reasons: Vec<Reason> = o.violations().map(|(_, v)| v.reason).collect();
+            reasons.sort();
+            reasons.dedup();
+            for reason in reasons {
+                let key = (o.uid.clone(), reason);
+                if self
+                    .seen
+                    .get(&key)
+                    .is_some_and(|t| t.elapsed() < self.refresh)
+                {
+                    metrics.audit_event("deduplicated");
+                    continue;
+                }
+                if sent >= self.max {
+                    metrics.audit_event("rate_limited");
+                    continue;
+                }
+                let note = note(o, reason);
+                let ev = Event {
+                    type_: EventType::Warning,
+                    reason: EVENT_REASON.into(),
+                    note: Some(note),
+                    action: action(reason).into(),
+                    secondary: None,
+                };
+                let reference = ObjectReference {
+                    api_version: Some(o.api_version.clone()),
+                    kind: Some(o.kind.clone()),
+                    name: Some(o.name.clone()),
+                    namespace: Some(o.namespace.clone()).filter(|n| !n.is_empty()),
+                    uid: Some(o.uid.clone()),
+                    resource_version: Some(o.resource_version.clone())
+                        .filter(|r| !r.is_empty()),
+                    field_path: None,
+                };
+                sent += 1;
+                match self.recorder.publish(&ev, &reference).await {
+                    Ok(()) => {
+                        metrics.audit_event("published");
+                        self.seen.insert(key, Instant::now());
+                    }
+                    Err(e) => {
+                        metrics.audit_event("error");
+                        tracing::warn!(object = %format!("{}/{}/{}", o.namespace, o.kind, o.name), error = %e, "publishing an audit Event failed");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The Event's `action` carries the audit reason, so kube-runtime's
+/// recorder (keyed by object, reason and action) keeps one series per
+/// (object, audit reason).
+fn action(r: Reason) -> &'static str {
+    match r {
+        Reason::NotPinned => "AuditNotPinned",
+        Reason::NotMirrored => "AuditNotMirrored",
+        Reason::Denied => "AuditDenied",
+        Reason::Signature => "AuditSignature",
+        Reason::Unresolvable => "AuditUnresolvable",
+        Reason::Drift => "AuditDrift",
+    }
+}
+
+/// What `kubectl describe` shows: every image with this reason, bounded to
+/// the API's 1 kB note limit.
+fn note(o: &super::ObjectReport, reason: Reason) -> String {
+    let mut s = String::new();
+    for (f, v) in o.violations().filter(|(_, v)| v.reason == reason) {
+        if !s.is_empty() {
+            s.push_str("; ");
+        }
+        let c = f.container.as_deref().unwrap_or(&f.field);
+        s.push_str(&format!(
+            "{} {c} {}: {} → {}",
+            super::report::label(reason),
+            f.image,
+            v.detail,
+            v.fix
+        ));
+    }
+    if s.len() > 1000 {
+        let mut cut = 997;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}

@@ -1,0 +1,351 @@
+//! Audit: what already runs that the policy would not admit now.
+//!
+//! Owns listing the audited kinds through kube-rs (paginated with `limit` and
+//! `continue`, one page in memory at a time), the `--since` window, running
+//! each object through the one decision ([`crate::engine::Engine::decide`],
+//! as a CREATE would be decided, with the object's own pull credentials)
+//! with bounded concurrency, and the report. What a verdict means for
+//! compliance is sigil-core's (`sigil_core::audit`); rendering is
+//! [`report`]; the in-cluster loop (leader election, metrics, Events,
+//! `GET /audit`) is [`continuous`]. Each distinct image is resolved and
+//! verified once per audit: the engine's caches are shared by all objects.
+
+pub mod continuous;
+pub mod kinds;
+pub mod report;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::StreamExt as _;
+use kube::api::{DynamicObject, ListParams};
+use kube::{Api, Client};
+use serde_json::Value;
+use sigil_core::audit::{audit_object, running_images};
+use sigil_core::walker::summarize_value;
+use sigil_core::{ObjectFacts, Operation, Source, effective_namespace};
+use sigil_registry::Registry;
+
+pub use kinds::Kind;
+pub use report::{ObjectMeta, ObjectReport, Report, Scope};
+
+use crate::engine::Engine;
+use crate::error::{Context as _, Error, Result};
+
+/// Objects per list page (kube-apiserver's own default page for kubectl is 500).
+pub const DEFAULT_PAGE: u32 = 500;
+
+/// What to audit and how.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// One namespace, or all.
+    pub namespace: Option<String>,
+    /// Kinds to list.
+    pub kinds: Vec<Kind>,
+    /// Label selector passed to the API server.
+    pub label_selector: Option<String>,
+    /// Only objects created or changed at or after this time.
+    pub since: Option<SystemTime>,
+    /// Objects decided at once.
+    pub concurrency: usize,
+    /// Objects per list page.
+    pub page_size: u32,
+    /// Time allowed for one object's registry lookups.
+    pub timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            namespace: None,
+            kinds: kinds::ALL.to_vec(),
+            label_selector: None,
+            since: None,
+            concurrency: 16,
+            page_size: DEFAULT_PAGE,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Something told about progress (the CLI's progress bar).
+pub trait Progress: Send + Sync {
+    /// `n` more objects decided.
+    fn advance(&self, n: u64);
+    /// Now listing `kind`.
+    fn listing(&self, kind: &str);
+}
+
+/// No progress shown.
+#[derive(Debug)]
+pub struct Quiet;
+
+impl Progress for Quiet {
+    fn advance(&self, _: u64) {}
+    fn listing(&self, _: &str) {}
+}
+
+/// Lists and decides every object `opts` names; one kind that cannot be
+/// listed is reported in `errors`, the rest is still audited.
+pub async fn run(
+    client: &Client,
+    engine: Arc<Engine<Registry>>,
+    opts: &Options,
+    requests: impl Fn() -> u64,
+    progress: &dyn Progress,
+) -> Report {
+    let started = SystemTime::now();
+    let before = requests();
+    let mut objects = Vec::new();
+    let mut errors = Vec::new();
+    for kind in &opts.kinds {
+        progress.listing(kind.plural);
+        if let Err(e) = audit_kind(client, &engine, opts, kind, progress, &mut objects).await {
+            errors.push(e.to_string());
+        }
+    }
+    let scope = Scope {
+        namespace: opts.namespace.clone(),
+        kinds: opts.kinds.iter().map(|k| k.plural.to_owned()).collect(),
+        label_selector: opts.label_selector.clone(),
+        since: opts.since.map(report::rfc3339),
+    };
+    Report::finish(
+        engine.policy.name.clone(),
+        scope,
+        objects,
+        errors,
+        started,
+        requests().saturating_sub(before),
+    )
+}
+
+/// One kind, page by page: each page is decided before the next is asked
+/// for, so memory holds one page of objects plus the reports.
+async fn audit_kind(
+    client: &Client,
+    engine: &Arc<Engine<Registry>>,
+    opts: &Options,
+    kind: &Kind,
+    progress: &dyn Progress,
+    out: &mut Vec<ObjectReport>,
+) -> Result<()> {
+    let ar = kind.api_resource();
+    let api: Api<DynamicObject> = match &opts.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    let mut lp = ListParams::default().limit(opts.page_size.max(1));
+    if let Some(sel) = &opts.label_selector {
+        lp = lp.labels(sel);
+    }
+    let mut pages = 0u32;
+    loop {
+        let page = api.list(&lp).await.map_err(|e| list_error(kind, opts, e))?;
+        pages += 1;
+        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        let decided: Vec<Option<ObjectReport>> = futures_util::stream::iter(page.items)
+            .map(|o| audit_one(engine, opts, kind, o))
+            .buffer_unordered(opts.concurrency.max(1))
+            .collect()
+            .await;
+        progress.advance(decided.len() as u64);
+        out.extend(decided.into_iter().flatten());
+        match next {
+            Some(c) if pages < 100_000 => lp.continue_token = Some(c),
+            _ => return Ok(()),
+        }
+    }
+}
+
+fn list_error(kind: &Kind, opts: &Options, e: kube::Error) -> Error {
+    let scope = opts
+        .namespace
+        .as_deref()
+        .map_or_else(|| "in all namespaces".to_owned(), |n| format!("in namespace {n}"));
+    let hint = match &e {
+        kube::Error::Api(s) if s.code == 403 => format!(
+            " (grant list on {}{} {scope}: ClusterRole sigil-audit in deploy/kustomize/base/rbac.yaml)",
+            kind.plural,
+            if kind.group.is_empty() {
+                String::new()
+            } else {
+                format!(".{}", kind.group)
+            }
+        ),
+        _ => String::new(),
+    };
+    Error::Kube {
+        context: format!("listing {} {scope}{hint}", kind.plural),
+        source: Box::new(e),
+    }
+}
+
+/// Decides one object, or `None` when `--since` leaves it out.
+async fn audit_one(
+    engine: &Arc<Engine<Registry>>,
+    opts: &Options,
+    kind: &Kind,
+    obj: DynamicObject,
+) -> Option<ObjectReport> {
+    let mut value = serde_json::to_value(&obj).ok()?;
+    value["kind"] = Value::from(kind.kind);
+    if let Some(since) = opts.since
+        && changed_at(&value).is_some_and(|t| t < since)
+    {
+        return None;
+    }
+    let meta = object_meta(&value, kind);
+    let summary = summarize_value(&value);
+    let fields = summary.fields.clone();
+    let running = if kind.kind == "Pod" {
+        running_images(&value)
+    } else {
+        Vec::new()
+    };
+    let verdict = engine
+        .decide(
+            ObjectFacts {
+                operation: Operation::Create,
+                source: Source::Admission,
+                kind: kind.kind,
+                namespace: effective_namespace(None, Some(&meta.namespace), None),
+                object: Some(summary),
+                old_object: None,
+            },
+            Instant::now() + opts.timeout,
+        )
+        .await;
+    Some(ObjectReport::new(
+        meta,
+        audit_object(&verdict, &fields, &running),
+    ))
+}
+
+fn object_meta(v: &Value, kind: &Kind) -> ObjectMeta {
+    let m = &v["metadata"];
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let owner = m["ownerReferences"].as_array().and_then(|refs| {
+        refs.iter()
+            .find(|r| r["controller"].as_bool() == Some(true))
+            .map(|r| format!("{}/{}", s(&r["kind"]), s(&r["name"])))
+    });
+    ObjectMeta {
+        namespace: s(&m["namespace"]),
+        kind: kind.kind.to_owned(),
+        name: s(&m["name"]),
+        uid: s(&m["uid"]),
+        api_version: kind.api_resource().api_version,
+        resource_version: s(&m["resourceVersion"]),
+        owner,
+    }
+}
+
+/// When an object was created or last changed by anyone but a status
+/// writer: the latest of `creationTimestamp` and its `managedFields` times
+/// (so a Deployment edited during a break-glass window is audited too). An
+/// object with no readable time counts as changed now.
+pub fn changed_at(v: &Value) -> Option<SystemTime> {
+    let m = &v["metadata"];
+    let parse = |t: &Value| t.as_str().and_then(|s| humantime::parse_rfc3339_weak(s).ok());
+    let managed = m["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["subresource"].as_str().unwrap_or_default().is_empty())
+        .filter_map(|f| parse(&f["time"]));
+    parse(&m["creationTimestamp"]).into_iter().chain(managed).max()
+}
+
+/// Reads `--since`: a duration back from now (`2h`, `30m`) or an RFC 3339 time.
+pub fn parse_since(s: &str, now: SystemTime) -> Result<SystemTime> {
+    if let Ok(t) = humantime::parse_rfc3339_weak(s) {
+        return Ok(t);
+    }
+    let d = humantime::parse_duration(s).map_err(|e| {
+        Error::Invalid(format!(
+            "--since {s:?}: neither a duration (2h, 30m) nor an RFC 3339 time ({e})"
+        ))
+    })?;
+    now.checked_sub(d)
+        .ok_or_else(|| Error::Invalid(format!("--since {s:?} reaches before 1970")))
+}
+
+/// The start of the last (or current) break-glass window, from the markers
+/// `sigil break-glass` writes (`since=…; by=…; reason=…[; ended=…]`).
+pub fn break_glass_since(current: Option<&str>, last: Option<&str>) -> Result<SystemTime> {
+    let marker = current.or(last).ok_or_else(|| {
+        Error::Invalid(
+            "--since-break-glass: no break-glass window is recorded (sigil break-glass --end records one)"
+                .into(),
+        )
+    })?;
+    let since = marker
+        .split(';')
+        .find_map(|p| p.trim().strip_prefix("since="))
+        .ok_or_else(|| Error::Invalid(format!("break-glass marker {marker:?} has no since=")))?;
+    humantime::parse_rfc3339_weak(since.trim())
+        .map_err(|e| Error::Invalid(format!("break-glass marker since={since:?}: {e}")))
+}
+
+/// The break-glass window's start, read from the state ConfigMap.
+pub async fn since_break_glass(client: &Client, s: &crate::cluster::Settings) -> Result<SystemTime> {
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &s.namespace);
+    let cm = cms
+        .get_opt(&s.state_configmap)
+        .await
+        .with_context(|| format!("reading ConfigMap {}/{}", s.namespace, s.state_configmap))?;
+    let ann = cm.and_then(|c| c.metadata.annotations).unwrap_or_default();
+    break_glass_since(
+        ann.get(crate::cluster::BREAK_GLASS_ANNOTATION).map(String::as_str),
+        ann.get(crate::cluster::LAST_BREAK_GLASS_ANNOTATION).map(String::as_str),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn changed_at_is_the_latest_non_status_write() {
+        let v = json!({"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z",
+            "managedFields": [
+                {"manager": "kubectl", "time": "2026-02-01T00:00:00Z"},
+                {"manager": "kubelet", "subresource": "status", "time": "2026-03-01T00:00:00Z"}]}});
+        assert_eq!(
+            changed_at(&v),
+            humantime::parse_rfc3339("2026-02-01T00:00:00Z").ok()
+        );
+    }
+
+    #[test]
+    fn since_takes_a_duration_or_a_time() {
+        let now = humantime::parse_rfc3339("2026-11-23T12:00:00Z").expect("t");
+        assert_eq!(
+            parse_since("2h", now).expect("d"),
+            humantime::parse_rfc3339("2026-11-23T10:00:00Z").expect("t")
+        );
+        assert_eq!(
+            parse_since("2026-11-20T00:00:00Z", now).expect("t"),
+            humantime::parse_rfc3339("2026-11-20T00:00:00Z").expect("t")
+        );
+        assert!(parse_since("yesterday", now).is_err());
+    }
+
+    #[test]
+    fn the_break_glass_window_starts_at_its_marker() {
+        let last = "since=2026-11-20T10:00:00Z; by=ops; reason=registry down; a;b; ended=2026-11-20T11:00:00Z";
+        assert_eq!(
+            break_glass_since(None, Some(last)).expect("since"),
+            humantime::parse_rfc3339("2026-11-20T10:00:00Z").expect("t")
+        );
+        // Still on: the current marker wins.
+        let on = "since=2026-11-21T00:00:00Z; by=ops; reason=x";
+        assert_eq!(
+            break_glass_since(Some(on), Some(last)).expect("since"),
+            humantime::parse_rfc3339("2026-11-21T00:00:00Z").expect("t")
+        );
+        assert!(break_glass_since(None, None).is_err());
+    }
+}
