@@ -259,7 +259,8 @@ async fn break_glass_deletes_the_webhook_and_replicas_stay_off_until_end() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     assert!(
-        stdout.contains("break-glass ended") && stdout.contains("sigil pin --check"),
+        stdout.contains("break-glass ended")
+            && stdout.contains("sigil audit -A --since-break-glass"),
         "{stdout}"
     );
     kube.wait_config("sigil", Duration::from_secs(5), |c| c.is_some())

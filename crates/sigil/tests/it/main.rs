@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cluster;
+mod audit;
 mod credentials;
 mod deploy;
 mod drain;
