@@ -120,7 +120,10 @@ fn drift_is_a_running_digest_other_than_the_pinned_or_resolved_one() {
     let a = audit(
         "Pod",
         "shop",
-        &pod(&img, Some(&format!("docker-pullable://m.local/hub/library/nginx@{D2}"))),
+        &pod(
+            &img,
+            Some(&format!("docker-pullable://m.local/hub/library/nginx@{D2}")),
+        ),
         &Answers::default(),
     );
     assert_eq!(reasons(&a), vec![Reason::Drift]);
@@ -130,7 +133,10 @@ fn drift_is_a_running_digest_other_than_the_pinned_or_resolved_one() {
     let a = audit(
         "Pod",
         "shop",
-        &pod("m.local/hub/library/nginx:1", Some(&format!("m.local/hub/library/nginx@{D2}"))),
+        &pod(
+            "m.local/hub/library/nginx:1",
+            Some(&format!("m.local/hub/library/nginx@{D2}")),
+        ),
         &answers("m.local/hub/library/nginx:1", Ok(D1)),
     );
     assert_eq!(reasons(&a), vec![Reason::NotPinned, Reason::Drift]);
@@ -143,7 +149,12 @@ fn drift_is_a_running_digest_other_than_the_pinned_or_resolved_one() {
 
 #[test]
 fn exempt_namespaces_list_their_fields_without_judging_them() {
-    let a = audit("Pod", "kube-system", &pod("bad:1", None), &Answers::default());
+    let a = audit(
+        "Pod",
+        "kube-system",
+        &pod("bad:1", None),
+        &Answers::default(),
+    );
     assert_eq!(a.result, ObjectResult::Exempt);
     assert_eq!(a.fields.len(), 1);
     assert_eq!(a.fields[0].verdict, "exempt");

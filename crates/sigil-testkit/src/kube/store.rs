@@ -252,7 +252,8 @@ impl State {
             return not_found(route, n);
         };
         let want = o["metadata"]["resourceVersion"].as_str();
-        if want.is_some_and(|w| !w.is_empty()) && want != cur["metadata"]["resourceVersion"].as_str()
+        if want.is_some_and(|w| !w.is_empty())
+            && want != cur["metadata"]["resourceVersion"].as_str()
         {
             return status(
                 409,
@@ -321,7 +322,9 @@ impl State {
                 return status(
                     415,
                     "UnsupportedMediaType",
-                    format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {other:?})"),
+                    format!(
+                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {other:?})"
+                    ),
                 );
             }
         }

@@ -28,7 +28,7 @@ pub(super) fn watch(
     coll: String,
     resource: String,
     query: &str,
-)  -> hyper::Response<Body> {
+) -> hyper::Response<Body> {
     let from: Option<u64> = query_param(query, "resourceVersion")
         .filter(|r| !r.is_empty() && r != "0")
         .and_then(|r| r.parse().ok());
@@ -142,4 +142,3 @@ fn tokio_stream_from<T: Send + 'static>(
 ) -> impl futures_core::Stream<Item = T> + Send + 'static {
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
-

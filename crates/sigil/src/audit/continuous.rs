@@ -113,50 +113,65 @@ impl std::fmt::Debug for Start {
 }
 
 impl Start {
-    /// A handle for the drain and the future that runs the audit.
-    pub fn spawnable(
-        self,
-    ) -> (
-        Handle,
-        impl FnOnce(
-            std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
-        ) -> futures_util::future::BoxFuture<'static, ()>,
-    ) {
-        let (stop, mut stop_rx) = tokio::sync::watch::channel(false);
+    /// A handle for the drain, and the audit waiting to be run.
+    pub fn prepare(self) -> (Handle, Pending) {
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let (done_tx, done) = tokio::sync::oneshot::channel();
-        let run_it = move |ready: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>| {
-            let fut: futures_util::future::BoxFuture<'static, ()> = Box::pin(async move {
-                tokio::select! {
-                    () = ready => {}
-                    _ = stop_rx.wait_for(|s| *s) => {
-                        let _ = done_tx.send(());
-                        return;
-                    }
-                }
-                let election = crate::cluster::lease::spawn(self.client.clone(), self.lease);
-                let leading = election.leading.clone();
-                tokio::select! {
-                    () = run(
-                        self.client,
-                        self.webhook,
-                        self.metrics.clone(),
-                        self.settings,
-                        self.latest.clone(),
-                        leading,
-                    ) => {}
-                    _ = stop_rx.wait_for(|s| *s) => {}
-                }
-                self.metrics.audit_leader.set(0);
-                self.metrics.clear_audit();
-                self.latest
-                    .leading
-                    .store(false, std::sync::atomic::Ordering::Relaxed);
-                election.release().await;
-                let _ = done_tx.send(());
-            });
-            fut
-        };
-        (Handle { stop, done }, run_it)
+        (
+            Handle { stop, done },
+            Pending {
+                start: self,
+                stop: stop_rx,
+                done: done_tx,
+            },
+        )
+    }
+}
+
+/// The in-cluster audit, not started yet.
+#[derive(Debug)]
+pub struct Pending {
+    start: Start,
+    stop: tokio::sync::watch::Receiver<bool>,
+    done: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Pending {
+    /// Waits for `ready`, then campaigns and audits until [`Handle::shutdown`].
+    pub async fn run(self, ready: impl std::future::Future<Output = ()>) {
+        let Pending {
+            start,
+            mut stop,
+            done,
+        } = self;
+        tokio::select! {
+            () = ready => {}
+            _ = stop.wait_for(|s| *s) => {
+                let _ = done.send(());
+                return;
+            }
+        }
+        let election = crate::cluster::lease::spawn(start.client.clone(), start.lease);
+        let leading = election.leading.clone();
+        tokio::select! {
+            () = run(
+                start.client,
+                start.webhook,
+                start.metrics.clone(),
+                start.settings,
+                start.latest.clone(),
+                leading,
+            ) => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
+        start.metrics.audit_leader.set(0);
+        start.metrics.clear_audit();
+        start
+            .latest
+            .leading
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        election.release().await;
+        let _ = done.send(());
     }
 }
 
@@ -311,8 +326,7 @@ impl EventSink {
                     name: Some(o.name.clone()),
                     namespace: Some(o.namespace.clone()).filter(|n| !n.is_empty()),
                     uid: Some(o.uid.clone()),
-                    resource_version: Some(o.resource_version.clone())
-                        .filter(|r| !r.is_empty()),
+                    resource_version: Some(o.resource_version.clone()).filter(|r| !r.is_empty()),
                     field_path: None,
                 };
                 sent += 1;

@@ -111,7 +111,11 @@ pub fn parse(list: &[String]) -> Result<Vec<Kind>> {
         return Ok(ALL.to_vec());
     }
     let mut out: Vec<Kind> = Vec::new();
-    for name in list.iter().flat_map(|s| s.split(',')).filter(|s| !s.trim().is_empty()) {
+    for name in list
+        .iter()
+        .flat_map(|s| s.split(','))
+        .filter(|s| !s.trim().is_empty())
+    {
         let k = ALL.iter().find(|k| k.named(name)).ok_or_else(|| {
             Error::Invalid(format!(
                 "--kinds: {name:?} is not a kind sigil audits (one of: {})",
@@ -131,8 +135,8 @@ mod tests {
 
     #[test]
     fn kinds_are_named_as_kubectl_names_them() {
-        let got = parse(&["pods,Deployment".into(), "sts".into(), "cronjob".into()])
-            .expect("kinds");
+        let got =
+            parse(&["pods,Deployment".into(), "sts".into(), "cronjob".into()]).expect("kinds");
         let names: Vec<&str> = got.iter().map(|k| k.plural).collect();
         assert_eq!(names, ["pods", "deployments", "statefulsets", "cronjobs"]);
         assert_eq!(parse(&[]).expect("all").len(), ALL.len());

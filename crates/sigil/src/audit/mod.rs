@@ -159,10 +159,10 @@ async fn audit_kind(
 }
 
 fn list_error(kind: &Kind, opts: &Options, e: kube::Error) -> Error {
-    let scope = opts
-        .namespace
-        .as_deref()
-        .map_or_else(|| "in all namespaces".to_owned(), |n| format!("in namespace {n}"));
+    let scope = opts.namespace.as_deref().map_or_else(
+        || "in all namespaces".to_owned(),
+        |n| format!("in namespace {n}"),
+    );
     let hint = match &e {
         kube::Error::Api(s) if s.code == 403 => format!(
             " (grant list on {}{} {scope}: ClusterRole sigil-audit in deploy/kustomize/base/rbac.yaml)",
@@ -247,14 +247,20 @@ fn object_meta(v: &Value, kind: &Kind) -> ObjectMeta {
 /// object with no readable time counts as changed now.
 pub fn changed_at(v: &Value) -> Option<SystemTime> {
     let m = &v["metadata"];
-    let parse = |t: &Value| t.as_str().and_then(|s| humantime::parse_rfc3339_weak(s).ok());
+    let parse = |t: &Value| {
+        t.as_str()
+            .and_then(|s| humantime::parse_rfc3339_weak(s).ok())
+    };
     let managed = m["managedFields"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|f| f["subresource"].as_str().unwrap_or_default().is_empty())
         .filter_map(|f| parse(&f["time"]));
-    parse(&m["creationTimestamp"]).into_iter().chain(managed).max()
+    parse(&m["creationTimestamp"])
+        .into_iter()
+        .chain(managed)
+        .max()
 }
 
 /// Reads `--since`: a duration back from now (`2h`, `30m`) or an RFC 3339 time.
@@ -289,16 +295,22 @@ pub fn break_glass_since(current: Option<&str>, last: Option<&str>) -> Result<Sy
 }
 
 /// The break-glass window's start, read from the state ConfigMap.
-pub async fn since_break_glass(client: &Client, s: &crate::cluster::Settings) -> Result<SystemTime> {
-    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &s.namespace);
+pub async fn since_break_glass(
+    client: &Client,
+    s: &crate::cluster::Settings,
+) -> Result<SystemTime> {
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), &s.namespace);
     let cm = cms
         .get_opt(&s.state_configmap)
         .await
         .with_context(|| format!("reading ConfigMap {}/{}", s.namespace, s.state_configmap))?;
     let ann = cm.and_then(|c| c.metadata.annotations).unwrap_or_default();
     break_glass_since(
-        ann.get(crate::cluster::BREAK_GLASS_ANNOTATION).map(String::as_str),
-        ann.get(crate::cluster::LAST_BREAK_GLASS_ANNOTATION).map(String::as_str),
+        ann.get(crate::cluster::BREAK_GLASS_ANNOTATION)
+            .map(String::as_str),
+        ann.get(crate::cluster::LAST_BREAK_GLASS_ANNOTATION)
+            .map(String::as_str),
     )
 }
 

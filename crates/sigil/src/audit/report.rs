@@ -217,10 +217,12 @@ impl Report {
         let mut namespaces: BTreeMap<&str, NamespaceSummary> = BTreeMap::new();
         let mut unique = std::collections::HashSet::new();
         for o in &objects {
-            let ns = namespaces.entry(&o.namespace).or_insert_with(|| NamespaceSummary {
-                name: o.namespace.clone(),
-                ..NamespaceSummary::default()
-            });
+            let ns = namespaces
+                .entry(&o.namespace)
+                .or_insert_with(|| NamespaceSummary {
+                    name: o.namespace.clone(),
+                    ..NamespaceSummary::default()
+                });
             ns.objects += 1;
             match o.result {
                 ObjectResult::Compliant => summary.compliant += 1,

@@ -106,7 +106,9 @@ pub fn spawn(client: Client, s: LeaseSettings) -> Election {
             let _ = leading_tx.send(false);
             match candidate.release(&api, &s).await {
                 Ok(()) => tracing::info!(lease = %s.name, "lease released"),
-                Err(e) => tracing::warn!(lease = %s.name, error = %e, "releasing the lease failed; another replica takes over when it expires"),
+                Err(e) => {
+                    tracing::warn!(lease = %s.name, error = %e, "releasing the lease failed; another replica takes over when it expires")
+                }
             }
         }
     });
@@ -170,7 +172,9 @@ impl Candidate {
                     Ok(true)
                 }
                 Err(kube::Error::Api(e)) if e.is_already_exists() => Ok(false),
-                Err(e) => Err(e).with_context(|| format!("creating Lease {}/{}", s.namespace, s.name)),
+                Err(e) => {
+                    Err(e).with_context(|| format!("creating Lease {}/{}", s.namespace, s.name))
+                }
             };
         };
         let spec = current.spec.clone().unwrap_or_default();
@@ -238,10 +242,7 @@ impl Candidate {
 
     /// Restarts the expiry clock when the record changed since last seen.
     fn observe(&mut self, spec: LeaseSpec) {
-        let changed = self
-            .observed
-            .as_ref()
-            .is_none_or(|(seen, _)| *seen != spec);
+        let changed = self.observed.as_ref().is_none_or(|(seen, _)| *seen != spec);
         if changed {
             self.observed = Some((spec, Instant::now()));
         }

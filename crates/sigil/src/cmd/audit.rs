@@ -182,9 +182,9 @@ impl Bar {
             return Bar(indicatif::ProgressBar::hidden());
         }
         let bar = indicatif::ProgressBar::new_spinner();
-        if let Ok(style) =
-            indicatif::ProgressStyle::with_template("{spinner} auditing {msg}: {pos} objects ({per_sec})")
-        {
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{spinner} auditing {msg}: {pos} objects ({per_sec})",
+        ) {
             bar.set_style(style);
         }
         bar.enable_steady_tick(Duration::from_millis(120));

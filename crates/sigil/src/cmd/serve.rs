@@ -342,8 +342,8 @@ fn audit_task(
         },
         latest: latest.clone(),
     };
-    let (handle, run) = start.spawnable();
-    let task: Task = Box::new(move |ready, _store| run(Box::pin(ready.wait())));
+    let (handle, pending) = start.prepare();
+    let task: Task = Box::new(move |ready, _store| Box::pin(pending.run(ready.wait())));
     (handle, task, latest)
 }
 

@@ -77,11 +77,21 @@ impl World {
         let (ok, other) = (&w.ok, &w.other);
         let pinned = format!("{h}/ok/app@{ok}");
         let pods = [
-            pod("shop", "compliant", &pinned, Some(&format!("{h}/ok/app@{ok}"))),
+            pod(
+                "shop",
+                "compliant",
+                &pinned,
+                Some(&format!("{h}/ok/app@{ok}")),
+            ),
             pod("shop", "by-tag", &format!("{h}/tag/app:v1"), None),
             pod("shop", "hub", &format!("nginx@{ok}"), None),
             pod("shop", "banned", &format!("{h}/bad/x@{ok}"), None),
-            pod("shop", "unsigned", &format!("{h}/signed/app@{unsigned}"), None),
+            pod(
+                "shop",
+                "unsigned",
+                &format!("{h}/signed/app@{unsigned}"),
+                None,
+            ),
             pod("shop", "missing", &format!("{h}/missing/app:v1"), None),
             pod(
                 "shop",
@@ -178,7 +188,10 @@ async fn cli_audit_reports_every_reason_across_pages_with_exit_codes() {
     let unsigned = object(&r, "shop", "Pod", "unsigned");
     let v = &unsigned["fields"][0]["violations"][0];
     assert!(
-        v["detail"].as_str().unwrap().contains("k: no signature found"),
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("k: no signature found"),
         "the verifier's reason: {v:#}"
     );
     assert!(!v["fix"].as_str().unwrap().is_empty());
@@ -189,7 +202,10 @@ async fn cli_audit_reports_every_reason_across_pages_with_exit_codes() {
     assert_eq!(exempt["result"], "exempt");
     assert_eq!(exempt["fields"][0]["verdict"], "exempt");
     // scope: pods — the webhook pins the Deployment's Pods, not the Deployment.
-    assert_eq!(object(&r, "shop", "Deployment", "web")["result"], "compliant");
+    assert_eq!(
+        object(&r, "shop", "Deployment", "web")["result"],
+        "compliant"
+    );
     assert_eq!(r["summary"]["violating"], 6);
     assert_eq!(r["summary"]["exempt"], 1);
     assert_eq!(r["summary"]["byReason"]["drift"], 1);
@@ -205,7 +221,10 @@ async fn cli_audit_reports_every_reason_across_pages_with_exit_codes() {
     // The table: counts per namespace, one line per violation with the fix.
     let (code, table, _) = w.audit(&["-A"]);
     assert_eq!(code, 1);
-    assert!(table.contains("shop: 8 objects, 6 violating, 6 violations"), "{table}");
+    assert!(
+        table.contains("shop: 8 objects, 6 violating, 6 violations"),
+        "{table}"
+    );
     assert!(
         table.contains(&format!(
             "shop Pod/by-tag app {}/tag/app:v1: not pinned",
@@ -218,7 +237,10 @@ async fn cli_audit_reports_every_reason_across_pages_with_exit_codes() {
     // A compliant namespace exits 0; YAML renders the same schema.
     let (code, yaml, err) = w.audit(&["-n", "clean", "-o", "yaml"]);
     assert_eq!(code, 0, "{yaml}{err}");
-    assert!(yaml.contains("kind: AuditReport") && yaml.contains("result: compliant"), "{yaml}");
+    assert!(
+        yaml.contains("kind: AuditReport") && yaml.contains("result: compliant"),
+        "{yaml}"
+    );
 
     // --no-verify drops the signature check only.
     let (_, r) = w.audit_json(&["-n", "shop", "--no-verify", "-l", "app!=none"]);
@@ -388,9 +410,8 @@ async fn audit_verdicts_match_the_webhook_and_pin_for_the_fixtures() {
             .unwrap();
         let out = child.wait_with_output().unwrap();
         // The report goes to stderr (stdout carries the pinned YAML).
-        let pin: Value = serde_json::from_slice(&out.stderr).unwrap_or_else(|e| {
-            panic!("{e}: {}", String::from_utf8_lossy(&out.stderr))
-        });
+        let pin: Value = serde_json::from_slice(&out.stderr)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
         let pin_label = pin.to_string();
         assert!(
             pin_label.contains(&format!("\"verdict\":\"{audit}\"")),
@@ -439,16 +460,20 @@ async fn one_replica_audits_and_hands_over_when_it_drains() {
     let b = Sigil::start_env(Some(&policy), &args, &w.kube.env()).await;
     let admin = |s: &Sigil| format!("http://{}", s.admin);
     // Exactly one holds the Lease and serves a report.
-    let holder = wait_for(Duration::from_secs(20), "a lease holder with a report", async || {
-        let lease = w.kube.get(LEASES, "sigil-audit")?;
-        let holder = lease["spec"]["holderIdentity"].as_str()?.to_owned();
-        for s in [&a, &b] {
-            if get(&format!("{}/audit", admin(s))).await.0 == 200 {
-                return Some(holder.clone());
+    let holder = wait_for(
+        Duration::from_secs(20),
+        "a lease holder with a report",
+        async || {
+            let lease = w.kube.get(LEASES, "sigil-audit")?;
+            let holder = lease["spec"]["holderIdentity"].as_str()?.to_owned();
+            for s in [&a, &b] {
+                if get(&format!("{}/audit", admin(s))).await.0 == 200 {
+                    return Some(holder.clone());
+                }
             }
-        }
-        None
-    })
+            None
+        },
+    )
     .await;
     let (leader, follower) = if get(&format!("{}/audit", admin(&a))).await.0 == 200 {
         (&a, &b)
@@ -457,19 +482,39 @@ async fn one_replica_audits_and_hands_over_when_it_drains() {
     };
     let (code, body) = get(&format!("{}/audit", admin(follower))).await;
     assert_eq!(code, 503, "the follower has not audited: {body}");
-    assert!(body.contains("another replica holds the audit Lease"), "{body}");
-    let report: Value = serde_json::from_str(&get(&format!("{}/audit", admin(leader))).await.1).unwrap();
+    assert!(
+        body.contains("another replica holds the audit Lease"),
+        "{body}"
+    );
+    let report: Value =
+        serde_json::from_str(&get(&format!("{}/audit", admin(leader))).await.1).unwrap();
     assert_eq!(report["summary"]["violating"], 6, "{report:#}");
-    assert!(holder.contains('_'), "identity is pod name + suffix: {holder}");
+    assert!(
+        holder.contains('_'),
+        "identity is pod name + suffix: {holder}"
+    );
 
     // Metrics: the leader's gauges; the follower exports none.
     let v = leader
-        .counter("sigil_audit_violations", &[("namespace", "shop"), ("reason", "drift")])
+        .counter(
+            "sigil_audit_violations",
+            &[("namespace", "shop"), ("reason", "drift")],
+        )
         .await;
     assert_eq!(v, 1.0);
-    assert_eq!(leader.counter("sigil_audit_objects", &[("result", "violating")]).await, 6.0);
+    assert_eq!(
+        leader
+            .counter("sigil_audit_objects", &[("result", "violating")])
+            .await,
+        6.0
+    );
     assert_eq!(leader.counter("sigil_audit_leader", &[]).await, 1.0);
-    assert!(leader.counter("sigil_audit_last_success_timestamp_seconds", &[]).await > 1.7e9);
+    assert!(
+        leader
+            .counter("sigil_audit_last_success_timestamp_seconds", &[])
+            .await
+            > 1.7e9
+    );
     assert_eq!(follower.counter("sigil_audit_leader", &[]).await, 0.0);
     assert!(!follower.metrics().await.contains("sigil_audit_violations{"));
 
@@ -485,13 +530,22 @@ async fn one_replica_audits_and_hands_over_when_it_drains() {
         assert_eq!(e["reason"], "ImagePolicyViolation");
         assert_eq!(e["type"], "Warning");
         assert_eq!(e["regarding"]["kind"], "Pod");
-        assert!(e["regarding"]["uid"].as_str().is_some_and(|u| !u.is_empty()));
+        assert!(
+            e["regarding"]["uid"]
+                .as_str()
+                .is_some_and(|u| !u.is_empty())
+        );
         assert!(e["note"].as_str().unwrap().contains("→"), "{e:#}");
     }
     let runs = |s: &Sigil| {
         let s = s.admin;
         async move {
-            let m = reqwest::get(format!("http://{s}/metrics")).await.ok()?.text().await.ok()?;
+            let m = reqwest::get(format!("http://{s}/metrics"))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
             m.lines()
                 .find(|l| l.starts_with("sigil_audit_runs_total{result=\"ok\"}"))
                 .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -503,17 +557,26 @@ async fn one_replica_audits_and_hands_over_when_it_drains() {
     })
     .await;
     assert_eq!(events_now().len(), 6, "deduplicated across audits");
-    assert!(leader.counter("sigil_audit_events_total", &[("result", "deduplicated")]).await >= 6.0);
+    assert!(
+        leader
+            .counter("sigil_audit_events_total", &[("result", "deduplicated")])
+            .await
+            >= 6.0
+    );
 
     // The leader drains: the follower takes over within one lease duration.
     let old = holder.clone();
     leader.terminate();
     let drained_at = Instant::now();
-    let new = wait_for(Duration::from_secs(10), "the follower to take the Lease", async || {
-        let lease = w.kube.get(LEASES, "sigil-audit")?;
-        let h = lease["spec"]["holderIdentity"].as_str()?.to_owned();
-        (h != old).then_some(h)
-    })
+    let new = wait_for(
+        Duration::from_secs(10),
+        "the follower to take the Lease",
+        async || {
+            let lease = w.kube.get(LEASES, "sigil-audit")?;
+            let h = lease["spec"]["holderIdentity"].as_str()?.to_owned();
+            (h != old).then_some(h)
+        },
+    )
     .await;
     assert!(
         drained_at.elapsed() < Duration::from_secs(3),
@@ -523,9 +586,11 @@ async fn one_replica_audits_and_hands_over_when_it_drains() {
     let lease = w.kube.get(LEASES, "sigil-audit").unwrap();
     assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease:#}");
     assert!(!new.is_empty());
-    wait_for(Duration::from_secs(15), "the new leader's report", async || {
-        (get(&format!("{}/audit", admin(follower))).await.0 == 200).then_some(())
-    })
+    wait_for(
+        Duration::from_secs(15),
+        "the new leader's report",
+        async || (get(&format!("{}/audit", admin(follower))).await.0 == 200).then_some(()),
+    )
     .await;
     // Lease writes race: the stand-in refused stale ones with 409.
     let _conflicts = w
@@ -587,7 +652,10 @@ async fn lease_candidates_race_with_conflicts_and_take_over_released_or_expired_
         .unwrap();
     assert!(released.elapsed() < Duration::from_secs(2));
     let lease = kube.get(LEASES, "race").unwrap();
-    assert_ne!(lease["spec"]["holderIdentity"].as_str(), Some(holder.as_str()));
+    assert_ne!(
+        lease["spec"]["holderIdentity"].as_str(),
+        Some(holder.as_str())
+    );
     assert_eq!(lease["spec"]["leaseTransitions"], 1);
 
     // A stale write is refused with 409 Conflict, as kube-apiserver does.
@@ -596,10 +664,7 @@ async fn lease_candidates_race_with_conflicts_and_take_over_released_or_expired_
     let mut stale = leases.get("race").await.unwrap();
     tokio::time::sleep(Duration::from_millis(900)).await; // the holder renews meanwhile
     stale.spec.as_mut().unwrap().holder_identity = Some("thief".into());
-    match leases
-        .replace("race", &Default::default(), &stale)
-        .await
-    {
+    match leases.replace("race", &Default::default(), &stale).await {
         Err(kube::Error::Api(e)) => assert_eq!(e.code, 409, "{e:?}"),
         other => panic!("stale write accepted: {other:?}"),
     }

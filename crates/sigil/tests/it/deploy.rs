@@ -326,6 +326,38 @@ fn base_renders_and_carries_the_safe_settings() {
         "sigil"
     );
     assert_eq!(env["SIGIL_PULL_SECRETS"], "true");
+    // --audit-interval: list the audited kinds, write Events, nothing more.
+    assert_eq!(env["SIGIL_AUDIT_INTERVAL"], "10m");
+    let audit = &by["ClusterRole/sigil-audit"]["rules"];
+    let mut listed: Vec<String> = Vec::new();
+    for rule in audit.as_array().unwrap() {
+        let verbs = rule["verbs"].clone();
+        if rule["apiGroups"] == json!(["events.k8s.io"]) {
+            assert_eq!(verbs, json!(["create", "patch"]));
+            assert_eq!(rule["resources"], json!(["events"]));
+        } else {
+            assert_eq!(verbs, json!(["list"]), "{rule}");
+            listed.extend(
+                rule["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.as_str().unwrap().to_owned()),
+            );
+        }
+    }
+    listed.sort();
+    let mut want: Vec<String> = sigil::audit::kinds::ALL
+        .iter()
+        .map(|k| k.plural.to_owned())
+        .collect();
+    want.sort();
+    assert_eq!(listed, want, "RBAC lists exactly the audited kinds");
+    assert!(by["Role/sigil"].to_string().contains("sigil-audit"));
+    assert_eq!(
+        by["ClusterRoleBinding/sigil-audit"]["subjects"][0]["name"],
+        "sigil"
+    );
 }
 
 #[test]

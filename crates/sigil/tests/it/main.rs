@@ -4,8 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod cluster;
 mod audit;
+mod cluster;
 mod credentials;
 mod deploy;
 mod drain;

@@ -1,0 +1,161 @@
+//! `sigil audit` at cluster scale (see docs/benchmarks.md).
+//!
+//! Starts the real registry and pushes the unique images, fills the
+//! kube-apiserver stand-in with Pods (ten namespaces, one container each,
+//! by tag, with the runtime's `imageID`), then runs `sigil audit -A -o json`
+//! as a child process: wall time, CPU, peak RSS (the child's VmHWM, read
+//! while it runs), list calls, and registry requests, which must equal the
+//! unique references. Prints one table.
+//!
+//! `cargo bench -p sigil --bench audit` audits 10,000 Pods with 1,000
+//! unique images; run without `--bench` (as `cargo test --benches` does) it
+//! runs a small smoke.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sigil_testkit::kube::FakeKube;
+use sigil_testkit::registry::{Mode, TestRegistry};
+use sigil_testkit::sigil::bin;
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let (pods, images) = if full { (10_000, 1_000) } else { (300, 30) };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(run(pods, images));
+}
+
+/// CPU time (user + system) of waited-for children, from /proc/self/stat.
+fn children_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    Duration::from_millis((f.get(13).copied().unwrap_or(0) + f.get(14).copied().unwrap_or(0)) * 10)
+}
+
+/// VmHWM of a running process, in KiB (monotonic: the last read is the peak so far).
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+async fn run(pods: usize, images: usize) {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let reg = registry.host();
+    let mut digests = Vec::with_capacity(images);
+    for chunk in (0..images).collect::<Vec<_>>().chunks(32) {
+        let repos: Vec<String> = chunk.iter().map(|i| format!("bench/img{i}")).collect();
+        let batch: Vec<_> = repos.iter().map(|r| registry.push_image(r, "v1")).collect();
+        digests.extend(futures_util::future::join_all(batch).await);
+    }
+    let kube = FakeKube::start().await;
+    {
+        let mut st = kube.state.lock().expect("state");
+        for i in 0..pods {
+            let ns = format!("team-{}", i % 10);
+            let img = i % images;
+            st.insert(
+                &format!("/api/v1/namespaces/{ns}/pods"),
+                json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("pod-{i}"), "namespace": ns,
+                                 "labels": {"app": format!("app-{}", i % 50)}},
+                    "spec": {"containers": [{"name": "app", "image": format!("{reg}/bench/img{img}:v1")}]},
+                    "status": {"phase": "Running", "containerStatuses": [{"name": "app",
+                        "imageID": format!("{reg}/bench/img{img}@{}", digests[img])}]}}),
+            );
+        }
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, format!("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  registries:\n    - {{host: \"{reg}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"], mode: enforce}}\n")).expect("policy");
+
+    let cpu0 = children_cpu();
+    let t = Instant::now();
+    let mut child = Command::new(bin())
+        .args([
+            "audit",
+            "-A",
+            "-o",
+            "json",
+            "--pull-secrets=false",
+            "--kinds",
+            "pods",
+        ])
+        .arg("--policy")
+        .arg(&policy)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("KUBECONFIG", &kube.kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run sigil audit");
+    let pid = child.id();
+    let stdout = child.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut { stdout }, &mut s);
+        s
+    });
+    let mut peak = 0;
+    let status = loop {
+        if let Some(kib) = peak_rss_kib(pid) {
+            peak = peak.max(kib);
+        }
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let wall = t.elapsed();
+    let cpu = children_cpu().saturating_sub(cpu0);
+    let out = reader.join().expect("reader");
+    assert!(
+        status.code().is_some_and(|c| c <= 1),
+        "sigil audit failed ({status}): {out}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&out).expect("JSON report");
+    let s = &report["summary"];
+    assert_eq!(s["objects"], pods, "every Pod audited");
+    let lists = kube
+        .requests()
+        .iter()
+        .filter(|(m, p, _)| m == "GET" && p == "/api/v1/pods")
+        .count();
+    let requests = s["registryRequests"].as_u64().unwrap_or(0);
+
+    println!();
+    println!(
+        "| run | Pods | images (fields / unique) | list calls | wall | CPU per Pod | peak RSS | registry requests |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "| `sigil audit -A`, cold cache | {pods} | {} / {} | {lists} | {:.2} s | {:.0} µs | {:.1} MiB | {requests} |",
+        s["images"],
+        s["uniqueImages"],
+        wall.as_secs_f64(),
+        cpu.as_secs_f64() * 1e6 / pods as f64,
+        peak as f64 / 1024.0,
+    );
+    println!();
+    println!(
+        "registry requests = unique references: {} ({requests} vs {images})",
+        if requests == images as u64 {
+            "yes"
+        } else {
+            "NO"
+        }
+    );
+    assert_eq!(
+        requests, images as u64,
+        "each unique reference resolved once"
+    );
+}
