@@ -103,7 +103,11 @@ impl State {
         if obj["metadata"]["uid"].is_null() {
             obj["metadata"]["uid"] = json!(format!("uid-{name}-{}", self.rv));
         }
-        if obj["metadata"]["creationTimestamp"].is_null() {
+        // The API server always stamps it (a request's `""` or null never survives).
+        if obj["metadata"]["creationTimestamp"]
+            .as_str()
+            .is_none_or(str::is_empty)
+        {
             obj["metadata"]["creationTimestamp"] = json!(now_rfc3339());
         }
         if obj["metadata"]["generation"].is_null() {

@@ -690,3 +690,48 @@ async fn lease_candidates_race_with_conflicts_and_take_over_released_or_expired_
     );
     c.release().await;
 }
+
+/// A policy edit is audited within seconds, not at the next interval.
+#[tokio::test]
+async fn a_policy_change_triggers_an_audit() {
+    let w = World::start().await;
+    let policy = std::fs::read_to_string(&w.policy).unwrap();
+    let args = [
+        "--audit-interval",
+        "10m",
+        "--audit-lease-duration",
+        "2s",
+        "--namespace",
+        "sigil-system",
+    ];
+    let s = Sigil::start_env(Some(&policy), &args, &w.kube.env()).await;
+    let url = format!("http://{}/audit", s.admin);
+    let first: Value = wait_for(Duration::from_secs(15), "the first report", async || {
+        let (code, body) = get(&url).await;
+        (code == 200).then(|| serde_json::from_str(&body).unwrap())
+    })
+    .await;
+    assert_eq!(first["summary"]["violating"], 6);
+    // Exempt the namespace: the next report, well before 10m, says so.
+    std::fs::write(
+        s.policy_path(),
+        policy.replace(
+            "exemptNamespaces: [kube-system]",
+            "exemptNamespaces: [kube-system, shop]",
+        ),
+    )
+    .unwrap();
+    let edited = Instant::now();
+    wait_for(
+        Duration::from_secs(20),
+        "a report under the new policy",
+        async || {
+            let (_, body) = get(&url).await;
+            let r: Value = serde_json::from_str(&body).ok()?;
+            (r["summary"]["violating"] == 0).then_some(())
+        },
+    )
+    .await;
+    assert!(edited.elapsed() < Duration::from_secs(15));
+    assert_eq!(s.counter("sigil_audit_violations", &[]).await, 0.0);
+}

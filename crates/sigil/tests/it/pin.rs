@@ -520,10 +520,14 @@ async fn logged_verdicts(server: &Sigil, seen: usize, total: usize) -> BTreeMap<
 
 /// The connaisseur fixtures give the same objects and the same per-field
 /// verdicts through the webhook and through `sigil pin` — with images that
-/// pin, a static deny and an image that does not exist.
-#[tokio::test]
+/// pin, a static deny and an image that does not exist — and the same
+/// verdicts through `sigil audit` when they run in a cluster.
+// `sigil pin` and `sigil audit` run as blocking children while the stand-in serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_and_pin_give_identical_objects_and_verdicts_for_every_fixture() {
     let c = Corpus::start().await;
+    let kube = crate::support::kube::FakeKube::start().await;
+    let mut in_cluster: Vec<((String, String, String), BTreeMap<String, String>)> = Vec::new();
     let policy_path = c.deny_db_policy();
     let policy = std::fs::read_to_string(&policy_path).unwrap();
     let server = Sigil::start(Some(&policy), &[]).await;
@@ -594,6 +598,26 @@ async fn webhook_and_pin_give_identical_objects_and_verdicts_for_every_fixture()
                 "{name}: webhook and pin disagree on verdicts"
             );
             assert_eq!(pin_verdicts.len(), fields.len(), "{name}");
+            // The same object, running in the cluster, for the audit.
+            let kind = rev["request"]["object"]["kind"]
+                .as_str()
+                .unwrap_or_default();
+            if let Some(k) = sigil::audit::kinds::ALL.iter().find(|k| k.kind == kind) {
+                let n = format!("fixture-{}", in_cluster.len());
+                let mut o = rev["request"]["object"].clone();
+                o["metadata"]["name"] = json!(n);
+                o["metadata"]["namespace"] = json!(namespace);
+                let base = if k.group.is_empty() {
+                    "/api/v1".to_owned()
+                } else {
+                    format!("/apis/{}/{}", k.group, k.version)
+                };
+                kube.insert(&format!("{base}/namespaces/{namespace}/{}", k.plural), o);
+                in_cluster.push((
+                    (namespace.clone(), kind.to_owned(), n),
+                    webhook_verdicts.clone(),
+                ));
+            }
             if admitted.allowed {
                 assert_eq!(out.status.code(), Some(0), "{name}: {}", text(&out.stderr));
                 let pinned = parse_stream(&text(&out.stdout)).unwrap().remove(0).value;
@@ -608,6 +632,52 @@ async fn webhook_and_pin_give_identical_objects_and_verdicts_for_every_fixture()
     }
     assert!(compared >= 15, "only {compared} fixtures compared");
     assert!(denied >= 15, "only {denied} denials compared");
+
+    // sigil audit over all of them: the webhook's verdict for every field.
+    let out = std::process::Command::new(bin())
+        .args([
+            "audit",
+            "-A",
+            "-o",
+            "json",
+            "--pull-secrets=false",
+            "--policy",
+        ])
+        .arg(&policy_path)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("KUBECONFIG", &kube.kubeconfig)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)));
+    assert!(
+        in_cluster.len() >= 20,
+        "only {} fixtures audited",
+        in_cluster.len()
+    );
+    for ((ns, kind, name), webhook) in &in_cluster {
+        let o = report["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["namespace"] == *ns && o["kind"] == *kind && o["name"] == *name)
+            .unwrap_or_else(|| panic!("{ns}/{kind}/{name} not audited: {}", report["errors"]));
+        let audit: BTreeMap<String, String> = o["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["field"].as_str().unwrap().to_owned(),
+                    f["verdict"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            &audit, webhook,
+            "{ns}/{kind}/{name}: audit and webhook disagree"
+        );
+    }
 }
 
 /// Regression: `sigil pin` decided exemptions from `metadata.namespace`
