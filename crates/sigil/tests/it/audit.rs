@@ -691,14 +691,17 @@ async fn lease_candidates_race_with_conflicts_and_take_over_released_or_expired_
     c.release().await;
 }
 
-/// A policy edit is audited within seconds, not at the next interval.
+/// A policy edit is audited within seconds, not at the next interval; Events
+/// are capped per audit.
 #[tokio::test]
-async fn a_policy_change_triggers_an_audit() {
+async fn a_policy_change_triggers_an_audit_and_events_are_rate_limited() {
     let w = World::start().await;
     let policy = std::fs::read_to_string(&w.policy).unwrap();
     let args = [
         "--audit-interval",
         "10m",
+        "--audit-max-events",
+        "2",
         "--audit-lease-duration",
         "2s",
         "--namespace",
@@ -712,6 +715,17 @@ async fn a_policy_change_triggers_an_audit() {
     })
     .await;
     assert_eq!(first["summary"]["violating"], 6);
+    let events = wait_for(Duration::from_secs(10), "the capped events", async || {
+        let n = w.kube.list(EVENTS).len();
+        (n >= 2).then_some(n)
+    })
+    .await;
+    assert_eq!(events, 2, "at most --audit-max-events per audit");
+    assert_eq!(
+        s.counter("sigil_audit_events_total", &[("result", "rate_limited")])
+            .await,
+        4.0
+    );
     // Exempt the namespace: the next report, well before 10m, says so.
     std::fs::write(
         s.policy_path(),
