@@ -384,6 +384,7 @@ fn check_entries(
     }
     let expect = Expected {
         payload_sha256: item.payload_sha256,
+        pae_sha256: Some(crate::sha256(&item.message)),
         signature: &item.signature,
         signer_der,
     };

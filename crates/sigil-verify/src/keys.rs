@@ -156,6 +156,23 @@ impl PublicKey {
         })
     }
 
+    /// Whether `sig` (DER ECDSA or RSA) signs a message whose SHA-256 is
+    /// `digest` — for a signed artifact known only by its digest. Ed25519
+    /// signs messages, not digests, so it never verifies here.
+    pub fn verify_prehashed(&self, digest: &[u8; 32], sig: &[u8]) -> bool {
+        let Ok(d) = aws_lc_rs::digest::Digest::import_less_safe(digest, &aws_lc_rs::digest::SHA256)
+        else {
+            return false;
+        };
+        let allowed = algorithms(self.kind, SigEncoding::Der);
+        self.parsed.iter().any(|p| {
+            allowed
+                .iter()
+                .any(|a| std::ptr::addr_eq(*a as *const _, p.algorithm() as *const _))
+                && p.verify_digest_sig(&d, sig).is_ok()
+        })
+    }
+
     /// Whether `sig` is a valid signature of `msg` by this key, in any
     /// algorithm the encoding allows for the key's family.
     pub fn verify(&self, enc: SigEncoding, msg: &[u8], sig: &[u8]) -> bool {

@@ -9,12 +9,18 @@
 //! HTTP stack of its own, and it decides nothing about admission: it reports
 //! per-verifier outcomes in sigil-core's types and the engine decides.
 
+pub mod bundle;
+pub mod checkpoint;
 pub mod cosign;
+pub mod der;
 pub mod gather;
 pub mod keys;
+pub mod merkle;
 pub mod notation;
 pub mod rekor;
+pub mod sct;
 pub mod trust;
+pub mod tsa;
 pub mod x509;
 
 use std::collections::HashMap;

@@ -113,17 +113,19 @@ fn short(id: &str) -> &str {
 pub struct Expected<'a> {
     /// SHA-256 of the signed payload (hashedrekord) or DSSE payload.
     pub payload_sha256: [u8; 32],
+    /// For a DSSE envelope, SHA-256 of its pre-authentication encoding: what
+    /// Rekor v2 records when it logs DSSE as a `hashedrekord` 0.0.2.
+    pub pae_sha256: Option<[u8; 32]>,
     /// The raw signature.
     pub signature: &'a [u8],
     /// DER of the signer: the certificate, or the public key's SPKI.
     pub signer_der: &'a [u8],
 }
 
-/// `(signature, signer)` as a log entry records them, base64.
-type LoggedSignature<'a> = (Option<&'a str>, Option<&'a str>);
-
-/// Compares the logged body with the signature in hand.
-fn check_body(body: &[u8], expect: &Expected<'_>) -> Result<(), ArtifactError> {
+/// Compares the logged body with the signature in hand: Rekor v1
+/// `hashedrekord`/`dsse` 0.0.1 and `intoto` 0.0.2, Rekor v2 `hashedrekord`
+/// and `dsse` 0.0.2.
+pub(crate) fn check_body(body: &[u8], expect: &Expected<'_>) -> Result<(), ArtifactError> {
     let v: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| ArtifactError::Log(format!("log entry body: {e}")))?;
     let kind = v.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
@@ -131,24 +133,48 @@ fn check_body(body: &[u8], expect: &Expected<'_>) -> Result<(), ArtifactError> {
         .get("spec")
         .ok_or(ArtifactError::Log("log entry body has no spec".into()))?;
     let std = base64::engine::general_purpose::STANDARD;
-    let want_hash = crate::trust::hex(&expect.payload_sha256);
-    let (hash, sigs): (Option<&str>, Vec<LoggedSignature<'_>>) = match kind {
-        "hashedrekord" => (
-            spec.pointer("/data/hash/value").and_then(|x| x.as_str()),
-            vec![(
-                spec.pointer("/signature/content").and_then(|x| x.as_str()),
-                spec.pointer("/signature/publicKey/content")
-                    .and_then(|x| x.as_str()),
+    let hex_of = |h: Option<&str>| h.map(str::to_ascii_lowercase);
+    let b64_hex = |h: Option<&str>| {
+        h.and_then(|d| std.decode(d.trim()).ok())
+            .map(|d| crate::trust::hex(&d))
+    };
+    let ptr = |p: &str| spec.pointer(p).and_then(|x| x.as_str());
+    // (logged hash as hex, [(signature b64, signer: PEM b64 or DER b64)], hashes it may equal)
+    let payload = crate::trust::hex(&expect.payload_sha256);
+    let pae = expect.pae_sha256.map(|h| crate::trust::hex(&h));
+    let (hash, sigs, wanted): (Option<String>, Vec<Logged<'_>>, Vec<String>) = match kind {
+        "hashedrekord" if spec.get("hashedRekordV002").is_some() => (
+            b64_hex(ptr("/hashedRekordV002/data/digest")),
+            vec![logged_v2(
+                spec.pointer("/hashedRekordV002/signature"),
+                "content",
             )],
+            pae.iter().cloned().chain([payload.clone()]).collect(),
+        ),
+        "hashedrekord" => (
+            hex_of(ptr("/data/hash/value")),
+            vec![Logged::V1(
+                ptr("/signature/content"),
+                ptr("/signature/publicKey/content"),
+            )],
+            vec![payload.clone()],
+        ),
+        "dsse" if spec.get("dsseV002").is_some() => (
+            b64_hex(ptr("/dsseV002/payloadHash/digest")),
+            spec.pointer("/dsseV002/signatures")
+                .and_then(|s| s.as_array())
+                .map(|a| a.iter().map(|s| logged_v2(Some(s), "content")).collect())
+                .unwrap_or_default(),
+            vec![payload.clone()],
         ),
         "dsse" => (
-            spec.pointer("/payloadHash/value").and_then(|x| x.as_str()),
+            hex_of(ptr("/payloadHash/value")),
             spec.get("signatures")
                 .and_then(|s| s.as_array())
                 .map(|a| {
                     a.iter()
                         .map(|s| {
-                            (
+                            Logged::V1(
                                 s.get("signature").and_then(|x| x.as_str()),
                                 s.get("verifier").and_then(|x| x.as_str()),
                             )
@@ -156,6 +182,24 @@ fn check_body(body: &[u8], expect: &Expected<'_>) -> Result<(), ArtifactError> {
                         .collect()
                 })
                 .unwrap_or_default(),
+            vec![payload.clone()],
+        ),
+        "intoto" => (
+            hex_of(ptr("/content/payloadHash/value")),
+            spec.pointer("/content/envelope/signatures")
+                .and_then(|s| s.as_array())
+                .map(|a| {
+                    a.iter()
+                        .map(|s| {
+                            Logged::Intoto(
+                                s.get("sig").and_then(|x| x.as_str()),
+                                s.get("publicKey").and_then(|x| x.as_str()),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            vec![payload.clone()],
         ),
         other => {
             return Err(ArtifactError::Log(format!(
@@ -163,31 +207,68 @@ fn check_body(body: &[u8], expect: &Expected<'_>) -> Result<(), ArtifactError> {
             )));
         }
     };
-    if hash.map(str::to_ascii_lowercase).as_deref() != Some(want_hash.as_str()) {
+    if !hash.is_some_and(|h| wanted.contains(&h)) {
         return Err(ArtifactError::Log(
             "log entry records a different payload hash".into(),
         ));
     }
-    let matches = sigs.iter().any(|(sig, signer)| {
-        let sig_ok = sig
-            .and_then(|s| std.decode(s.trim()).ok())
-            .is_some_and(|s| s == expect.signature);
-        let signer_ok = signer
-            .and_then(|s| std.decode(s.trim()).ok())
-            .and_then(|pem| String::from_utf8(pem).ok())
-            .is_some_and(|pem| {
-                crate::keys::pem_blocks(&pem)
-                    .iter()
-                    .any(|(_, der)| der == expect.signer_der)
-            });
-        sig_ok && signer_ok
-    });
-    if !matches {
+    if !sigs.iter().any(|l| l.matches(expect)) {
         return Err(ArtifactError::Log(
             "log entry records a different signature or signer".into(),
         ));
     }
     Ok(())
+}
+
+/// One signature as an entry records it.
+enum Logged<'a> {
+    /// v1: base64 signature, base64 of a PEM certificate or key.
+    V1(Option<&'a str>, Option<&'a str>),
+    /// intoto 0.0.2: the signature base64-encoded twice, base64 PEM.
+    Intoto(Option<&'a str>, Option<&'a str>),
+    /// v2: base64 signature, base64 DER of the certificate or key.
+    V2(Option<&'a str>, Option<&'a str>),
+}
+
+fn logged_v2<'a>(sig: Option<&'a serde_json::Value>, field: &str) -> Logged<'a> {
+    let s = |p: &str| sig.and_then(|v| v.pointer(p)).and_then(|x| x.as_str());
+    let content = sig.and_then(|v| v.get(field)).and_then(|x| x.as_str());
+    let signer = s("/verifier/x509Certificate/rawBytes").or(s("/verifier/publicKey/rawBytes"));
+    Logged::V2(content, signer)
+}
+
+impl Logged<'_> {
+    fn matches(&self, expect: &Expected<'_>) -> bool {
+        let std = base64::engine::general_purpose::STANDARD;
+        let dec = |s: Option<&str>| s.and_then(|s| std.decode(s.trim()).ok());
+        let pem_has = |b: Option<Vec<u8>>| {
+            b.and_then(|pem| String::from_utf8(pem).ok())
+                .is_some_and(|pem| {
+                    crate::keys::pem_blocks(&pem)
+                        .iter()
+                        .any(|(_, der)| der == expect.signer_der)
+                })
+        };
+        match self {
+            Logged::V1(sig, signer) => {
+                dec(*sig).is_some_and(|s| s == expect.signature) && pem_has(dec(*signer))
+            }
+            Logged::Intoto(sig, signer) => {
+                let once = dec(*sig);
+                let twice = once
+                    .as_deref()
+                    .and_then(|s| std::str::from_utf8(s).ok())
+                    .and_then(|s| std.decode(s.trim()).ok());
+                (once.as_deref() == Some(expect.signature)
+                    || twice.as_deref() == Some(expect.signature))
+                    && pem_has(dec(*signer))
+            }
+            Logged::V2(sig, signer) => {
+                dec(*sig).is_some_and(|s| s == expect.signature)
+                    && dec(*signer).is_some_and(|d| d == expect.signer_der)
+            }
+        }
+    }
 }
 
 #[cfg(test)]

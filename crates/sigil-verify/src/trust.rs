@@ -15,11 +15,14 @@ use crate::keys::PublicKey;
 /// The Sigstore public-good trusted root, embedded at build time.
 pub const PUBLIC_GOOD: &str = include_str!("../trust/public-good-trusted_root.json");
 
-/// A transparency log sigil trusts.
+/// A transparency log (or CT log) sigil trusts.
 #[derive(Debug)]
 pub struct Log {
-    /// `logID`: hex SHA-256 of the key's SubjectPublicKeyInfo.
+    /// `logID`: hex of `logId.keyId` (for Rekor v1 and CT logs the SHA-256 of
+    /// the key's SubjectPublicKeyInfo, which is used when the root omits it).
     pub id: String,
+    /// The origin a checkpoint of this log names (`baseUrl` without scheme).
+    pub origin: Option<String>,
     /// The log's signing key.
     pub key: PublicKey,
     /// Start of the key's validity (Unix seconds), if given.
@@ -28,13 +31,25 @@ pub struct Log {
     pub valid_until: Option<i64>,
 }
 
-/// A certificate authority (Fulcio) sigil trusts.
+/// A certificate authority (Fulcio) or timestamp authority sigil trusts.
 #[derive(Debug, Clone)]
 pub struct Authority {
     /// Root certificate (DER): the trust anchor.
     pub root: Vec<u8>,
-    /// Intermediates (DER), leaf-most first.
+    /// Intermediates (DER), leaf-most first; for a timestamp authority the
+    /// first is the TSA's signing certificate.
     pub intermediates: Vec<Vec<u8>>,
+    /// Start of its validity (Unix seconds), if given.
+    pub valid_from: Option<i64>,
+    /// End of its validity (inclusive), if given.
+    pub valid_until: Option<i64>,
+}
+
+impl Authority {
+    /// Whether the trusted root says it may be used at `time`.
+    pub fn valid_at(&self, time: i64) -> bool {
+        self.valid_from.is_none_or(|s| time >= s) && self.valid_until.is_none_or(|e| time <= e)
+    }
 }
 
 /// Everything needed to verify keyless signatures offline.
@@ -44,6 +59,10 @@ pub struct TrustedRoot {
     pub authorities: Vec<Authority>,
     /// Rekor logs.
     pub logs: Vec<Log>,
+    /// Certificate Transparency logs (for SCTs in Fulcio certificates).
+    pub ctlogs: Vec<Log>,
+    /// RFC 3161 timestamp authorities.
+    pub timestamp_authorities: Vec<Authority>,
 }
 
 #[derive(Deserialize)]
@@ -53,18 +72,34 @@ struct Doc {
     tlogs: Vec<TlogDoc>,
     #[serde(default)]
     certificate_authorities: Vec<CaDoc>,
+    #[serde(default)]
+    ctlogs: Vec<TlogDoc>,
+    #[serde(default)]
+    timestamp_authorities: Vec<CaDoc>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct TlogDoc {
     public_key: KeyDoc,
+    #[serde(default)]
+    log_id: Option<LogIdDoc>,
+    #[serde(default)]
+    base_url: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LogIdDoc {
+    key_id: String,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct KeyDoc {
     raw_bytes: String,
+    #[serde(default)]
+    key_details: Option<String>,
     #[serde(default)]
     valid_for: Option<Validity>,
 }
@@ -81,6 +116,8 @@ struct Validity {
 #[serde(rename_all = "camelCase")]
 struct CaDoc {
     cert_chain: ChainDoc,
+    #[serde(default)]
+    valid_for: Option<Validity>,
 }
 
 #[derive(Deserialize)]
@@ -105,47 +142,32 @@ impl TrustedRoot {
     pub fn from_json(text: &str) -> Result<TrustedRoot, VerifyError> {
         let bad = |m: String| VerifyError::TrustRoot(m);
         let doc: Doc = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
-        let b64 = base64::engine::general_purpose::STANDARD;
-        let mut logs = Vec::new();
-        for t in doc.tlogs {
-            let der = b64
-                .decode(t.public_key.raw_bytes.trim())
-                .map_err(|e| bad(format!("tlog key: {e}")))?;
-            let key = PublicKey::from_spki(&der)?;
-            let id = hex(&crate::sha256(&der));
-            let (valid_from, valid_until) = match &t.public_key.valid_for {
-                Some(v) => (
-                    v.start.as_deref().and_then(rfc3339),
-                    v.end.as_deref().and_then(rfc3339),
-                ),
-                None => (None, None),
-            };
-            logs.push(Log {
-                id,
-                key,
-                valid_from,
-                valid_until,
-            });
-        }
-        let mut authorities = Vec::new();
-        for ca in doc.certificate_authorities {
-            let mut certs = Vec::new();
-            for c in ca.cert_chain.certificates {
-                certs.push(
-                    b64.decode(c.raw_bytes.trim())
-                        .map_err(|e| bad(format!("CA certificate: {e}")))?,
-                );
-            }
-            // The chain is leaf-most first; its last certificate is the root.
-            let Some(root) = certs.pop() else {
-                return Err(bad("a certificate authority has an empty chain".into()));
-            };
-            authorities.push(Authority {
-                root,
-                intermediates: certs,
-            });
-        }
-        Ok(TrustedRoot { authorities, logs })
+        let logs = doc
+            .tlogs
+            .into_iter()
+            .map(log_of)
+            .collect::<Result<Vec<_>, _>>()?;
+        let ctlogs = doc
+            .ctlogs
+            .into_iter()
+            .map(log_of)
+            .collect::<Result<Vec<_>, _>>()?;
+        let authorities = doc
+            .certificate_authorities
+            .into_iter()
+            .map(authority_of)
+            .collect::<Result<Vec<_>, _>>()?;
+        let timestamp_authorities = doc
+            .timestamp_authorities
+            .into_iter()
+            .map(authority_of)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(TrustedRoot {
+            authorities,
+            logs,
+            ctlogs,
+            timestamp_authorities,
+        })
     }
 
     /// The embedded Sigstore public-good root.
@@ -153,14 +175,139 @@ impl TrustedRoot {
         TrustedRoot::from_json(PUBLIC_GOOD)
     }
 
-    /// The log with this id, if trusted at `time` (Unix seconds).
+    /// The log with this id, if trusted at `time` (Unix seconds). A log
+    /// without a validity start is never trusted (the trusted-root spec
+    /// requires one); the end is inclusive.
     pub fn log(&self, id: &str, time: i64) -> Option<&Log> {
-        self.logs.iter().find(|l| {
-            l.id.eq_ignore_ascii_case(id)
-                && l.valid_from.is_none_or(|s| time >= s)
-                && l.valid_until.is_none_or(|e| time <= e)
-        })
+        self.logs
+            .iter()
+            .find(|l| l.id.eq_ignore_ascii_case(id) && l.valid_at(time))
     }
+
+    /// The log with this id, whatever the time (for checkpoints, which are
+    /// judged by the log's key, not by a time).
+    pub fn log_by_id(&self, id: &str) -> Option<&Log> {
+        self.logs.iter().find(|l| l.id.eq_ignore_ascii_case(id))
+    }
+}
+
+impl Log {
+    /// Whether the trusted root says this log's key may be used at `time`.
+    pub fn valid_at(&self, time: i64) -> bool {
+        self.valid_from.is_some_and(|s| time >= s) && self.valid_until.is_none_or(|e| time <= e)
+    }
+
+    /// The 4-byte key hint checkpoint signatures carry: the start of the log id.
+    pub fn key_hint(&self) -> [u8; 4] {
+        let mut h = [0u8; 4];
+        for (i, b) in h.iter_mut().enumerate() {
+            *b = self
+                .id
+                .get(i * 2..i * 2 + 2)
+                .and_then(|x| u8::from_str_radix(x, 16).ok())
+                .unwrap_or(0);
+        }
+        h
+    }
+}
+
+fn validity(v: Option<&Validity>) -> (Option<i64>, Option<i64>) {
+    match v {
+        Some(v) => (
+            v.start.as_deref().and_then(rfc3339),
+            v.end.as_deref().and_then(rfc3339),
+        ),
+        None => (None, None),
+    }
+}
+
+fn log_of(t: TlogDoc) -> Result<Log, VerifyError> {
+    let bad = |m: String| VerifyError::TrustRoot(m);
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let der = b64
+        .decode(t.public_key.raw_bytes.trim())
+        .map_err(|e| bad(format!("log key: {e}")))?;
+    // `PKCS1_RSA_*` keys are a bare RSAPublicKey, not a SubjectPublicKeyInfo.
+    let der = if t
+        .public_key
+        .key_details
+        .as_deref()
+        .is_some_and(|d| d.starts_with("PKCS1_RSA"))
+    {
+        rsa_spki(&der)
+    } else {
+        der
+    };
+    let key = PublicKey::from_spki(&der)?;
+    let id = match &t.log_id {
+        Some(l) => hex(&b64
+            .decode(l.key_id.trim())
+            .map_err(|e| bad(format!("logId: {e}")))?),
+        None => hex(&crate::sha256(&der)),
+    };
+    let (valid_from, valid_until) = validity(t.public_key.valid_for.as_ref());
+    let origin = t.base_url.map(|u| {
+        u.trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned()
+    });
+    Ok(Log {
+        id,
+        origin,
+        key,
+        valid_from,
+        valid_until,
+    })
+}
+
+/// DER length octets.
+fn der_len(n: usize) -> Vec<u8> {
+    match n {
+        0..=0x7f => vec![n as u8],
+        0x80..=0xff => vec![0x81, n as u8],
+        _ => vec![0x82, (n >> 8) as u8, n as u8],
+    }
+}
+
+/// Wraps a PKCS#1 RSAPublicKey into a SubjectPublicKeyInfo.
+fn rsa_spki(pkcs1: &[u8]) -> Vec<u8> {
+    // SEQUENCE { OID rsaEncryption, NULL }
+    const ALG: &[u8] = &[
+        0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05, 0x00,
+    ];
+    let mut bits = vec![0x03];
+    bits.extend(der_len(pkcs1.len() + 1));
+    bits.push(0);
+    bits.extend_from_slice(pkcs1);
+    let mut out = vec![0x30];
+    out.extend(der_len(ALG.len() + bits.len()));
+    out.extend_from_slice(ALG);
+    out.extend(bits);
+    out
+}
+
+fn authority_of(ca: CaDoc) -> Result<Authority, VerifyError> {
+    let bad = |m: String| VerifyError::TrustRoot(m);
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut certs = Vec::new();
+    for c in ca.cert_chain.certificates {
+        certs.push(
+            b64.decode(c.raw_bytes.trim())
+                .map_err(|e| bad(format!("CA certificate: {e}")))?,
+        );
+    }
+    // The chain is leaf-most first; its last certificate is the root.
+    let Some(root) = certs.pop() else {
+        return Err(bad("a certificate authority has an empty chain".into()));
+    };
+    let (valid_from, valid_until) = validity(ca.valid_for.as_ref());
+    Ok(Authority {
+        root,
+        intermediates: certs,
+        valid_from,
+        valid_until,
+    })
 }
 
 /// Lowercase hex.

@@ -13,6 +13,8 @@ use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension, X509Certificat
 
 /// id-kp-codeSigning (1.3.6.1.5.5.7.3.3), DER value bytes.
 const CODE_SIGNING: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x03];
+/// id-kp-timeStamping (1.3.6.1.5.5.7.3.8), DER value bytes.
+const TIME_STAMPING: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x08];
 /// Fulcio OIDC issuer, v1 (raw string value).
 const FULCIO_ISSUER_V1: &str = "1.3.6.1.4.1.57264.1.1";
 /// Fulcio OIDC issuer, v2 (DER UTF8String value).
@@ -39,6 +41,8 @@ pub enum Eku {
     Required,
     /// Checked only if the certificate has an EKU extension (Notary Project rule).
     IfPresent,
+    /// An RFC 3161 timestamp authority: timeStamping must be present.
+    TimeStamping,
 }
 
 /// Verifies that `leaf` chains through `intermediates` to one of `roots`,
@@ -74,6 +78,7 @@ pub fn verify_chain(
     let usage = match eku {
         Eku::Required => KeyUsage::required(CODE_SIGNING),
         Eku::IfPresent => KeyUsage::required_if_present(CODE_SIGNING),
+        Eku::TimeStamping => KeyUsage::required(TIME_STAMPING),
     };
     ee.verify_for_usage(ALGS, &anchors, &inter, time, usage, None, None)
         .map(|_| ())

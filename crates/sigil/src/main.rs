@@ -41,6 +41,10 @@ enum Command {
     /// rewritten, denied, signature problem, unresolvable, exempt, or running
     /// digest drift. Exit codes: 0 compliant; 1 violations; 2 error.
     Audit(Box<cmd::audit::AuditArgs>),
+    /// Verify one Sigstore bundle offline (the Sigstore conformance CLI protocol).
+    ///
+    /// Exit codes: 0 verified; 1 not verified (the reason on stderr); 2 bad input.
+    VerifyBundle(cmd::verify_bundle::VerifyBundleArgs),
     /// Emergency switch: delete sigil's webhook configurations and keep every
     /// replica from registering them again, until `--end`.
     ///
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
         Command::Pin(args) => cmd::pin::run(args),
         Command::Krm(args) => cmd::krm::run(args),
         Command::Audit(args) => cmd::audit::run(*args),
+        Command::VerifyBundle(args) => cmd::verify_bundle::run(args),
         Command::BreakGlass(args) => cmd::break_glass::run(args),
         Command::Policy { command } => cmd::policy::run(command),
     };

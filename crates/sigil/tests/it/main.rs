@@ -6,6 +6,7 @@
 
 mod audit;
 mod cluster;
+mod conformance;
 mod credentials;
 mod deploy;
 mod drain;

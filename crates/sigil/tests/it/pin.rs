@@ -527,7 +527,10 @@ async fn logged_verdicts(server: &Sigil, seen: usize, total: usize) -> BTreeMap<
 async fn webhook_and_pin_give_identical_objects_and_verdicts_for_every_fixture() {
     let c = Corpus::start().await;
     let kube = crate::support::kube::FakeKube::start().await;
-    let mut in_cluster: Vec<((String, String, String), BTreeMap<String, String>)> = Vec::new();
+    // (namespace, kind, name) of each object put in the cluster, and the
+    // webhook's verdict per field.
+    type Running = ((String, String, String), BTreeMap<String, String>);
+    let mut in_cluster: Vec<Running> = Vec::new();
     let policy_path = c.deny_db_policy();
     let policy = std::fs::read_to_string(&policy_path).unwrap();
     let server = Sigil::start(Some(&policy), &[]).await;

@@ -1,0 +1,500 @@
+//! Sigstore bundles verified offline, the way the Sigstore client spec and
+//! its conformance suite require: v0.1, v0.2 and v0.3 (both media types),
+//! `messageSignature` and `dsseEnvelope` content, a configured key or a
+//! Fulcio certificate.
+//!
+//! Owns the order of checks for one bundle: the signature over the artifact
+//! (or its digest, or the DSSE pre-authentication encoding, with the
+//! statement's subject bound to the artifact); every transparency-log entry
+//! (a trusted log; its body records this signature, signer and hash; its
+//! inclusion proof recomputes a checkpoint's root and the log signed that
+//! checkpoint; its SET, when present); every RFC 3161 timestamp; then the
+//! verified times — at least one — at each of which the certificate must
+//! chain to a trusted Fulcio CA; last the identity. It reads no network.
+
+use base64::Engine as _;
+use serde_json::Value;
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+use crate::checkpoint::Checkpoint;
+use crate::keys::{PublicKey, SigEncoding};
+use crate::rekor::{Entry, Expected, check_body};
+use crate::trust::TrustedRoot;
+use crate::x509::{self, Eku};
+use crate::{ArtifactError, sha256};
+
+/// What was signed.
+#[derive(Debug, Clone)]
+pub enum Artifact {
+    /// The artifact's bytes.
+    Bytes(Vec<u8>),
+    /// Only its SHA-256.
+    Digest([u8; 32]),
+}
+
+impl Artifact {
+    fn sha256(&self) -> [u8; 32] {
+        match self {
+            Artifact::Bytes(b) => sha256(b),
+            Artifact::Digest(d) => *d,
+        }
+    }
+}
+
+/// Who must have signed.
+#[derive(Debug)]
+pub enum Signer {
+    /// A key the verifier holds (`--key`).
+    Key(PublicKey),
+    /// A Fulcio certificate for this SAN, from this OIDC issuer.
+    Identity {
+        /// Exact SAN (URI or email).
+        san: String,
+        /// Exact OIDC issuer.
+        issuer: String,
+    },
+}
+
+/// What a verified bundle proved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// Verified signing times (SET integrated times, RFC 3161 times).
+    pub times: Vec<i64>,
+    /// Log entries whose inclusion proof was checked against a signed checkpoint.
+    pub inclusion_proofs: usize,
+    /// RFC 3161 timestamps verified.
+    pub timestamps: usize,
+}
+
+fn malformed(m: impl Into<String>) -> ArtifactError {
+    ArtifactError::Malformed(m.into())
+}
+
+fn b64(v: &Value, p: &str) -> Result<Vec<u8>, ArtifactError> {
+    let s = v
+        .pointer(p)
+        .and_then(Value::as_str)
+        .ok_or_else(|| malformed(format!("bundle has no {p}")))?;
+    base64::engine::general_purpose::STANDARD
+        .decode(s.trim())
+        .map_err(|e| malformed(format!("bundle {p}: {e}")))
+}
+
+fn int(v: &Value, k: &str) -> Option<i64> {
+    match v.get(k)? {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// The bundle's version (1, 2 or 3 for v0.1…v0.3).
+fn version(v: &Value) -> Result<u8, ArtifactError> {
+    let mt = v
+        .get("mediaType")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match mt {
+        "application/vnd.dev.sigstore.bundle+json;version=0.1" => Ok(1),
+        "application/vnd.dev.sigstore.bundle+json;version=0.2" => Ok(2),
+        "application/vnd.dev.sigstore.bundle+json;version=0.3"
+        | "application/vnd.dev.sigstore.bundle.v0.3+json" => Ok(3),
+        other => Err(malformed(format!(
+            "not a supported Sigstore bundle (mediaType {other:?})"
+        ))),
+    }
+}
+
+/// The signed content, reduced to what every later check needs.
+struct Content {
+    /// The bytes the signature covers (the artifact, or the DSSE PAE); `None`
+    /// when only the artifact's digest is known.
+    message: Option<Vec<u8>>,
+    /// SHA-256 of what the log records as the payload.
+    payload_sha256: [u8; 32],
+    /// SHA-256 of the DSSE PAE, for DSSE.
+    pae_sha256: Option<[u8; 32]>,
+    signature: Vec<u8>,
+}
+
+fn content(v: &Value, artifact: &Artifact) -> Result<Content, ArtifactError> {
+    if v.get("messageSignature").is_some() {
+        let signature = b64(v, "/messageSignature/signature")?;
+        let want = artifact.sha256();
+        if let Some(d) = v.pointer("/messageSignature/messageDigest") {
+            let alg = d
+                .get("algorithm")
+                .and_then(Value::as_str)
+                .unwrap_or("SHA2_256");
+            if alg != "SHA2_256" {
+                return Err(malformed(format!(
+                    "message digest algorithm {alg} is not supported"
+                )));
+            }
+            if b64(d, "/digest")? != want {
+                return Err(malformed(
+                    "the bundle's message digest is not the artifact's",
+                ));
+            }
+        }
+        return Ok(Content {
+            message: match artifact {
+                Artifact::Bytes(b) => Some(b.clone()),
+                Artifact::Digest(_) => None,
+            },
+            payload_sha256: want,
+            pae_sha256: None,
+            signature,
+        });
+    }
+    let env = v
+        .get("dsseEnvelope")
+        .ok_or_else(|| malformed("bundle has neither messageSignature nor dsseEnvelope"))?;
+    let payload = b64(env, "/payload")?;
+    let payload_type = env
+        .get("payloadType")
+        .and_then(Value::as_str)
+        .ok_or_else(|| malformed("DSSE envelope has no payloadType"))?;
+    let sigs = env
+        .get("signatures")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    if sigs != 1 {
+        return Err(malformed(format!(
+            "DSSE envelope has {sigs} signatures; exactly one is required"
+        )));
+    }
+    let signature = b64(env, "/signatures/0/sig")?;
+    // The artifact must be a subject of the statement.
+    let stmt: Value = serde_json::from_slice(&payload)
+        .map_err(|e| malformed(format!("DSSE payload is not an in-toto statement: {e}")))?;
+    let want = crate::trust::hex(&artifact.sha256());
+    let bound = stmt
+        .get("subject")
+        .and_then(Value::as_array)
+        .is_some_and(|subjects| {
+            subjects.iter().any(|s| {
+                s.pointer("/digest/sha256")
+                    .and_then(Value::as_str)
+                    .is_some_and(|d| d.eq_ignore_ascii_case(&want))
+            })
+        });
+    if !bound {
+        return Err(malformed(
+            "the artifact is not a subject of the signed statement",
+        ));
+    }
+    let mut pae = format!(
+        "DSSEv1 {} {} {} ",
+        payload_type.len(),
+        payload_type,
+        payload.len()
+    )
+    .into_bytes();
+    pae.extend_from_slice(&payload);
+    Ok(Content {
+        payload_sha256: sha256(&payload),
+        pae_sha256: Some(sha256(&pae)),
+        message: Some(pae),
+        signature,
+    })
+}
+
+/// A signing certificate (DER) and the chain the bundle carries with it.
+type CertAndChain = (Vec<u8>, Vec<Vec<u8>>);
+
+/// The signing certificate and its chain, or `None` for a key hint.
+fn certificates(v: &Value) -> Result<Option<CertAndChain>, ArtifactError> {
+    let m = v
+        .get("verificationMaterial")
+        .ok_or_else(|| malformed("bundle has no verificationMaterial"))?;
+    if m.get("certificate").is_some() {
+        return Ok(Some((b64(m, "/certificate/rawBytes")?, Vec::new())));
+    }
+    if let Some(chain) = m.pointer("/x509CertificateChain/certificates") {
+        let certs = chain
+            .as_array()
+            .ok_or_else(|| malformed("certificate chain is not a list"))?
+            .iter()
+            .map(|c| b64(c, "/rawBytes"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some((leaf, rest)) = certs.split_first() else {
+            return Err(malformed("the bundle's certificate chain is empty"));
+        };
+        for c in rest {
+            let self_signed = X509Certificate::from_der(c)
+                .map(|(_, c)| c.subject() == c.issuer())
+                .map_err(|e| malformed(format!("chain certificate: {e}")))?;
+            if self_signed {
+                return Err(ArtifactError::Chain(
+                    "the bundle carries a root certificate; roots come only from the trusted root"
+                        .into(),
+                ));
+            }
+        }
+        return Ok(Some((leaf.clone(), rest.to_vec())));
+    }
+    if m.get("publicKey").is_some() {
+        return Ok(None);
+    }
+    Err(malformed("bundle has no certificate, chain or public key"))
+}
+
+/// Verifies one bundle over `artifact` for `signer`.
+pub fn verify(
+    bundle: &[u8],
+    artifact: &Artifact,
+    signer: &Signer,
+    trust: &TrustedRoot,
+) -> Result<Verified, ArtifactError> {
+    let v: Value = serde_json::from_slice(bundle).map_err(|e| malformed(format!("bundle: {e}")))?;
+    let ver = version(&v)?;
+    let c = content(&v, artifact)?;
+    let certs = certificates(&v)?;
+    // The key that signed, and the signer as the log records it.
+    let (key, signer_der) = match (&certs, signer) {
+        (Some((leaf, _)), Signer::Identity { .. }) => {
+            let spki = x509::spki(leaf)?;
+            (
+                PublicKey::from_spki(&spki).map_err(|e| malformed(e.to_string()))?,
+                leaf.clone(),
+            )
+        }
+        (None, Signer::Key(k)) => (
+            PublicKey::from_spki(&k.spki).map_err(|e| malformed(e.to_string()))?,
+            k.spki.clone(),
+        ),
+        (Some(_), Signer::Key(_)) => {
+            return Err(malformed(
+                "the bundle is signed with a certificate, but a key was given",
+            ));
+        }
+        (None, Signer::Identity { .. }) => {
+            return Err(malformed(
+                "the bundle is signed with a key, but no key was given",
+            ));
+        }
+    };
+    let ok = match &c.message {
+        Some(m) => key.verify(SigEncoding::Der, m, &c.signature),
+        None => key.verify_prehashed(&c.payload_sha256, &c.signature),
+    };
+    if !ok {
+        return Err(ArtifactError::Malformed(
+            "the signature does not verify with the signer's key".into(),
+        ));
+    }
+    let expect = Expected {
+        payload_sha256: c.payload_sha256,
+        pae_sha256: c.pae_sha256,
+        signature: &c.signature,
+        signer_der: &signer_der,
+    };
+    let mut out = Verified {
+        times: Vec::new(),
+        inclusion_proofs: 0,
+        timestamps: 0,
+    };
+    let entries = v
+        .pointer("/verificationMaterial/tlogEntries")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if entries.is_empty() {
+        return Err(ArtifactError::Log(
+            "the bundle has no transparency-log entry".into(),
+        ));
+    }
+    for e in &entries {
+        let (time, proven) = log_entry(e, ver, trust, &expect)?;
+        out.times.extend(time);
+        out.inclusion_proofs += usize::from(proven);
+    }
+    if let Some(ts) = v
+        .pointer("/verificationMaterial/timestampVerificationData/rfc3161Timestamps")
+        .and_then(Value::as_array)
+    {
+        for t in ts {
+            let der = b64(t, "/signedTimestamp")?;
+            let at = crate::tsa::verify(&der, &c.signature, trust).map_err(ArtifactError::Log)?;
+            out.times.push(at);
+            out.timestamps += 1;
+        }
+    }
+    if out.times.is_empty() {
+        return Err(ArtifactError::Log(
+            "no verified signing time: no SET and no RFC 3161 timestamp".into(),
+        ));
+    }
+    if let (Some((leaf, chain)), Signer::Identity { san, issuer }) = (&certs, signer) {
+        let mut issuer_spki = None;
+        for &at in &out.times {
+            issuer_spki = Some(chain_at(leaf, chain, trust, at)?);
+        }
+        // A trusted root that lists CT logs requires an SCT from one of them.
+        if let Some(spki) = issuer_spki
+            && !trust.ctlogs.is_empty()
+        {
+            crate::sct::verify(leaf, &spki, trust)?;
+        }
+        let id = x509::identity(leaf)?;
+        if id.issuer.as_deref() != Some(issuer.as_str()) || !id.subjects.iter().any(|s| s == san) {
+            return Err(ArtifactError::Chain(format!(
+                "certificate identity {id} is not {san} from {issuer}"
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// The certificate chains to a Fulcio CA of the trusted root valid at `at`;
+/// returns the SubjectPublicKeyInfo of the leaf's issuer (for SCTs).
+fn chain_at(
+    leaf: &[u8],
+    chain: &[Vec<u8>],
+    trust: &TrustedRoot,
+    at: i64,
+) -> Result<Vec<u8>, ArtifactError> {
+    let mut last = "no certificate authority in the trusted root".to_owned();
+    let leaf_issuer = X509Certificate::from_der(leaf)
+        .map(|(_, c)| c.issuer().as_raw().to_vec())
+        .map_err(|e| malformed(format!("certificate: {e}")))?;
+    for a in trust.authorities.iter().filter(|a| a.valid_at(at)) {
+        let mut inter = chain.to_vec();
+        inter.extend(a.intermediates.iter().cloned());
+        match x509::verify_chain(
+            leaf,
+            &inter,
+            std::slice::from_ref(&a.root),
+            at,
+            Eku::Required,
+        ) {
+            Ok(()) => {
+                let issuer = inter
+                    .iter()
+                    .chain(std::iter::once(&a.root))
+                    .find(|c| {
+                        X509Certificate::from_der(c)
+                            .is_ok_and(|(_, c)| c.subject().as_raw() == leaf_issuer.as_slice())
+                    })
+                    .ok_or_else(|| {
+                        ArtifactError::Chain("the leaf's issuer is not in the chain".into())
+                    })?;
+                return x509::spki(issuer);
+            }
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(ArtifactError::Chain(last))
+}
+
+/// One log entry: returns its verified time (from a SET) and whether an
+/// inclusion proof was verified.
+fn log_entry(
+    e: &Value,
+    ver: u8,
+    trust: &TrustedRoot,
+    expect: &Expected<'_>,
+) -> Result<(Option<i64>, bool), ArtifactError> {
+    let std = base64::engine::general_purpose::STANDARD;
+    let log_index = int(e, "logIndex").ok_or_else(|| malformed("log entry has no logIndex"))?;
+    if log_index < 0 {
+        return Err(malformed("log entry has a negative logIndex"));
+    }
+    let key_id = e
+        .pointer("/logId/keyId")
+        .and_then(Value::as_str)
+        .and_then(|k| std.decode(k).ok())
+        .ok_or_else(|| malformed("log entry has no logId"))?;
+    let id = crate::trust::hex(&key_id);
+    let log = trust.log_by_id(&id).ok_or_else(|| {
+        ArtifactError::Log(format!(
+            "log {} is not in the trusted root",
+            &id[..id.len().min(12)]
+        ))
+    })?;
+    let body = b64(e, "/canonicalizedBody")?;
+    check_body(&body, expect)?;
+    let rekor_v2 = e.pointer("/kindVersion/version").and_then(Value::as_str) == Some("0.0.2");
+    // Inclusion proof against a signed checkpoint.
+    let proven = match e.get("inclusionProof") {
+        Some(p) => {
+            let index =
+                int(p, "logIndex").ok_or_else(|| malformed("inclusion proof has no logIndex"))?;
+            let size =
+                int(p, "treeSize").ok_or_else(|| malformed("inclusion proof has no treeSize"))?;
+            let (Ok(index), Ok(size)) = (u64::try_from(index), u64::try_from(size)) else {
+                return Err(malformed("inclusion proof has a negative index or size"));
+            };
+            let root = b64(p, "/rootHash")?;
+            let hashes = p
+                .get("hashes")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .map(|h| {
+                            h.as_str()
+                                .and_then(|h| std.decode(h).ok())
+                                .and_then(|h| <[u8; 32]>::try_from(h).ok())
+                                .ok_or_else(|| {
+                                    malformed("inclusion proof hash is not 32 bytes of base64")
+                                })
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .transpose()?
+                .unwrap_or_default();
+            let computed = crate::merkle::root_from_proof(
+                index,
+                size,
+                crate::merkle::leaf_hash(&body),
+                &hashes,
+            )
+            .map_err(ArtifactError::Log)?;
+            if computed.as_slice() != root.as_slice() {
+                return Err(ArtifactError::Log(
+                    "inclusion proof does not lead to its root hash".into(),
+                ));
+            }
+            let envelope = p
+                .pointer("/checkpoint/envelope")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ArtifactError::Log("inclusion proof has no checkpoint".into()))?;
+            let cp = Checkpoint::parse(envelope).map_err(ArtifactError::Log)?;
+            if cp.root != computed || cp.size != size {
+                return Err(ArtifactError::Log(
+                    "the checkpoint is not for the proof's tree".into(),
+                ));
+            }
+            cp.verify(log).map_err(ArtifactError::Log)?;
+            true
+        }
+        None if rekor_v2 || ver >= 2 => {
+            return Err(ArtifactError::Log(
+                "log entry has no inclusion proof".into(),
+            ));
+        }
+        None => false,
+    };
+    // The SET, when present: a promise with a time.
+    let time = match e.pointer("/inclusionPromise/signedEntryTimestamp") {
+        Some(_) => {
+            let entry = Entry {
+                body,
+                integrated_time: int(e, "integratedTime")
+                    .ok_or_else(|| malformed("log entry has no integratedTime"))?,
+                log_index,
+                log_id: id,
+                set: b64(e, "/inclusionPromise/signedEntryTimestamp")?,
+            };
+            Some(entry.verify(trust, expect)?)
+        }
+        None if !proven => {
+            return Err(ArtifactError::Log(
+                "log entry has neither an inclusion proof nor a SET".into(),
+            ));
+        }
+        None => None,
+    };
+    Ok((time, proven))
+}
