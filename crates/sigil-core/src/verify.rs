@@ -44,6 +44,15 @@ pub struct CosignSpec {
     /// optional for keys). A present entry is always checked.
     #[serde(default)]
     pub transparency_log: Option<TlogPolicy>,
+    /// Whether log entries must carry an inclusion proof against a signed
+    /// checkpoint (default optional: a verified SET also proves inclusion,
+    /// as cosign accepts; Rekor v2 entries always need the proof).
+    #[serde(default)]
+    pub inclusion_proof: Option<TlogPolicy>,
+    /// How many RFC 3161 timestamps from the trusted root's timestamp
+    /// authorities must verify (default 0, as cosign).
+    #[serde(default)]
+    pub timestamp_threshold: Option<usize>,
 }
 
 /// The identity a keyless certificate must carry. Give the issuer and the
@@ -429,6 +438,11 @@ impl Verification {
 }
 
 fn check_cosign(rule: &str, name: &str, c: &CosignSpec) -> Result<(), String> {
+    if c.timestamp_threshold.is_some_and(|t| t > 10) {
+        return Err(format!(
+            "rule {rule:?}: verifier {name:?}: timestampThreshold must be at most 10"
+        ));
+    }
     match (&c.key, &c.keyless) {
         (Some(_), None) => Ok(()),
         (None, Some(k)) => {
@@ -476,6 +490,8 @@ mod tests {
                 keyless: None,
                 trusted_root: None,
                 transparency_log: None,
+                inclusion_proof: None,
+                timestamp_threshold: None,
             }),
             notation: None,
         }
@@ -545,6 +561,8 @@ mod tests {
             }),
             trusted_root: None,
             transparency_log: None,
+            inclusion_proof: None,
+            timestamp_threshold: None,
         });
         let e = Verification::compile("r", &[ks], None, &[], None).unwrap_err();
         assert!(e.contains("subject"), "{e}");

@@ -16,7 +16,11 @@ use base64::Engine as _;
 use serde_json::Value;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+use sigil_core::SignatureProblem;
+use sigil_core::verify::TlogPolicy;
+
 use crate::checkpoint::Checkpoint;
+use crate::cosign::Matcher;
 use crate::keys::{PublicKey, SigEncoding};
 use crate::rekor::{Entry, Expected, check_body};
 use crate::trust::TrustedRoot;
@@ -42,17 +46,40 @@ impl Artifact {
 }
 
 /// Who must have signed.
-#[derive(Debug)]
-pub enum Signer {
-    /// A key the verifier holds (`--key`).
-    Key(PublicKey),
-    /// A Fulcio certificate for this SAN, from this OIDC issuer.
+#[derive(Debug, Clone, Copy)]
+pub enum Signer<'a> {
+    /// A key the verifier holds (`--key`, a policy's `key`).
+    Key(&'a PublicKey),
+    /// A Fulcio certificate whose SAN and OIDC issuer match.
     Identity {
-        /// Exact SAN (URI or email).
-        san: String,
-        /// Exact OIDC issuer.
-        issuer: String,
+        /// SAN (URI or email).
+        san: &'a Matcher,
+        /// OIDC issuer.
+        issuer: &'a Matcher,
     },
+}
+
+/// What a policy demands beyond a valid signature. The defaults are what
+/// cosign's verifier demands (and what the conformance suite expects).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Requirements {
+    /// At least one verified log entry (`transparencyLog: required`).
+    pub tlog: TlogPolicy,
+    /// Every log entry must carry an inclusion proof against a signed
+    /// checkpoint (otherwise a verified SET suffices for Rekor v1 entries).
+    pub inclusion_proof: TlogPolicy,
+    /// At least this many verified RFC 3161 timestamps.
+    pub timestamps: usize,
+}
+
+impl Default for Requirements {
+    fn default() -> Self {
+        Requirements {
+            tlog: TlogPolicy::Required,
+            inclusion_proof: TlogPolicy::Optional,
+            timestamps: 0,
+        }
+    }
 }
 
 /// What a verified bundle proved.
@@ -117,7 +144,7 @@ struct Content {
     signature: Vec<u8>,
 }
 
-fn content(v: &Value, artifact: &Artifact) -> Result<Content, ArtifactError> {
+fn content(v: &Value, artifact: &Artifact) -> Result<Content, SignatureProblem> {
     if v.get("messageSignature").is_some() {
         let signature = b64(v, "/messageSignature/signature")?;
         let want = artifact.sha256();
@@ -127,14 +154,15 @@ fn content(v: &Value, artifact: &Artifact) -> Result<Content, ArtifactError> {
                 .and_then(Value::as_str)
                 .unwrap_or("SHA2_256");
             if alg != "SHA2_256" {
-                return Err(malformed(format!(
-                    "message digest algorithm {alg} is not supported"
-                )));
+                return Err(
+                    malformed(format!("message digest algorithm {alg} is not supported")).into(),
+                );
             }
-            if b64(d, "/digest")? != want {
-                return Err(malformed(
-                    "the bundle's message digest is not the artifact's",
-                ));
+            let signed = b64(d, "/digest")?;
+            if signed != want {
+                return Err(SignatureProblem::DigestMismatch {
+                    signed: format!("sha256:{}", crate::trust::hex(&signed)),
+                });
             }
         }
         return Ok(Content {
@@ -162,7 +190,8 @@ fn content(v: &Value, artifact: &Artifact) -> Result<Content, ArtifactError> {
     if sigs != 1 {
         return Err(malformed(format!(
             "DSSE envelope has {sigs} signatures; exactly one is required"
-        )));
+        ))
+        .into());
     }
     let signature = b64(env, "/signatures/0/sig")?;
     // The artifact must be a subject of the statement.
@@ -180,9 +209,14 @@ fn content(v: &Value, artifact: &Artifact) -> Result<Content, ArtifactError> {
             })
         });
     if !bound {
-        return Err(malformed(
-            "the artifact is not a subject of the signed statement",
-        ));
+        let signed = stmt
+            .pointer("/subject/0/digest/sha256")
+            .and_then(Value::as_str)
+            .map_or_else(
+                || "(no sha256 subject)".to_owned(),
+                |d| format!("sha256:{d}"),
+            );
+        return Err(SignatureProblem::DigestMismatch { signed });
     }
     let mut pae = format!(
         "DSSEv1 {} {} {} ",
@@ -240,39 +274,38 @@ fn certificates(v: &Value) -> Result<Option<CertAndChain>, ArtifactError> {
     Err(malformed("bundle has no certificate, chain or public key"))
 }
 
-/// Verifies one bundle over `artifact` for `signer`.
+fn log_problem(e: ArtifactError) -> SignatureProblem {
+    e.into()
+}
+
+/// Verifies one bundle over `artifact` for `signer` under `req`.
 pub fn verify(
     bundle: &[u8],
     artifact: &Artifact,
-    signer: &Signer,
+    signer: Signer<'_>,
+    req: Requirements,
     trust: &TrustedRoot,
-) -> Result<Verified, ArtifactError> {
+) -> Result<Verified, SignatureProblem> {
     let v: Value = serde_json::from_slice(bundle).map_err(|e| malformed(format!("bundle: {e}")))?;
     let ver = version(&v)?;
     let c = content(&v, artifact)?;
     let certs = certificates(&v)?;
     // The key that signed, and the signer as the log records it.
-    let (key, signer_der) = match (&certs, signer) {
+    let owned;
+    let (key, signer_der): (&PublicKey, Vec<u8>) = match (&certs, signer) {
         (Some((leaf, _)), Signer::Identity { .. }) => {
             let spki = x509::spki(leaf)?;
-            (
-                PublicKey::from_spki(&spki).map_err(|e| malformed(e.to_string()))?,
-                leaf.clone(),
-            )
+            owned = PublicKey::from_spki(&spki).map_err(|e| malformed(e.to_string()))?;
+            (&owned, leaf.clone())
         }
-        (None, Signer::Key(k)) => (
-            PublicKey::from_spki(&k.spki).map_err(|e| malformed(e.to_string()))?,
-            k.spki.clone(),
-        ),
+        (None, Signer::Key(k)) => (k, k.spki.clone()),
         (Some(_), Signer::Key(_)) => {
-            return Err(malformed(
-                "the bundle is signed with a certificate, but a key was given",
-            ));
+            return Err(SignatureProblem::WrongKey);
         }
         (None, Signer::Identity { .. }) => {
-            return Err(malformed(
-                "the bundle is signed with a key, but no key was given",
-            ));
+            return Err(SignatureProblem::ChainInvalid {
+                detail: "the bundle is signed with a key, not a certificate".into(),
+            });
         }
     };
     let ok = match &c.message {
@@ -280,9 +313,7 @@ pub fn verify(
         None => key.verify_prehashed(&c.payload_sha256, &c.signature),
     };
     if !ok {
-        return Err(ArtifactError::Malformed(
-            "the signature does not verify with the signer's key".into(),
-        ));
+        return Err(SignatureProblem::WrongKey);
     }
     let expect = Expected {
         payload_sha256: c.payload_sha256,
@@ -300,13 +331,18 @@ pub fn verify(
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    if entries.is_empty() {
-        return Err(ArtifactError::Log(
-            "the bundle has no transparency-log entry".into(),
-        ));
+    if entries.is_empty() && req.tlog == TlogPolicy::Required {
+        return Err(SignatureProblem::LogEntryInvalid {
+            detail: "the bundle has no transparency-log entry, and one is required".into(),
+        });
     }
     for e in &entries {
-        let (time, proven) = log_entry(e, ver, trust, &expect)?;
+        let (time, proven) = log_entry(e, ver, trust, &expect).map_err(log_problem)?;
+        if !proven && req.inclusion_proof == TlogPolicy::Required {
+            return Err(SignatureProblem::LogEntryInvalid {
+                detail: "the log entry has no inclusion proof, and the policy requires one".into(),
+            });
+        }
         out.times.extend(time);
         out.inclusion_proofs += usize::from(proven);
     }
@@ -316,33 +352,52 @@ pub fn verify(
     {
         for t in ts {
             let der = b64(t, "/signedTimestamp")?;
-            let at = crate::tsa::verify(&der, &c.signature, trust).map_err(ArtifactError::Log)?;
+            let at = crate::tsa::verify(&der, &c.signature, trust).map_err(|detail| {
+                SignatureProblem::LevelCheck {
+                    detail: format!("RFC 3161 timestamp: {detail}"),
+                }
+            })?;
             out.times.push(at);
             out.timestamps += 1;
         }
     }
-    if out.times.is_empty() {
-        return Err(ArtifactError::Log(
-            "no verified signing time: no SET and no RFC 3161 timestamp".into(),
-        ));
+    if out.timestamps < req.timestamps {
+        return Err(SignatureProblem::LevelCheck {
+            detail: format!(
+                "{} verified RFC 3161 timestamp(s); the policy requires {}",
+                out.timestamps, req.timestamps
+            ),
+        });
     }
-    if let (Some((leaf, chain)), Signer::Identity { san, issuer }) = (&certs, signer) {
-        let mut issuer_spki = None;
-        for &at in &out.times {
-            issuer_spki = Some(chain_at(leaf, chain, trust, at)?);
-        }
-        // A trusted root that lists CT logs requires an SCT from one of them.
-        if let Some(spki) = issuer_spki
-            && !trust.ctlogs.is_empty()
-        {
-            crate::sct::verify(leaf, &spki, trust)?;
-        }
-        let id = x509::identity(leaf)?;
-        if id.issuer.as_deref() != Some(issuer.as_str()) || !id.subjects.iter().any(|s| s == san) {
-            return Err(ArtifactError::Chain(format!(
-                "certificate identity {id} is not {san} from {issuer}"
-            )));
-        }
+    let Some((leaf, chain)) = &certs else {
+        return Ok(out);
+    };
+    let Signer::Identity { san, issuer } = signer else {
+        return Ok(out);
+    };
+    // A certificate is judged at verified times only: a SET's integrated
+    // time or a timestamp authority's time; never "now".
+    if out.times.is_empty() {
+        return Err(SignatureProblem::LogEntryInvalid {
+            detail: "no verified signing time (no SET and no RFC 3161 timestamp) to check the certificate at".into(),
+        });
+    }
+    let mut issuer_spki = None;
+    for &at in &out.times {
+        issuer_spki = Some(chain_at(leaf, chain, trust, at)?);
+    }
+    // A trusted root that lists CT logs requires an SCT from one of them.
+    if let Some(spki) = issuer_spki
+        && !trust.ctlogs.is_empty()
+    {
+        crate::sct::verify(leaf, &spki, trust)?;
+    }
+    let id = x509::identity(leaf)?;
+    let issuer_ok = id.issuer.as_deref().is_some_and(|i| issuer.matches(i));
+    if !issuer_ok || !id.subjects.iter().any(|s| san.matches(s)) {
+        return Err(SignatureProblem::IdentityMismatch {
+            found: id.to_string(),
+        });
     }
     Ok(out)
 }

@@ -15,6 +15,7 @@ use serde_json::Value;
 use sigil_core::SignatureProblem;
 use sigil_core::verify::TlogPolicy;
 
+use crate::bundle::Requirements;
 use crate::keys::{PublicKey, SigEncoding};
 use crate::rekor::{Entry, Expected};
 use crate::trust::TrustedRoot;
@@ -50,6 +51,9 @@ pub struct Item {
     pub entries: Vec<Result<Entry, ArtifactError>>,
     /// The image digest the payload names, or why none could be read.
     pub signed_digest: Result<String, ArtifactError>,
+    /// The whole Sigstore bundle, when the item came from one: verified as a
+    /// bundle (inclusion proofs, checkpoints, timestamps, SCTs).
+    pub bundle: Option<std::sync::Arc<[u8]>>,
 }
 
 impl Item {
@@ -89,6 +93,7 @@ impl Item {
             chain,
             entries,
             signed_digest,
+            bundle: None,
         })
     }
 
@@ -155,6 +160,7 @@ impl Item {
             chain: Vec::new(),
             entries,
             signed_digest,
+            bundle: Some(bytes.into()),
         })
     }
 }
@@ -265,7 +271,8 @@ pub enum Matcher {
 }
 
 impl Matcher {
-    fn matches(&self, s: &str) -> bool {
+    /// Whether `s` is the identity (exactly, or by the regex).
+    pub fn matches(&self, s: &str) -> bool {
         match self {
             Matcher::Exact(e) => e == s,
             Matcher::Regex(r) => r.is_match(s),
@@ -280,8 +287,8 @@ pub enum CosignCheck {
     Key {
         /// The trusted public key.
         key: PublicKey,
-        /// Whether a log entry is required.
-        tlog: TlogPolicy,
+        /// Log entries, inclusion proofs and timestamps required.
+        req: Requirements,
         /// Logs to check entries against.
         trust: std::sync::Arc<TrustedRoot>,
     },
@@ -291,8 +298,8 @@ pub enum CosignCheck {
         issuer: Matcher,
         /// Required SAN.
         subject: Matcher,
-        /// Whether a log entry is required.
-        tlog: TlogPolicy,
+        /// Log entries, inclusion proofs and timestamps required.
+        req: Requirements,
         /// Fulcio CAs and Rekor keys.
         trust: std::sync::Arc<TrustedRoot>,
     },
@@ -301,18 +308,37 @@ pub enum CosignCheck {
 impl CosignCheck {
     /// Checks one item; `Ok` means this signature satisfies the verifier for `digest`.
     pub fn check(&self, item: &Item, digest: &str, now: i64) -> Result<(), SignatureProblem> {
+        if let Some(b) = &item.bundle {
+            return self.check_bundle(item, b, digest);
+        }
+        let req = match self {
+            CosignCheck::Key { req, .. } | CosignCheck::Keyless { req, .. } => *req,
+        };
+        if req.inclusion_proof == TlogPolicy::Required {
+            return Err(SignatureProblem::LogEntryInvalid {
+                detail: "a legacy cosign signature carries no inclusion proof, and the policy requires one (sign with --new-bundle-format)".into(),
+            });
+        }
+        if req.timestamps > 0 {
+            return Err(SignatureProblem::LevelCheck {
+                detail: format!(
+                    "a legacy cosign signature carries no RFC 3161 timestamp; the policy requires {}",
+                    req.timestamps
+                ),
+            });
+        }
         match self {
-            CosignCheck::Key { key, tlog, trust } => {
+            CosignCheck::Key { key, req, trust } => {
                 if !key.verify(SigEncoding::Der, &item.message, &item.signature) {
                     return Err(SignatureProblem::WrongKey);
                 }
-                check_entries(item, trust, *tlog, &key.spki)?;
+                check_entries(item, trust, req.tlog, &key.spki)?;
                 bind(item, digest)
             }
             CosignCheck::Keyless {
                 issuer,
                 subject,
-                tlog,
+                req,
                 trust,
             } => {
                 let Some(cert) = &item.cert else {
@@ -329,7 +355,7 @@ impl CosignCheck {
                 }
                 // Fulcio leaves live ten minutes: the chain is checked at the
                 // time the log saw the signature, never at "now".
-                let at = check_entries(item, trust, *tlog, cert)?.unwrap_or(now);
+                let at = check_entries(item, trust, req.tlog, cert)?.unwrap_or(now);
                 let mut last = String::from("no Fulcio authority in the trusted root");
                 let ok = trust.authorities.iter().any(|a| {
                     let mut inter = item.chain.clone();
@@ -362,6 +388,53 @@ impl CosignCheck {
                 bind(item, digest)
             }
         }
+    }
+}
+
+impl CosignCheck {
+    /// A Sigstore bundle: the statement must be a cosign image signature for
+    /// `digest` (attestations do not count), then the whole bundle is
+    /// verified as the Sigstore client spec says, with the image digest as
+    /// the artifact.
+    fn check_bundle(
+        &self,
+        item: &Item,
+        bundle: &[u8],
+        digest: &str,
+    ) -> Result<(), SignatureProblem> {
+        bind(item, digest)?;
+        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+        let mut d = [0u8; 32];
+        if hex.len() != 64 {
+            return Err(SignatureProblem::Malformed {
+                detail: format!("{digest} is not a sha256 digest"),
+            });
+        }
+        for (i, b) in d.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).map_err(|_| {
+                SignatureProblem::Malformed {
+                    detail: format!("{digest} is not hex"),
+                }
+            })?;
+        }
+        let artifact = crate::bundle::Artifact::Digest(d);
+        let (signer, req, trust) = match self {
+            CosignCheck::Key { key, req, trust } => (crate::bundle::Signer::Key(key), *req, trust),
+            CosignCheck::Keyless {
+                issuer,
+                subject,
+                req,
+                trust,
+            } => (
+                crate::bundle::Signer::Identity {
+                    san: subject,
+                    issuer,
+                },
+                *req,
+                trust,
+            ),
+        };
+        crate::bundle::verify(bundle, &artifact, signer, req, trust).map(|_| ())
     }
 }
 

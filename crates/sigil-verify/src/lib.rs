@@ -263,17 +263,28 @@ fn load_one(
     Ok(Check::Cosign(match (&c.key, &c.keyless) {
         (Some(k), _) => CosignCheck::Key {
             key: keys::PublicKey::from_pem(&keys::pem_text(k)?)?,
-            tlog: c.transparency_log.unwrap_or(TlogPolicy::Optional),
+            req: requirements(c, TlogPolicy::Optional),
             trust,
         },
         (None, Some(kl)) => CosignCheck::Keyless {
             issuer: matcher(&kl.issuer, &kl.issuer_regex)?,
             subject: matcher(&kl.subject, &kl.subject_regex)?,
-            tlog: c.transparency_log.unwrap_or(TlogPolicy::Required),
+            req: requirements(c, TlogPolicy::Required),
             trust,
         },
         (None, None) => return Err(VerifyError::Key("cosign needs key or keyless".into())),
     }))
+}
+
+/// A cosign verifier's log and timestamp requirements, with cosign's
+/// defaults (a log entry for keyless, none for keys; a SET or an inclusion
+/// proof; no timestamp authority).
+fn requirements(c: &sigil_core::verify::CosignSpec, tlog: TlogPolicy) -> bundle::Requirements {
+    bundle::Requirements {
+        tlog: c.transparency_log.unwrap_or(tlog),
+        inclusion_proof: c.inclusion_proof.unwrap_or(TlogPolicy::Optional),
+        timestamps: c.timestamp_threshold.unwrap_or(0),
+    }
 }
 
 fn unix_now() -> i64 {

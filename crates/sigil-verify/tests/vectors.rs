@@ -46,6 +46,8 @@ fn key(name: &str, file: &str) -> VerifierSpec {
             keyless: None,
             trusted_root: None,
             transparency_log: None,
+            inclusion_proof: None,
+            timestamp_threshold: None,
         }),
         notation: None,
     }
@@ -155,6 +157,8 @@ fn keyless(subject: &str, trusted_root: Option<String>) -> VerifierSpec {
             }),
             trusted_root,
             transparency_log: None,
+            inclusion_proof: None,
+            timestamp_threshold: None,
         }),
         notation: None,
     }

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
-use sigil_verify::bundle::{Artifact, Signer};
+use sigil_verify::bundle::{Artifact, Requirements, Signer};
+use sigil_verify::cosign::Matcher;
 use sigil_verify::keys::PublicKey;
 use sigil_verify::trust::TrustedRoot;
 
@@ -62,22 +63,27 @@ pub fn run(args: VerifyBundleArgs) -> Result<ExitCode> {
         .with_context(|| format!("trusted root {}", p.display()))?,
         None => TrustedRoot::public_good().context("the embedded trusted root")?,
     };
-    let signer = match (
-        &args.key,
-        args.certificate_identity,
-        args.certificate_oidc_issuer,
-    ) {
-        (Some(k), _, _) => Signer::Key(
-            PublicKey::from_pem(
-                &std::fs::read_to_string(k).with_context(|| format!("reading {}", k.display()))?,
-            )
-            .with_context(|| format!("key {}", k.display()))?,
-        ),
-        (None, Some(san), Some(issuer)) => Signer::Identity { san, issuer },
+    let key = args
+        .key
+        .as_ref()
+        .map(|k| {
+            let pem =
+                std::fs::read_to_string(k).with_context(|| format!("reading {}", k.display()))?;
+            PublicKey::from_pem(&pem).with_context(|| format!("key {}", k.display()))
+        })
+        .transpose()?;
+    let identity = args
+        .certificate_identity
+        .zip(args.certificate_oidc_issuer)
+        .map(|(san, issuer)| (Matcher::Exact(san), Matcher::Exact(issuer)));
+    let signer = match (&key, &identity) {
+        (Some(k), _) => Signer::Key(k),
+        (None, Some((san, issuer))) => Signer::Identity { san, issuer },
         _ => bail!("give --key FILE, or --certificate-identity and --certificate-oidc-issuer"),
     };
     let artifact = artifact(&args.file_or_digest)?;
-    match sigil_verify::bundle::verify(&bundle, &artifact, &signer, &trust) {
+    match sigil_verify::bundle::verify(&bundle, &artifact, signer, Requirements::default(), &trust)
+    {
         Ok(v) => {
             let times: Vec<String> = v
                 .times
