@@ -26,6 +26,7 @@ pub mod resolver;
 pub mod review;
 pub mod sigil;
 pub mod signing;
+pub mod sigstore;
 pub mod token;
 
 pub use review::{fixture, fixture_bytes, fixtures_dir};

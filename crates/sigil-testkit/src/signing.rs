@@ -7,10 +7,7 @@ use aws_lc_rs::encoding::AsDer;
 use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{self, EcdsaKeyPair, Ed25519KeyPair, KeyPair as _};
 use base64::Engine as _;
-use rcgen::{
-    BasicConstraints, CertificateParams, CustomExtension, ExtendedKeyUsagePurpose, IsCa, Issuer,
-    KeyPair, SanType,
-};
+use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, KeyPair};
 use serde_json::{Value, json};
 
 use crate::registry::{TestRegistry, sha256};
@@ -19,7 +16,7 @@ pub fn b64(d: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(d)
 }
 
-fn pem(label: &str, der: &[u8]) -> String {
+pub(crate) fn pem(label: &str, der: &[u8]) -> String {
     let body = b64(der);
     let lines: Vec<&str> = body
         .as_bytes()
@@ -243,144 +240,7 @@ pub async fn push_referrer(
     .await;
 }
 
-/// A Fulcio-like CA and a Rekor-like log, written out as a trusted_root.json.
-pub struct Sigstore {
-    ca: Issuer<'static, KeyPair>,
-    pub ca_der: Vec<u8>,
-    log: Signer,
-}
-
-/// Fulcio's OIDC-issuer extension (v2) OID.
-const ISSUER_V2: &[u64] = &[1, 3, 6, 1, 4, 1, 57264, 1, 8];
-
-fn der_utf8(s: &str) -> Vec<u8> {
-    assert!(s.len() < 128);
-    let mut v = vec![0x0c, s.len() as u8];
-    v.extend_from_slice(s.as_bytes());
-    v
-}
-
-/// A signature made with a short-lived certificate, and its log entry.
-pub struct Keyless {
-    pub cert_pem: String,
-    pub chain_pem: String,
-    pub signature: Vec<u8>,
-    pub bundle_annotation: String,
-}
-
-impl Sigstore {
-    pub fn new() -> Sigstore {
-        let ca_key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        p.distinguished_name
-            .push(rcgen::DnType::CommonName, "test-fulcio");
-        let ca_cert = p.self_signed(&ca_key).unwrap();
-        Sigstore {
-            ca_der: ca_cert.der().to_vec(),
-            ca: Issuer::new(p, ca_key),
-            log: Signer::p256(),
-        }
-    }
-
-    pub fn trusted_root(&self) -> Value {
-        let spki = self.log.spki();
-        json!({
-            "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
-            "tlogs": [{
-                "baseUrl": "https://rekor.test", "hashAlgorithm": "SHA2_256",
-                "publicKey": {"rawBytes": b64(&spki), "keyDetails": "PKIX_ECDSA_P256_SHA_256", "validFor": {"start": "2020-01-01T00:00:00Z"}},
-                "logId": {"keyId": b64(&hex_sha(&spki))}
-            }],
-            "certificateAuthorities": [{
-                "subject": {"organization": "test", "commonName": "test-fulcio"},
-                "uri": "https://fulcio.test",
-                "certChain": {"certificates": [{"rawBytes": b64(&self.ca_der)}]},
-                "validFor": {"start": "2020-01-01T00:00:00Z"}
-            }],
-            "ctlogs": []
-        })
-    }
-
-    /// Signs `payload` with a fresh ten-minute leaf for `subject`/`issuer`,
-    /// valid from `not_before` (Unix seconds), logged at `integrated_time`.
-    /// `log` signs the SET (pass another key to forge one).
-    pub fn sign(
-        &self,
-        payload: &[u8],
-        subject: &str,
-        issuer: &str,
-        not_before: i64,
-        integrated_time: i64,
-        log: Option<&Signer>,
-    ) -> Keyless {
-        let leaf_key = Signer::p256();
-        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-        p.subject_alt_names = vec![SanType::URI(subject.try_into().unwrap())];
-        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::CodeSigning];
-        p.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
-        p.not_before = time::OffsetDateTime::from_unix_timestamp(not_before).unwrap();
-        p.not_after = time::OffsetDateTime::from_unix_timestamp(not_before + 600).unwrap();
-        p.custom_extensions = vec![CustomExtension::from_oid_content(
-            ISSUER_V2,
-            der_utf8(issuer),
-        )];
-        let cert = p.signed_by(&leaf_key.rcgen(), &self.ca).unwrap();
-        let cert_pem = cert.pem();
-        let signature = leaf_key.sign(payload);
-        let body = serde_json::to_vec(&json!({
-            "apiVersion": "0.0.1", "kind": "hashedrekord",
-            "spec": {
-                "data": {"hash": {"algorithm": "sha256", "value": sha256(payload).trim_start_matches("sha256:")}},
-                "signature": {"content": b64(&signature), "publicKey": {"content": b64(cert_pem.as_bytes())}}
-            }
-        }))
-        .unwrap();
-        let log_id = hex(&hex_sha(&self.log.spki()));
-        let body_b64 = b64(&body);
-        let set_msg = format!(
-            "{{\"body\":\"{body_b64}\",\"integratedTime\":{integrated_time},\"logID\":\"{log_id}\",\"logIndex\":7}}"
-        );
-        let set = log.unwrap_or(&self.log).sign(set_msg.as_bytes());
-        let bundle_annotation = serde_json::to_string(&json!({
-            "SignedEntryTimestamp": b64(&set),
-            "Payload": {"body": body_b64, "integratedTime": integrated_time, "logIndex": 7, "logID": log_id}
-        }))
-        .unwrap();
-        Keyless {
-            cert_pem,
-            chain_pem: pem("CERTIFICATE", &self.ca_der),
-            signature,
-            bundle_annotation,
-        }
-    }
-}
-
-impl Keyless {
-    pub fn layer(&self, payload: Vec<u8>) -> Layer {
-        let mut l = Layer::new(payload, &self.signature);
-        l.annotations.insert(
-            "dev.sigstore.cosign/certificate".into(),
-            json!(self.cert_pem),
-        );
-        l.annotations
-            .insert("dev.sigstore.cosign/chain".into(), json!(self.chain_pem));
-        l.annotations.insert(
-            "dev.sigstore.cosign/bundle".into(),
-            json!(self.bundle_annotation),
-        );
-        l
-    }
-}
-
-fn hex_sha(d: &[u8]) -> Vec<u8> {
-    use sha2::Digest;
-    sha2::Sha256::digest(d).to_vec()
-}
-
-fn hex(d: &[u8]) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
-}
+pub use crate::sigstore::{Keyless, Sigstore};
 
 /// A Sigstore bundle v0.3 as `cosign sign --new-bundle-format --key` writes
 /// it: DSSE envelope over an in-toto statement naming `digest`.

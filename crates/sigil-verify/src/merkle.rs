@@ -63,44 +63,15 @@ pub fn root_from_proof(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Root of `leaves` by the RFC 6962 definition, for checking proofs.
-    fn mth(leaves: &[[u8; 32]]) -> [u8; 32] {
-        match leaves.len() {
-            1 => leaves[0],
-            n => {
-                let k = n.next_power_of_two() / 2;
-                let k = if k == n { n / 2 } else { k };
-                node(&mth(&leaves[..k]), &mth(&leaves[k..]))
-            }
-        }
-    }
-
-    fn path(leaves: &[[u8; 32]], m: usize) -> Vec<[u8; 32]> {
-        let n = leaves.len();
-        if n == 1 {
-            return Vec::new();
-        }
-        let k = n.next_power_of_two() / 2;
-        let k = if k == n { n / 2 } else { k };
-        if m < k {
-            let mut p = path(&leaves[..k], m);
-            p.push(mth(&leaves[k..]));
-            p
-        } else {
-            let mut p = path(&leaves[k..], m - k);
-            p.push(mth(&leaves[..k]));
-            p
-        }
-    }
+    use sigil_testkit::sigstore::{inclusion_proof, tree_root};
 
     #[test]
     fn every_proof_of_every_small_tree_recomputes_the_root_and_tampering_fails() {
         for n in 1..=17usize {
             let leaves: Vec<[u8; 32]> = (0..n).map(|i| leaf_hash(&[i as u8])).collect();
-            let root = mth(&leaves);
+            let root = tree_root(&leaves);
             for m in 0..n {
-                let p = path(&leaves, m);
+                let p = inclusion_proof(&leaves, m);
                 assert_eq!(
                     root_from_proof(m as u64, n as u64, leaves[m], &p),
                     Ok(root),
@@ -115,6 +86,9 @@ mod tests {
                     );
                 }
                 assert!(root_from_proof(n as u64, n as u64, leaves[m], &p).is_err());
+                if n > 1 {
+                    assert!(root_from_proof(m as u64, n as u64, leaves[m], &p[1..]).is_err());
+                }
             }
         }
     }
