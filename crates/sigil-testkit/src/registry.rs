@@ -313,6 +313,19 @@ impl TestRegistry {
         self.push_manifest(repo, reference, mt, body).await
     }
 
+    /// The size of a pushed OCI manifest (for descriptors that point at it).
+    pub async fn manifest_size(&self, repo: &str, digest: &str) -> usize {
+        let r = reqwest::Client::new()
+            .get(format!("{}/v2/{repo}/manifests/{digest}", self.base()))
+            .header("accept", "application/vnd.oci.image.manifest.v1+json")
+            .send()
+            .await
+            .unwrap();
+        let body = r.bytes().await.unwrap();
+        assert_eq!(sha256(&body), digest);
+        body.len()
+    }
+
     /// Pushes a small single-platform OCI image and returns its manifest digest.
     pub async fn push_image(&self, repo: &str, tag: &str) -> String {
         self.push_image_for(repo, tag, "linux", "amd64", None)

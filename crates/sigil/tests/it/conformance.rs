@@ -115,3 +115,105 @@ fn a_digest_argument_stands_for_the_artifact() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2), "bad input is exit 2");
 }
+
+/// The webhook accepts a Rekor-v2-style keyless bundle (an RFC 3161
+/// timestamp, an inclusion proof against a signed checkpoint, no SET)
+/// attached through the referrers tag schema, refuses its tampered variants
+/// with the verifier's reason, and applies `inclusionProof` and
+/// `timestampThreshold`.
+#[tokio::test]
+async fn the_webhook_verifies_rekor_v2_bundles_and_refuses_tampered_ones() {
+    use crate::support::registry::{Mode, TestRegistry};
+    use crate::support::sigil::Sigil;
+    use crate::support::sigstore::Sigstore;
+    use serde_json::json;
+
+    const MT: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
+    let reg = TestRegistry::start(Mode::Plain).await;
+    let h = reg.host();
+    let ss = Sigstore::new();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("trusted_root.json");
+    std::fs::write(&root, serde_json::to_vec(&ss.trusted_root()).unwrap()).unwrap();
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let who = "https://github.com/acme/app/.github/workflows/release.yml@refs/heads/main";
+    let issuer = "https://token.actions.githubusercontent.com";
+    let mut images = Vec::new();
+    for name in ["good", "proof", "untimed", "late", "stranger"] {
+        let repo = format!("v2/{name}");
+        let d = reg.push_image(&repo, "v1").await;
+        let mut b = match name {
+            "stranger" => ss.rekor_v2_bundle(
+                &d,
+                "https://github.com/evil/x",
+                issuer,
+                now - 600,
+                now - 590,
+            ),
+            "late" => ss.rekor_v2_bundle(&d, who, issuer, now - 3600, now - 60),
+            _ => ss.rekor_v2_bundle(&d, who, issuer, now - 600, now - 590),
+        };
+        match name {
+            "proof" => {
+                let p = "/verificationMaterial/tlogEntries/0/inclusionProof/hashes/0";
+                *b.pointer_mut(p).unwrap() = json!(crate::support::signing::b64(&[7u8; 32]));
+            }
+            "untimed" => {
+                b["verificationMaterial"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("timestampVerificationData");
+            }
+            _ => {}
+        }
+        let size = reg.manifest_size(&repo, &d).await;
+        let bytes = serde_json::to_vec(&b).unwrap();
+        crate::support::signing::push_referrer(&reg, &repo, &d, size, MT, MT, &bytes).await;
+        images.push(format!("{h}/{repo}:v1"));
+    }
+    let rule = |extra: &str| {
+        format!(
+            "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  registries: [{{host: \"{h}\", insecure: true}}]\n  rules:\n    - name: v2\n      match: [\"{h}/v2/**\"]\n      verify:\n        - name: ci\n          cosign:\n            keyless: {{issuer: \"{issuer}\", subjectRegex: \"^https://github\\\\.com/acme/.+$\"}}\n            trustedRoot: \"{}\"\n{extra}",
+            root.display()
+        )
+    };
+    let sigil = Sigil::start(
+        Some(&rule(
+            "            inclusionProof: required\n            timestampThreshold: 1\n",
+        )),
+        &[],
+    )
+    .await;
+    let api = sigil.apiserver();
+    let a = api.create_pod("team", &[&images[0]]).await;
+    assert!(a.allowed, "{}", a.message);
+    for (img, reason) in [
+        (
+            &images[1],
+            "ci: log entry invalid: inclusion proof does not lead to its root hash",
+        ),
+        (
+            &images[2],
+            "ci: 0 verified RFC 3161 timestamp(s); the policy requires 1",
+        ),
+        (&images[3], "ci: chain invalid: certificate not valid at"),
+        (&images[4], "ci: identity mismatch"),
+    ] {
+        let a = api.create_pod("team", &[img]).await;
+        assert!(!a.allowed, "{img} admitted");
+        assert!(a.message.contains(reason), "{img}: {}", a.message);
+    }
+    drop(sigil);
+    // Without a timestamp there is no signing time at all: refused even
+    // when the policy asks for none.
+    let sigil = Sigil::start(Some(&rule("")), &[]).await;
+    let a = sigil.apiserver().create_pod("team", &[&images[2]]).await;
+    assert!(!a.allowed);
+    assert!(
+        a.message.contains("no verified signing time"),
+        "{}",
+        a.message
+    );
+    let a = sigil.apiserver().create_pod("team", &[&images[0]]).await;
+    assert!(a.allowed, "{}", a.message);
+}

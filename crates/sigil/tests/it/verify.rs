@@ -634,15 +634,7 @@ async fn own_bundle_and_notation_signatures_via_referrers() {
 }
 
 async fn manifest_size(reg: &TestRegistry, repo: &str, digest: &str) -> usize {
-    let r = reqwest::Client::new()
-        .get(format!("{}/v2/{repo}/manifests/{digest}", reg.base()))
-        .header("accept", "application/vnd.oci.image.manifest.v1+json")
-        .send()
-        .await
-        .unwrap();
-    let body = r.bytes().await.unwrap();
-    assert_eq!(sha256(&body), digest);
-    body.len()
+    reg.manifest_size(repo, digest).await
 }
 
 /// Mirrors: signatures are looked up where the image is pulled from (the
