@@ -41,6 +41,11 @@ enum Command {
     /// rewritten, denied, signature problem, unresolvable, exempt, or running
     /// digest drift. Exit codes: 0 compliant; 1 violations; 2 error.
     Audit(Box<cmd::audit::AuditArgs>),
+    /// Decide one image as the webhook would and show what each signature verifier found.
+    ///
+    /// The tool to run after a denial. Exit codes: 0 admitted; 1 denied or
+    /// warned; 2 bad input.
+    Verify(Box<cmd::verify::VerifyArgs>),
     /// Verify one Sigstore bundle offline (the Sigstore conformance CLI protocol).
     ///
     /// Exit codes: 0 verified; 1 not verified (the reason on stderr); 2 bad input.
@@ -71,6 +76,7 @@ fn main() -> ExitCode {
         Command::Pin(args) => cmd::pin::run(args),
         Command::Krm(args) => cmd::krm::run(args),
         Command::Audit(args) => cmd::audit::run(*args),
+        Command::Verify(args) => cmd::verify::run(*args),
         Command::VerifyBundle(args) => cmd::verify_bundle::run(args),
         Command::BreakGlass(args) => cmd::break_glass::run(args),
         Command::Policy { command } => cmd::policy::run(command),

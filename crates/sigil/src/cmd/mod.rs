@@ -23,6 +23,7 @@ pub mod krm;
 pub mod pin;
 pub mod policy;
 pub mod serve;
+pub mod verify;
 pub mod verify_bundle;
 
 /// Exit code: something is not pinned (`--check`) or is denied by the policy.

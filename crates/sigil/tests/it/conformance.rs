@@ -216,4 +216,41 @@ async fn the_webhook_verifies_rekor_v2_bundles_and_refuses_tampered_ones() {
     );
     let a = sigil.apiserver().create_pod("team", &[&images[0]]).await;
     assert!(a.allowed, "{}", a.message);
+
+    // `sigil verify IMAGE`: what the user runs after the denial.
+    let verify = |img: &str| {
+        let out = Command::new(bin())
+            .args(["verify", "--policy"])
+            .arg(sigil.policy_path())
+            .arg(img)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (code, out) = verify(&images[0]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("rule:    v2") && out.contains("  ci: passed"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("runs as: {}@sha256:", images[0])),
+        "{out}"
+    );
+    let (code, out) = verify(&images[1]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(
+            "  ci: FAILED: log entry invalid: inclusion proof does not lead to its root hash"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("result:  denied:unverified"), "{out}");
 }

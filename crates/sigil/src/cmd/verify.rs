@@ -1,0 +1,116 @@
+//! `sigil verify IMAGE`: the tool a user runs after a denial. Decides one
+//! image exactly as the webhook would (the one per-object decision, on a Pod
+//! holding it: rewrite, pin, gather, verify) and prints what each verifier
+//! found. It decides nothing itself.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Result;
+use serde_json::json;
+use sigil_core::walker::summarize_value;
+use sigil_core::{ObjectFacts, ObjectRef, Operation, Outcome, Source, VerifierOutcome};
+
+use super::{CredentialArgs, EXIT_FINDINGS, engine_for, load_policy};
+
+/// Flags of `sigil verify`.
+#[derive(clap::Args, Debug)]
+pub struct VerifyArgs {
+    /// ImagePolicy file; without it, the embedded default.
+    #[arg(long, env = "SIGIL_POLICY")]
+    policy: Option<PathBuf>,
+    /// Namespace the image would run in (exemptions).
+    #[arg(short = 'n', long, default_value = sigil::pin::DEFAULT_NAMESPACE)]
+    namespace: String,
+    /// Time allowed for the registry lookups.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    timeout: std::time::Duration,
+    #[command(flatten)]
+    creds: CredentialArgs,
+    /// The image, as it would be written in a Pod.
+    image: String,
+}
+
+/// Runs `sigil verify`: exit 0 admitted, 1 denied (or warned), 2 error.
+pub fn run(args: VerifyArgs) -> Result<ExitCode> {
+    let engine = engine_for(load_policy(args.policy.as_deref())?, &args.creds.sources()?)?;
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "sigil-verify", "namespace": args.namespace},
+        "spec": {"containers": [{"name": "image", "image": args.image}]}});
+    let verdict = super::runtime()?.block_on(engine.decide(
+        ObjectFacts {
+            operation: Operation::Create,
+            source: Source::Manifest,
+            kind: "Pod",
+            namespace: Some(&args.namespace),
+            object: Some(summarize_value(&pod)),
+            old_object: None,
+        },
+        Instant::now() + args.timeout,
+    ));
+    println!("image:   {}", args.image);
+    println!("policy:  {}", engine.policy.name);
+    if let Some(skip) = verdict.skipped {
+        println!("result:  passes untouched ({})", skip.as_str());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(f) = verdict.fields.first() else {
+        anyhow::bail!("no image to decide");
+    };
+    let rule = match &f.outcome {
+        Outcome::Unchanged { rule } | Outcome::Changed { rule, .. } => Some(rule.as_str()),
+        Outcome::NeedsLookup { rule, .. } => Some(rule.as_str()),
+        Outcome::Failed(_) => None,
+    };
+    if let Some(rule) = rule {
+        println!("rule:    {rule}");
+    }
+    if let Outcome::Changed { new, .. } = &f.outcome {
+        println!("runs as: {new}");
+    }
+    match &f.report {
+        None => println!("verify:  the rule checks no signatures"),
+        Some(r) => {
+            if let Some(e) = &r.fetch_failure {
+                println!("verify:  signatures could not be fetched: {e}");
+            } else {
+                println!(
+                    "verify:  {} of {} verifiers passed (need {}{})",
+                    r.passed_names().len(),
+                    r.results.len(),
+                    r.threshold,
+                    if r.required.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", including {}", r.required.join(", "))
+                    }
+                );
+            }
+            for (name, o) in &r.results {
+                match o {
+                    VerifierOutcome::Passed { examined, logged } => {
+                        println!("  {name}: passed ({examined} signature(s) examined)");
+                        for l in logged {
+                            println!("    logged: {l}");
+                        }
+                    }
+                    VerifierOutcome::Failed { examined, problem } => {
+                        println!("  {name}: FAILED: {problem} ({examined} signature(s) examined)");
+                    }
+                }
+            }
+        }
+    }
+    match &f.outcome {
+        Outcome::Failed(finding) => {
+            let object = ObjectRef::new("Pod", &args.namespace, Some("sigil-verify"), None);
+            println!("result:  {} — {}", f.label(), finding.message(&object));
+            Ok(ExitCode::from(EXIT_FINDINGS))
+        }
+        _ => {
+            println!("result:  admitted ({})", f.label());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
