@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::registry::{Mode, TestRegistry, sha256};
+use crate::support::registry::{Mode, TestRegistry};
 use crate::support::sigil::{Admitted, Sigil};
 use crate::support::signing::{self, Layer, Signer, Sigstore, push_signed};
 
