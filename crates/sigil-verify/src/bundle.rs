@@ -382,16 +382,7 @@ pub fn verify(
             detail: "no verified signing time (no SET and no RFC 3161 timestamp) to check the certificate at".into(),
         });
     }
-    let mut issuer_spki = None;
-    for &at in &out.times {
-        issuer_spki = Some(chain_at(leaf, chain, trust, at)?);
-    }
-    // A trusted root that lists CT logs requires an SCT from one of them.
-    if let Some(spki) = issuer_spki
-        && !trust.ctlogs.is_empty()
-    {
-        crate::sct::verify(leaf, &spki, trust)?;
-    }
+    certificate_at(leaf, chain, trust, &out.times)?;
     let id = x509::identity(leaf)?;
     let issuer_ok = id.issuer.as_deref().is_some_and(|i| issuer.matches(i));
     if !issuer_ok || !id.subjects.iter().any(|s| san.matches(s)) {
@@ -400,6 +391,27 @@ pub fn verify(
         });
     }
     Ok(out)
+}
+
+/// The certificate checks every signature path shares: the leaf chains to
+/// a Fulcio CA of the trusted root at every one of `times`, and, when the
+/// trusted root lists CT logs, carries an SCT that verifies with one of them.
+pub(crate) fn certificate_at(
+    leaf: &[u8],
+    chain: &[Vec<u8>],
+    trust: &TrustedRoot,
+    times: &[i64],
+) -> Result<(), SignatureProblem> {
+    let mut issuer_spki = None;
+    for &at in times {
+        issuer_spki = Some(chain_at(leaf, chain, trust, at)?);
+    }
+    if let Some(spki) = issuer_spki
+        && !trust.ctlogs.is_empty()
+    {
+        crate::sct::verify(leaf, &spki, trust)?;
+    }
+    Ok(())
 }
 
 /// The certificate chains to a Fulcio CA of the trusted root valid at `at`;

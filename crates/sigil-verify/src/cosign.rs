@@ -19,7 +19,7 @@ use crate::bundle::Requirements;
 use crate::keys::{PublicKey, SigEncoding};
 use crate::rekor::{Entry, Expected};
 use crate::trust::TrustedRoot;
-use crate::x509::{self, Eku};
+use crate::x509;
 
 /// Annotation holding the base64 signature of a legacy layer.
 pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
@@ -356,27 +356,7 @@ impl CosignCheck {
                 // Fulcio leaves live ten minutes: the chain is checked at the
                 // time the log saw the signature, never at "now".
                 let at = check_entries(item, trust, req.tlog, cert)?.unwrap_or(now);
-                let mut last = String::from("no Fulcio authority in the trusted root");
-                let ok = trust.authorities.iter().any(|a| {
-                    let mut inter = item.chain.clone();
-                    inter.extend(a.intermediates.iter().cloned());
-                    match x509::verify_chain(
-                        cert,
-                        &inter,
-                        std::slice::from_ref(&a.root),
-                        at,
-                        Eku::Required,
-                    ) {
-                        Ok(()) => true,
-                        Err(e) => {
-                            last = e.to_string();
-                            false
-                        }
-                    }
-                });
-                if !ok {
-                    return Err(SignatureProblem::ChainInvalid { detail: last });
-                }
+                crate::bundle::certificate_at(cert, &item.chain, trust, &[at])?;
                 let id = x509::identity(cert).map_err(SignatureProblem::from)?;
                 let issuer_ok = id.issuer.as_deref().is_some_and(|i| issuer.matches(i));
                 let subject_ok = id.subjects.iter().any(|s| subject.matches(s));
