@@ -323,3 +323,34 @@ fn no_rule_is_a_denial() {
         Denial::InvalidReference { .. }
     ));
 }
+
+#[test]
+fn inclusion_proof_and_timestamp_threshold_are_read_and_bounded() {
+    let doc = |extra: &str| {
+        format!(
+            "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n    - name: r\n      match: [\"**\"]\n      verify:\n        - name: ci\n          cosign:\n            key: \"-----BEGIN PUBLIC KEY-----\\nAA==\\n-----END PUBLIC KEY-----\"\n{extra}"
+        )
+    };
+    let p = Policy::from_yaml(&doc(
+        "            inclusionProof: required\n            timestampThreshold: 2\n",
+    ))
+    .unwrap();
+    let v = p.rules[0].verification.as_ref().unwrap();
+    let c = v.verifiers[0].cosign.as_ref().unwrap();
+    assert_eq!(c.inclusion_proof, Some(crate::verify::TlogPolicy::Required));
+    assert_eq!(c.timestamp_threshold, Some(2));
+    let err = Policy::from_yaml(&doc("            timestampThreshold: 11\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("timestampThreshold must be at most 10"),
+        "{err}"
+    );
+    let err = Policy::from_yaml(&doc("            inclusionProof: sometimes\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("inclusionProof") || err.contains("sometimes"),
+        "{err}"
+    );
+}
