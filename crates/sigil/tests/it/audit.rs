@@ -749,3 +749,54 @@ async fn a_policy_change_triggers_an_audit_and_events_are_rate_limited() {
     assert!(edited.elapsed() < Duration::from_secs(15));
     assert_eq!(s.counter("sigil_audit_violations", &[]).await, 0.0);
 }
+
+/// The audit pulls as the webhook would: with the Pod's own
+/// imagePullSecrets (read from the cluster); a Pod without them cannot
+/// resolve a private image, and the report says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_pulls_with_the_workloads_own_secrets() {
+    let reg = TestRegistry::start(Mode::Htpasswd {
+        user: "puller",
+        password: "s3cret",
+    })
+    .await;
+    let h = reg.host();
+    let d = reg.push_image("team/app", "v1").await;
+    let kube = FakeKube::start().await;
+    kube.insert(
+        "/api/v1/namespaces/shop/secrets",
+        crate::credentials::pull_secret("shop", "regcred", &h, "puller", "s3cret"),
+    );
+    let mut with = pod("shop", "with-secret", &format!("{h}/team/app:v1"), None);
+    with["spec"]["imagePullSecrets"] = json!([{"name": "regcred"}]);
+    kube.insert(PODS, with);
+    kube.insert(
+        "/api/v1/namespaces/other/pods",
+        pod("other", "without", &format!("{h}/team/app:v1"), None),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        format!("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  registries: [{{host: \"{h}\", insecure: true}}]\n  rules: [{{name: all, match: [\"**\"], mode: enforce}}]\n"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["audit", "-A", "-o", "json", "--kinds", "pods", "--policy"])
+        .arg(&policy)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("KUBECONFIG", &kube.kubeconfig)
+        .output()
+        .unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let with = object(&r, "shop", "Pod", "with-secret");
+    assert_eq!(reasons(with), ["not_pinned"], "{with:#}");
+    assert_eq!(with["fields"][0]["expectedDigest"], d.as_str());
+    let without = object(&r, "other", "Pod", "without");
+    assert_eq!(reasons(without), ["unresolvable"], "{without:#}");
+    let detail = without["fields"][0]["violations"][0]["detail"]
+        .as_str()
+        .unwrap();
+    assert!(detail.contains("401"), "{detail}");
+}

@@ -24,7 +24,7 @@ fn b64(s: &str) -> String {
 }
 
 /// A `kubernetes.io/dockerconfigjson` Secret for `host`.
-fn pull_secret(ns: &str, name: &str, host: &str, user: &str, password: &str) -> Value {
+pub(crate) fn pull_secret(ns: &str, name: &str, host: &str, user: &str, password: &str) -> Value {
     let cfg = json!({"auths": {host: {"auth": b64(&format!("{user}:{password}"))}}});
     json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
            "metadata": {"name": name, "namespace": ns},
