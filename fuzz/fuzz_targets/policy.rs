@@ -6,7 +6,7 @@ use sigil_core::Policy;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(s) = std::str::from_utf8(data) else { return };
-    if let Ok(p) = Policy::from_yaml(s) {
+    if let Ok(p) = Policy::from_documents(s) {
         for img in ["nginx", "a.io/b/c:d", s] {
             let _ = p.plan(img);
         }

@@ -231,13 +231,7 @@ pub fn audit_object(
                     }
                 }
                 Outcome::Failed(f) => violations.push(Violation {
-                    reason: match &f.denial {
-                        Denial::InvalidReference { .. } | Denial::NoRule | Denial::StaticDeny { .. } => {
-                            Reason::Denied
-                        }
-                        Denial::Unresolved { .. } => Reason::Unresolvable,
-                        Denial::Unverified { .. } => Reason::Signature,
-                    },
+                    reason: reason_of(&f.denial),
                     mode: f.mode,
                     detail: f.denial.why(),
                     fix: f.denial.hint().into(),
@@ -284,6 +278,18 @@ pub fn audit_object(
         ObjectResult::Compliant
     };
     ObjectAudit { result, fields }
+}
+
+/// The audit reason for a denial (a team policy's by its own reason).
+fn reason_of(d: &Denial) -> Reason {
+    match d {
+        Denial::InvalidReference { .. } | Denial::NoRule | Denial::StaticDeny { .. } => {
+            Reason::Denied
+        }
+        Denial::Unresolved { .. } => Reason::Unresolvable,
+        Denial::Unverified { .. } => Reason::Signature,
+        Denial::TeamPolicy { refusal, .. } => reason_of(refusal),
+    }
 }
 
 #[cfg(test)]

@@ -223,6 +223,14 @@ pub enum Denial {
         /// Per-verifier findings.
         report: Arc<VerificationReport>,
     },
+    /// A namespace's ImagePolicy refused what the cluster policy admits.
+    TeamPolicy {
+        /// `ImagePolicy team-a/signed-only`.
+        policy: String,
+        /// Its reason: a deny rule, not on its allow-list (`NoRule`), or
+        /// its own signature requirement.
+        refusal: Box<Denial>,
+    },
 }
 
 impl Denial {
@@ -234,6 +242,18 @@ impl Denial {
             Denial::StaticDeny { .. } => "static_deny",
             Denial::Unresolved { .. } => "unresolved",
             Denial::Unverified { .. } => "unverified",
+            Denial::TeamPolicy { refusal, .. } => refusal.kind(),
+        }
+    }
+
+    /// Whether the refusal comes from not being able to look something up
+    /// (the tag, or the signatures), rather than from what was found.
+    pub fn lookup_failed(&self) -> bool {
+        match self {
+            Denial::Unresolved { .. } => true,
+            Denial::Unverified { report, .. } => report.fetch_failure.is_some(),
+            Denial::TeamPolicy { refusal, .. } => refusal.lookup_failed(),
+            _ => false,
         }
     }
 
@@ -251,6 +271,20 @@ impl Denial {
             Denial::Unverified { target, report, .. } => {
                 format!("failed signature verification of {target}: {report}")
             }
+            Denial::TeamPolicy { policy, refusal } => match refusal.as_ref() {
+                Denial::NoRule => {
+                    format!("is not on the allow-list of {policy} (defaultAction: deny)")
+                }
+                Denial::StaticDeny { rule } => format!("is denied by {policy}, rule {rule}"),
+                Denial::Unverified {
+                    rule,
+                    target,
+                    report,
+                } => format!(
+                    "failed signature verification of {target} required by {policy}, rule {rule}: {report}"
+                ),
+                other => format!("{} ({policy})", other.why()),
+            },
         }
     }
 
@@ -267,6 +301,12 @@ impl Denial {
                 "use an image the policy allows, or ask the platform team to change the rule"
             }
             Denial::Unresolved { failure, .. } => failure.hint(),
+            Denial::TeamPolicy { refusal, .. } => match refusal.as_ref() {
+                Denial::NoRule | Denial::StaticDeny { .. } => {
+                    "use an image the namespace's ImagePolicy allows, or ask the namespace's admins to change it (kubectl get imagepolicies)"
+                }
+                other => other.hint(),
+            },
             Denial::Unverified { report, .. } => match &report.fetch_failure {
                 Some(f) => f.hint(),
                 None => {

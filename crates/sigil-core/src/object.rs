@@ -17,7 +17,7 @@ use std::sync::Arc;
 use crate::credentials::PullContext;
 use crate::decision::{Denial, Finding, Mode, Outcome, ResolveFailure, decide};
 use crate::patch::Replacement;
-use crate::policy::{Plan, Policy, Scope, Step};
+use crate::policy::{Plan, Policy, Scope, Step, TeamVerdict};
 use crate::reference::{Digest, Reference};
 use crate::verify::{Verification, VerificationReport};
 use crate::walker::{ImageField, ObjectSummary};
@@ -169,6 +169,11 @@ pub struct FieldPlans {
     patchable: bool,
     /// Images the old object had (pointer, value), for the UPDATE downgrade.
     old: Vec<(String, String)>,
+    /// Per field, what each of the namespace's ImagePolicies says (AND).
+    teams: Vec<Vec<TeamCheck>>,
+    /// A namespace ImagePolicy with `mode: enforce` makes the cluster's
+    /// warn-mode failures block.
+    escalate: bool,
     /// The secrets the object's Pods may pull with.
     pull: PullContext,
 }
@@ -272,7 +277,27 @@ pub fn plan_object(policy: &Policy, facts: ObjectFacts<'_>) -> ObjectPlan {
         object.service_account.as_deref(),
     );
     let fields = object.fields;
-    let plans = fields.iter().map(|f| policy.plan(&f.value)).collect();
+    let plans: Vec<Result<Plan, Denial>> = fields.iter().map(|f| policy.plan(&f.value)).collect();
+    let team_policies = facts
+        .namespace
+        .and_then(|ns| policy.namespaced.get(ns))
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let teams = plans
+        .iter()
+        .map(|p| match p {
+            Ok(p) => team_policies
+                .iter()
+                .map(|t| TeamCheck {
+                    policy: t.display_name(),
+                    mode: t.mode,
+                    verdict: t.judge(&p.origin),
+                })
+                .collect(),
+            Err(_) => Vec::new(),
+        })
+        .collect();
+    let escalate = team_policies.iter().any(|t| t.mode == Mode::Enforce);
     let old = match (facts.operation, facts.old_object) {
         (Operation::Update, Some(o)) => o
             .fields
@@ -289,7 +314,28 @@ pub fn plan_object(policy: &Policy, facts: ObjectFacts<'_>) -> ObjectPlan {
             || facts.kind == "Pod",
         old,
         pull,
+        teams,
+        escalate,
     })
+}
+
+/// One namespace ImagePolicy's word on one image field.
+#[derive(Debug, Clone)]
+struct TeamCheck {
+    /// `ImagePolicy ns/name`.
+    policy: String,
+    mode: Mode,
+    verdict: TeamVerdict,
+}
+
+impl TeamCheck {
+    /// The verification key of its signature requirement on `digest`.
+    fn key(&self, rule: &str, digest: Digest) -> VerifyKey {
+        VerifyKey {
+            digest,
+            rule: format!("{}, rule {rule}", self.policy),
+        }
+    }
 }
 
 impl ObjectPlan {
@@ -337,6 +383,26 @@ impl ObjectPlan {
                 verification: v.clone(),
             });
         }
+        for (p, checks) in f.plans.iter().zip(&f.teams) {
+            let Ok(p) = p else { continue };
+            for c in checks {
+                let TeamVerdict::Verify { rule, verification } = &c.verdict else {
+                    continue;
+                };
+                let Some(digest) = running_digest(p, digests) else {
+                    continue;
+                };
+                let key = c.key(rule, digest);
+                if jobs.iter().any(|j| j.key == key) {
+                    continue;
+                }
+                jobs.push(VerifyJob {
+                    key,
+                    repository: signature_repository(p, verification),
+                    verification: verification.clone(),
+                });
+            }
+        }
         jobs
     }
 
@@ -355,8 +421,17 @@ impl ObjectPlan {
             .fields
             .into_iter()
             .zip(&f.plans)
-            .map(|(field, plan)| {
+            .zip(&f.teams)
+            .map(|((field, plan), teams)| {
                 let (outcome, report) = decide_field(&field, plan.as_ref(), answers);
+                let outcome = apply_teams(
+                    outcome,
+                    &field,
+                    plan.as_ref().ok(),
+                    teams,
+                    f.escalate,
+                    answers,
+                );
                 let outcome = downgrade_unchanged(outcome, &field, &f.old);
                 FieldVerdict {
                     field,
@@ -400,6 +475,78 @@ fn decide_field(
     (decide(field, plan, resolved, report.as_ref()), report)
 }
 
+/// The digest an image will run as, if known: resolved, or as written.
+fn running_digest(
+    p: &Plan,
+    digests: &HashMap<Reference, Result<Digest, ResolveFailure>>,
+) -> Option<Digest> {
+    match p.step {
+        Step::Resolve => digests.get(&p.target)?.as_ref().ok().cloned(),
+        Step::Deny => None,
+        Step::Keep => p.target.digest().cloned(),
+    }
+}
+
+/// The namespace's ImagePolicies, ANDed with the cluster's outcome: they
+/// may refuse what the cluster admits (or make its warnings block), never
+/// admit what it refuses.
+fn apply_teams(
+    outcome: Outcome,
+    field: &ImageField,
+    plan: Option<&Plan>,
+    teams: &[TeamCheck],
+    escalate: bool,
+    answers: &Answers,
+) -> Outcome {
+    let admitted = match outcome {
+        Outcome::Failed(f) => {
+            return Outcome::Failed(if escalate && f.mode == Mode::Warn {
+                Finding {
+                    mode: Mode::Enforce,
+                    ..f
+                }
+            } else {
+                f
+            });
+        }
+        Outcome::NeedsLookup { .. } => return outcome,
+        o => o,
+    };
+    let Some(p) = plan else { return admitted };
+    for c in teams {
+        let refusal = match &c.verdict {
+            TeamVerdict::Pass => continue,
+            TeamVerdict::Denied { rule } => Denial::StaticDeny { rule: rule.clone() },
+            TeamVerdict::NotAllowed => Denial::NoRule,
+            TeamVerdict::Verify { rule, .. } => {
+                let Some(digest) = running_digest(p, &answers.digests) else {
+                    continue;
+                };
+                let target = p.target.pinned(digest.clone()).to_string();
+                match answers.reports.get(&c.key(rule, digest)) {
+                    Some(r) if r.satisfied() => continue,
+                    Some(r) => Denial::Unverified {
+                        rule: rule.clone(),
+                        target,
+                        report: r.clone(),
+                    },
+                    None => continue,
+                }
+            }
+        };
+        return Outcome::Failed(Finding {
+            image: field.value.clone(),
+            field: field.clone(),
+            denial: Denial::TeamPolicy {
+                policy: c.policy.clone(),
+                refusal: Box::new(refusal),
+            },
+            mode: c.mode,
+        });
+    }
+    admitted
+}
+
 /// The digest a verifying plan will run, if known.
 fn verify_key(
     p: &Plan,
@@ -436,11 +583,7 @@ fn downgrade_unchanged(outcome: Outcome, field: &ImageField, old: &[(String, Str
     let unchanged = old
         .iter()
         .any(|(p, v)| *p == field.pointer && *v == field.value);
-    let lookup_failed = match &f.denial {
-        Denial::Unresolved { .. } => true,
-        Denial::Unverified { report, .. } => report.fetch_failure.is_some(),
-        _ => false,
-    };
+    let lookup_failed = f.denial.lookup_failed();
     if unchanged && lookup_failed && f.mode == Mode::Enforce {
         return Outcome::Failed(Finding {
             mode: Mode::Warn,
@@ -451,156 +594,4 @@ fn downgrade_unchanged(outcome: Outcome, field: &ImageField, old: &[(String, Str
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::walker::summarize_value;
-
-    const POLICY: &str = "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  pin: {scope: pods}\n  mirrors: [{from: docker.io, to: m.local/hub}]\n  rules:\n  - {name: all, match: ['**'], mode: enforce}\n  - {name: bad, match: ['docker.io/library/bad'], action: deny}\n  exemptNamespaces: [kube-system]\n";
-
-    fn policy() -> Policy {
-        Policy::from_yaml(POLICY).expect("policy")
-    }
-
-    fn deployment(image: &str) -> ObjectSummary {
-        summarize_value(
-            &serde_json::json!({"kind": "Deployment", "metadata": {"name": "d"},
-            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": image}]}}}}),
-        )
-    }
-
-    fn facts<'a>(op: Operation, ns: Option<&'a str>, obj: &ObjectSummary) -> ObjectFacts<'a> {
-        ObjectFacts {
-            operation: op,
-            source: Source::Admission,
-            kind: "Deployment",
-            namespace: ns,
-            object: Some(obj.clone()),
-            old_object: None,
-        }
-    }
-
-    fn answers(target: &str, r: Result<Digest, ResolveFailure>) -> Answers {
-        let mut a = Answers::default();
-        a.digests.insert(Reference::parse(target).expect("ref"), r);
-        a
-    }
-
-    #[test]
-    fn skip_rules_come_before_the_images() {
-        let p = policy();
-        let o = deployment("nginx:1");
-        for (op, ns, skip) in [
-            (Operation::Delete, Some("shop"), Some(Skip::Operation)),
-            (Operation::Connect, Some("shop"), Some(Skip::Operation)),
-            (
-                Operation::Create,
-                Some("kube-system"),
-                Some(Skip::ExemptNamespace),
-            ),
-            (Operation::Create, Some("shop"), None),
-            (Operation::Create, None, None),
-        ] {
-            let plan = plan_object(&p, facts(op, ns, &o));
-            assert_eq!(
-                plan.decide(&Answers::default()).skipped,
-                skip,
-                "{op:?} {ns:?}"
-            );
-        }
-        let mut dying = deployment("nginx:1");
-        dying.terminating = true;
-        let f = ObjectFacts {
-            old_object: Some(&dying),
-            ..facts(Operation::Update, Some("shop"), &o)
-        };
-        assert_eq!(
-            plan_object(&p, f).decide(&Answers::default()).skipped,
-            Some(Skip::Terminating)
-        );
-    }
-
-    /// Regression: `sigil pin` read `metadata.namespace` where the webhook
-    /// read the request's namespace; one rule now serves both.
-    #[test]
-    fn manifest_exemption_uses_the_one_namespace_rule() {
-        assert_eq!(
-            effective_namespace(Some("a"), Some("b"), Some("default")),
-            Some("a")
-        );
-        assert_eq!(
-            effective_namespace(Some(""), Some("b"), Some("default")),
-            Some("b")
-        );
-        assert_eq!(
-            effective_namespace(None, None, Some("default")),
-            Some("default")
-        );
-        assert_eq!(effective_namespace(None, Some(""), None), None);
-    }
-
-    #[test]
-    fn update_of_an_image_already_running_only_warns_when_the_lookup_fails() {
-        let p = policy();
-        let o = deployment("nginx:1");
-        let failure = ResolveFailure::Unreachable {
-            detail: "down".into(),
-        };
-        let a = answers("m.local/hub/library/nginx:1", Err(failure));
-        let f = ObjectFacts {
-            old_object: Some(&o),
-            ..facts(Operation::Update, Some("shop"), &o)
-        };
-        let v = plan_object(&p, f).decide(&a);
-        assert_eq!(v.fields[0].label(), "warned:unresolved");
-        let v = plan_object(&p, facts(Operation::Create, Some("shop"), &o)).decide(&a);
-        assert_eq!(v.fields[0].label(), "denied:unresolved");
-        assert!(v.denied());
-        // A static deny blocks even an image the object already ran.
-        let bad = deployment("bad:1");
-        let f = ObjectFacts {
-            old_object: Some(&bad),
-            ..facts(Operation::Update, Some("shop"), &bad)
-        };
-        let v = plan_object(&p, f).decide(&Answers::default());
-        assert_eq!(v.fields[0].label(), "denied:static_deny");
-    }
-
-    #[test]
-    fn scope_pods_checks_workloads_but_manifests_are_always_pinned() {
-        let p = policy();
-        let o = deployment("nginx:1");
-        let a = answers(
-            "m.local/hub/library/nginx:1",
-            Ok(Digest::from_sha256(&[1; 32])),
-        );
-        let plan = plan_object(&p, facts(Operation::Create, Some("shop"), &o));
-        assert_eq!(plan.lookups().len(), 1);
-        let v = plan.decide(&a);
-        assert!(!v.patchable);
-        assert_eq!(v.fields[0].label(), "pinned");
-        let f = ObjectFacts {
-            source: Source::Manifest,
-            ..facts(Operation::Create, Some("shop"), &o)
-        };
-        assert!(plan_object(&p, f).decide(&a).patchable);
-    }
-
-    #[test]
-    fn offline_reports_lookups_and_still_rewrites() {
-        let p = policy();
-        let o = deployment("nginx:1");
-        let a = Answers {
-            offline: true,
-            ..Answers::default()
-        };
-        let v = plan_object(&p, facts(Operation::Create, None, &o)).decide(&a);
-        assert_eq!(v.fields[0].label(), "needs-lookup");
-        assert_eq!(
-            v.fields[0].outcome,
-            Outcome::NeedsLookup {
-                rule: "all".into(),
-                new: Some("m.local/hub/library/nginx:1".into())
-            }
-        );
-    }
-}
+mod tests;

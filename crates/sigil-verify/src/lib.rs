@@ -154,17 +154,14 @@ impl Material {
     pub fn load(policy: &Policy) -> Result<Material, VerifyError> {
         let mut roots: HashMap<Option<String>, Arc<TrustedRoot>> = HashMap::new();
         let mut sets = HashMap::new();
-        for rule in &policy.rules {
-            let Some(v) = &rule.verification else {
-                continue;
-            };
+        for (rule, v) in policy.verifications() {
             if sets.contains_key(v.as_ref()) {
                 continue;
             }
             let mut loaded = Vec::with_capacity(v.verifiers.len());
             for spec in &v.verifiers {
                 let check = load_one(spec, &mut roots).map_err(|e| VerifyError::Verifier {
-                    rule: rule.name.clone(),
+                    rule: rule.clone(),
                     verifier: spec.name.clone(),
                     source: Box::new(e),
                 })?;
@@ -187,7 +184,7 @@ impl Material {
                 out.push(v.trim().to_owned());
             }
         };
-        for v in policy.rules.iter().filter_map(|r| r.verification.as_ref()) {
+        for (_, v) in policy.verifications() {
             for spec in &v.verifiers {
                 if let Some(c) = &spec.cosign {
                     c.key.as_deref().into_iter().for_each(&mut add);

@@ -149,7 +149,7 @@ pub async fn watch_policy(
         seen = bytes;
         let outcome = match std::str::from_utf8(&seen)
             .map_err(|e| e.to_string())
-            .and_then(|t| Policy::from_yaml(t).map_err(|e| e.to_string()))
+            .and_then(|t| Policy::from_documents(t).map_err(|e| e.to_string()))
         {
             Ok(policy) => {
                 let current = webhook.engine();

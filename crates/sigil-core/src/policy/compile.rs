@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::{
-    API_VERSION, Action, ImagePolicyDoc, KIND, Mirror, MirrorSpec, Platform, Policy, PolicyError,
-    Rule, invalid,
+    API_VERSION, Action, CLUSTER_KIND, ImagePolicyDoc, KIND, Mirror, MirrorSpec, Platform, Policy,
+    PolicyError, Rule, invalid,
 };
 use crate::decision::Mode;
 use crate::pattern::{Pattern, PatternError};
@@ -24,10 +24,13 @@ impl Policy {
                 ),
             ));
         }
-        if doc.kind.value != KIND {
+        if doc.kind.value != KIND && doc.kind.value != CLUSTER_KIND {
             return Err(invalid(
                 &doc.kind,
-                format!("kind is {:?}; expected {KIND:?}", doc.kind.value),
+                format!(
+                    "kind is {:?}; expected {KIND:?} or {CLUSTER_KIND:?}",
+                    doc.kind.value
+                ),
             ));
         }
         let spec = doc.spec;
@@ -159,37 +162,18 @@ impl Policy {
                 verification,
             });
         }
-        // Ties: two rules whose equally specific patterns can match one name.
-        for (ri, a) in rules.iter().enumerate() {
-            for b in rules.iter().skip(ri + 1) {
-                for (pi, pa) in a.patterns.iter().enumerate() {
-                    for pb in &b.patterns {
-                        if pa.specificity() == pb.specificity() && pa.overlaps(pb) {
-                            return Err(invalid(
-                                &spec.rules[ri].patterns[pi],
-                                format!(
-                                    "rules {:?} ({}) and {:?} ({}) are equally specific and can match the same image; make one more specific",
-                                    a.name,
-                                    pa.normalized(),
-                                    b.name,
-                                    pb.normalized()
-                                ),
-                            ));
-                        }
-                    }
-                }
-            }
-        }
-        let mut order: Vec<(usize, usize)> = rules
-            .iter()
-            .enumerate()
-            .flat_map(|(ri, r)| (0..r.patterns.len()).map(move |pi| (ri, pi)))
-            .collect();
-        order.sort_by(|&(ra, pa), &(rb, pb)| {
-            rules[rb].patterns[pb]
-                .specificity()
-                .cmp(&rules[ra].patterns[pa].specificity())
-        });
+        let order = specificity_order(
+            &rules.iter().map(|r| r.patterns.as_slice()).collect::<Vec<_>>(),
+        )
+        .map_err(|(ri, pi, b, pa, pb)| {
+            invalid(
+                &spec.rules[ri].patterns[pi],
+                format!(
+                    "rules {:?} ({pa}) and {:?} ({pb}) are equally specific and can match the same image; make one more specific",
+                    rules[ri].name, rules[b].name
+                ),
+            )
+        })?;
         Ok(Policy {
             name: doc.metadata.name,
             mirrors,
@@ -200,8 +184,45 @@ impl Policy {
             rules,
             order,
             exempt_namespaces: spec.exempt_namespaces,
+            namespaced: Default::default(),
         })
     }
+}
+
+/// A tie: (rule a, its pattern index, rule b, pattern a, pattern b).
+pub(super) type Tie = (usize, usize, usize, String, String);
+
+/// (rule, pattern) pairs sorted most specific first, or the first tie: two
+/// rules whose equally specific patterns can match one name.
+pub(super) fn specificity_order(rules: &[&[Pattern]]) -> Result<Vec<(usize, usize)>, Tie> {
+    for (ri, a) in rules.iter().enumerate() {
+        for (bi, b) in rules.iter().enumerate().skip(ri + 1) {
+            for (pi, pa) in a.iter().enumerate() {
+                for pb in b.iter() {
+                    if pa.specificity() == pb.specificity() && pa.overlaps(pb) {
+                        return Err((
+                            ri,
+                            pi,
+                            bi,
+                            pa.normalized().to_owned(),
+                            pb.normalized().to_owned(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let mut order: Vec<(usize, usize)> = rules
+        .iter()
+        .enumerate()
+        .flat_map(|(ri, r)| (0..r.len()).map(move |pi| (ri, pi)))
+        .collect();
+    order.sort_by(|&(ra, pa), &(rb, pb)| {
+        rules[rb][pb]
+            .specificity()
+            .cmp(&rules[ra][pa].specificity())
+    });
+    Ok(order)
 }
 
 fn compile_mirrors(specs: &[MirrorSpec]) -> Result<Vec<Mirror>, PolicyError> {

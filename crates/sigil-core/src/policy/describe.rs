@@ -132,6 +132,39 @@ impl Policy {
                 p.exempt_namespaces.join(", ")
             );
         }
+        for t in p.namespaced.values().flatten() {
+            let _ = writeln!(
+                s,
+                "\n{} (objects in namespace {} only; it can only refuse more, never admit what the rules above refuse; mode {}):",
+                t.display_name(),
+                t.namespace,
+                t.mode.as_str()
+            );
+            for r in &t.rules {
+                let what = if r.deny {
+                    "refused".to_owned()
+                } else if let Some(v) = &r.verification {
+                    let names: Vec<&str> = v.verifiers.iter().map(|x| x.name.as_str()).collect();
+                    format!(
+                        "admitted only if signed: at least {} of {}",
+                        v.threshold,
+                        names.join(", ")
+                    )
+                } else {
+                    "left to the cluster policy".to_owned()
+                };
+                let pats: Vec<&str> = r.patterns.iter().map(|x| x.normalized()).collect();
+                let _ = writeln!(s, "  rule {:?}: {} is {what}", r.name, pats.join(", "));
+            }
+            let _ = writeln!(
+                s,
+                "  any other image: {}",
+                match t.default_action {
+                    super::DefaultAction::Allow => "left to the cluster policy",
+                    super::DefaultAction::Deny => "refused (defaultAction: deny, an allow-list)",
+                }
+            );
+        }
         s
     }
 }

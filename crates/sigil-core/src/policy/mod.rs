@@ -10,8 +10,12 @@
 
 mod compile;
 mod describe;
+mod documents;
+pub mod namespaced;
 mod plan;
 pub mod schema;
+
+pub use namespaced::{DefaultAction, NamespacePolicy, TeamVerdict};
 
 pub use schema::{
     Action, AuthSpec, ImagePolicyDoc, Metadata, MirrorSpec, PinSpec, RegistrySpec, RuleSpec, Scope,
@@ -31,8 +35,11 @@ use crate::verify::Verification;
 
 /// The only `apiVersion` this build understands.
 pub const API_VERSION: &str = "sigil.dev/v1alpha1";
-/// The policy's `kind`.
+/// The policy's `kind`: cluster-wide in a file without a namespace (as it
+/// always was), a team's tighten-only policy with `metadata.namespace`.
 pub const KIND: &str = "ImagePolicy";
+/// The platform's cluster-wide policy kind.
+pub const CLUSTER_KIND: &str = "ClusterImagePolicy";
 
 /// The policy sigil uses when none is given: pin every image, only warn on failure.
 pub const DEFAULT_POLICY_YAML: &str = r#"apiVersion: sigil.dev/v1alpha1
@@ -165,6 +172,8 @@ pub struct Policy {
     order: Vec<(usize, usize)>,
     /// Namespaces that pass untouched.
     pub exempt_namespaces: Vec<String>,
+    /// Teams' namespaced ImagePolicies, by namespace (tighten only).
+    pub namespaced: std::collections::BTreeMap<String, Vec<Arc<NamespacePolicy>>>,
 }
 
 /// What the policy says must happen to one image, before any I/O.
@@ -228,6 +237,23 @@ impl Policy {
         let doc: ImagePolicyDoc =
             serde_json::from_value(v).map_err(|e| PolicyError::Syntax(e.to_string()))?;
         Policy::compile(doc)
+    }
+
+    /// Every signature requirement in force, with the rule that states it:
+    /// the cluster's rules and every namespace ImagePolicy's.
+    pub fn verifications(&self) -> Vec<(String, &Arc<Verification>)> {
+        let cluster = self
+            .rules
+            .iter()
+            .filter_map(|r| r.verification.as_ref().map(|v| (r.name.clone(), v)));
+        let teams = self.namespaced.values().flatten().flat_map(|t| {
+            t.rules.iter().filter_map(move |r| {
+                r.verification
+                    .as_ref()
+                    .map(|v| (format!("{}, rule {}", t.display_name(), r.name), v))
+            })
+        });
+        cluster.chain(teams).collect()
     }
 
     /// Whether requests in this namespace pass untouched.

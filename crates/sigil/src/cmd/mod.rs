@@ -41,7 +41,7 @@ pub fn load_policy_bytes(path: Option<&Path>) -> Result<(Policy, Option<Vec<u8>>
             let text = std::str::from_utf8(&bytes)
                 .with_context(|| format!("policy {} is not UTF-8", p.display()))?;
             let policy =
-                Policy::from_yaml(text).with_context(|| format!("policy {}", p.display()))?;
+                Policy::from_documents(text).with_context(|| format!("policy {}", p.display()))?;
             Ok((policy, Some(bytes)))
         }
     }

@@ -31,7 +31,7 @@ pub fn run(command: PolicyCommand) -> Result<ExitCode> {
 fn check(file: &Path, schema_only: bool) -> Result<ExitCode> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let p = match Policy::from_yaml(&text) {
+    let p = match Policy::from_documents(&text) {
         Ok(p) => p,
         Err(e) => bail!("{}: {e}", file.display()),
     };

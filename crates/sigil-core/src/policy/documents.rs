@@ -1,0 +1,205 @@
+//! Policy files with several documents, and how they add up.
+//!
+//! Owns telling the kinds apart — `ClusterImagePolicy`, and `ImagePolicy`
+//! without `metadata.namespace` (its meaning since the first release), are
+//! cluster policies; an `ImagePolicy` with `metadata.namespace` is a team's
+//! tighten-only policy — and merging cluster policies into one: rules,
+//! mirrors and registries add up, exemptions unite, and anything two of them
+//! would decide differently (a rule name used twice, two equally specific
+//! rules for one image, a mirror or registry set twice, different pinning
+//! settings) is a conflict. In a file a conflict is an error; for policy
+//! objects the caller keeps the older one in force (see [`Policy::merge`]).
+
+use std::sync::Arc;
+
+use super::{CLUSTER_KIND, KIND, NamespacePolicy, Policy, PolicyError};
+
+/// One document of a file: its text and the line it starts on.
+fn documents(text: &str) -> Vec<(u64, String)> {
+    let mut out = Vec::new();
+    let (mut start, mut cur) = (1u64, String::new());
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_end() == "---" || line.starts_with("--- ") {
+            out.push((start, std::mem::take(&mut cur)));
+            start = i as u64 + 2;
+            continue;
+        }
+        cur.push_str(line);
+        cur.push('\n');
+    }
+    out.push((start, cur));
+    out.into_iter()
+        .filter(|(_, d)| {
+            d.lines()
+                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        })
+        .collect()
+}
+
+/// Moves an error's line by the document's offset in the file.
+fn shift(e: PolicyError, first_line: u64) -> PolicyError {
+    match e {
+        PolicyError::Invalid {
+            line: Some(l),
+            message,
+        } => PolicyError::Invalid {
+            line: Some(l + first_line - 1),
+            message,
+        },
+        PolicyError::Invalid {
+            line: None,
+            message,
+        } if first_line > 1 => PolicyError::Invalid {
+            line: None,
+            message: format!("document starting at line {first_line}: {message}"),
+        },
+        PolicyError::Syntax(m) if first_line > 1 => {
+            PolicyError::Syntax(format!("document starting at line {first_line}: {m}"))
+        }
+        other => other,
+    }
+}
+
+impl Policy {
+    /// Reads a policy file of one or more documents: the cluster policies
+    /// merged into one, the namespaced ImagePolicies attached to it.
+    pub fn from_documents(text: &str) -> Result<Policy, PolicyError> {
+        let mut cluster: Vec<Policy> = Vec::new();
+        let mut teams: Vec<NamespacePolicy> = Vec::new();
+        for (line, doc) in documents(text) {
+            let head: serde_json::Value = serde_saphyr::from_str(&doc)
+                .map_err(|e| shift(PolicyError::Syntax(e.to_string()), line))?;
+            let kind = head["kind"].as_str().unwrap_or_default();
+            let namespace = head["metadata"]["namespace"].as_str().unwrap_or_default();
+            match kind {
+                KIND if !namespace.is_empty() => {
+                    teams.push(NamespacePolicy::from_yaml(&doc).map_err(|e| shift(e, line))?)
+                }
+                KIND | CLUSTER_KIND => {
+                    cluster.push(Policy::from_yaml(&doc).map_err(|e| shift(e, line))?)
+                }
+                other => {
+                    return Err(shift(
+                        PolicyError::Invalid {
+                            line: None,
+                            message: format!(
+                                "kind {other:?} is not a sigil policy ({KIND} or {CLUSTER_KIND})"
+                            ),
+                        },
+                        line,
+                    ));
+                }
+            }
+        }
+        let mut policies = cluster.into_iter();
+        let Some(first) = policies.next() else {
+            return Err(PolicyError::Invalid {
+                line: None,
+                message: format!(
+                    "the file holds no cluster policy ({CLUSTER_KIND}, or {KIND} without metadata.namespace)"
+                ),
+            });
+        };
+        let mut merged = first;
+        for p in policies {
+            merged = merged.merge(p)?;
+        }
+        for t in teams {
+            merged.add_namespaced(t)?;
+        }
+        Ok(merged)
+    }
+
+    /// Adds a team's policy for its namespace; its name must be new there.
+    pub fn add_namespaced(&mut self, t: NamespacePolicy) -> Result<(), PolicyError> {
+        let list = self.namespaced.entry(t.namespace.clone()).or_default();
+        if list.iter().any(|o| o.name == t.name) {
+            return Err(PolicyError::Invalid {
+                line: None,
+                message: format!("{} is defined twice", t.display_name()),
+            });
+        }
+        list.push(Arc::new(t));
+        Ok(())
+    }
+
+    /// This cluster policy and `other` acting as one, or why they cannot:
+    /// the conflict names both. Callers that hold policy objects keep `self`
+    /// (the older) in force and report `other` as not Ready.
+    pub fn merge(self, other: Policy) -> Result<Policy, PolicyError> {
+        let conflict = |what: String| PolicyError::Invalid {
+            line: None,
+            message: format!(
+                "policies {:?} and {:?} conflict: {what}",
+                self.name, other.name
+            ),
+        };
+        for m in &other.mirrors {
+            if self.mirrors.iter().any(|o| o.from == m.from) {
+                return Err(conflict(format!("both map mirror {:?}", m.from)));
+            }
+            if self.mirrors.iter().any(|o| o.to == m.to) {
+                return Err(conflict(format!("both mirror to {:?}", m.to)));
+            }
+        }
+        for r in &other.registries {
+            if self.registries.iter().any(|o| o.host == r.host) {
+                return Err(conflict(format!("both configure registry {:?}", r.host)));
+            }
+        }
+        for r in &other.rules {
+            if self.rules.iter().any(|o| o.name == r.name) {
+                return Err(conflict(format!("both define rule {:?}", r.name)));
+            }
+        }
+        if self.scope != other.scope
+            || self.platform != other.platform
+            || self.cache_ttl != other.cache_ttl
+        {
+            return Err(conflict(
+                "their spec.pin settings differ (set pinning in one policy)".into(),
+            ));
+        }
+        let mut rules = self.rules;
+        rules.extend(other.rules);
+        let order = super::compile::specificity_order(
+            &rules.iter().map(|r| r.patterns.as_slice()).collect::<Vec<_>>(),
+        )
+        .map_err(|(a, _, b, pa, pb)| {
+            PolicyError::Invalid {
+                line: None,
+                message: format!(
+                    "policies {:?} and {:?} conflict: rules {:?} ({pa}) and {:?} ({pb}) are equally specific and can match the same image",
+                    self.name, other.name, rules[a].name, rules[b].name
+                ),
+            }
+        })?;
+        let mut mirrors = self.mirrors;
+        mirrors.extend(other.mirrors);
+        mirrors.sort_by_key(|m| std::cmp::Reverse(m.from.len()));
+        let mut registries = self.registries;
+        registries.extend(other.registries);
+        let mut exempt = self.exempt_namespaces;
+        for n in other.exempt_namespaces {
+            if !exempt.contains(&n) {
+                exempt.push(n);
+            }
+        }
+        let mut namespaced = self.namespaced;
+        for (ns, list) in other.namespaced {
+            namespaced.entry(ns).or_default().extend(list);
+        }
+        Ok(Policy {
+            name: format!("{}+{}", self.name, other.name),
+            mirrors,
+            registries,
+            scope: self.scope,
+            platform: self.platform,
+            cache_ttl: self.cache_ttl,
+            rules,
+            order,
+            exempt_namespaces: exempt,
+            namespaced,
+        })
+    }
+}
