@@ -11,6 +11,7 @@ mod credentials;
 mod deploy;
 mod drain;
 mod pin;
+mod policies;
 use sigil_testkit as support;
 mod verify;
 mod webhook;
