@@ -18,6 +18,7 @@ pub mod admission;
 pub mod audit;
 pub mod certs;
 pub mod cluster;
+pub mod crd;
 pub mod engine;
 pub mod error;
 pub mod files;

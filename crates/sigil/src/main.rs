@@ -56,6 +56,8 @@ enum Command {
     /// While it is on, images are NOT checked (the cluster runs fail-open).
     /// Afterwards, audit what was admitted: see docs/operations.md.
     BreakGlass(cmd::break_glass::BreakGlassArgs),
+    /// Print the ClusterImagePolicy and ImagePolicy CRDs (YAML).
+    Crds,
     /// Work with policy files.
     Policy {
         #[command(subcommand)]
@@ -79,6 +81,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => cmd::verify::run(*args),
         Command::VerifyBundle(args) => cmd::verify_bundle::run(args),
         Command::BreakGlass(args) => cmd::break_glass::run(args),
+        Command::Crds => cmd::crds::run(),
         Command::Policy { command } => cmd::policy::run(command),
     };
     match result {

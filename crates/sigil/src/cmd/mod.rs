@@ -19,6 +19,7 @@ use sigil_registry::keychain::Keychain;
 
 pub mod audit;
 pub mod break_glass;
+pub mod crds;
 pub mod krm;
 pub mod pin;
 pub mod policy;

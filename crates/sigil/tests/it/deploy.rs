@@ -82,13 +82,17 @@ fn check_all(objects: &[Value]) -> BTreeMap<String, Value> {
             "Service" => drop(typed::<Service>(o)),
             "Deployment" => drop(typed::<Deployment>(o)),
             "PodDisruptionBudget" => drop(typed::<PodDisruptionBudget>(o)),
+            "CustomResourceDefinition" => drop(typed::<
+                k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+            >(o)),
             "Issuer" | "Certificate" => {
                 assert_eq!(o["apiVersion"], "cert-manager.io/v1", "{kind} {name}");
                 assert!(o["spec"].is_object(), "{kind} {name} has no spec");
             }
             other => panic!("unexpected kind {other} in the deploy manifests"),
         }
-        if kind != "Namespace" && !kind.starts_with("Cluster") {
+        if !matches!(kind, "Namespace" | "CustomResourceDefinition") && !kind.starts_with("Cluster")
+        {
             assert_eq!(o["metadata"]["namespace"], "sigil-system", "{kind} {name}");
         }
         by.insert(format!("{kind}/{name}"), o.clone());
@@ -414,4 +418,59 @@ fn cert_manager_overlay_uses_its_certificate_and_drops_secret_rights() {
         assert!(env[p].starts_with(&mount.mount_path), "{p}");
     }
     assert!(!by["Role/sigil"].to_string().contains("secrets"));
+}
+
+/// The checked-in CRDs are exactly what `sigil crds` generates from the Rust
+/// types; the namespaced kind refuses loosening fields by CEL and aggregates
+/// to admin/edit/view; the cluster kind aggregates to nobody.
+#[test]
+fn checked_in_crds_are_the_generated_ones_and_rbac_aggregates_only_the_namespaced_kind() {
+    let checked_in = std::fs::read_to_string(deploy_dir().join("base/crds/policies.yaml")).unwrap();
+    assert_eq!(
+        checked_in,
+        sigil::crd::yaml().unwrap(),
+        "deploy/kustomize/base/crds/policies.yaml is stale: run `sigil crds > deploy/kustomize/base/crds/policies.yaml`"
+    );
+    let by = check_all(&render("base"));
+    let ns = &by["CustomResourceDefinition/imagepolicies.sigil.dev"];
+    assert_eq!(ns["spec"]["scope"], "Namespaced");
+    let v = &ns["spec"]["versions"][0];
+    assert_eq!(v["subresources"]["status"], json!({}));
+    let cols: Vec<&str> = v["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(cols, ["Ready", "Rules", "Age"]);
+    let rules = v["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"]
+        .to_string();
+    for field in ["mirrors", "registries", "pin", "exemptNamespaces"] {
+        assert!(
+            rules.contains(&format!("!has(self.{field})")),
+            "{field}: {rules}"
+        );
+    }
+    assert_eq!(
+        by["CustomResourceDefinition/clusterimagepolicies.sigil.dev"]["spec"]["scope"],
+        "Cluster"
+    );
+    let edit = &by["ClusterRole/sigil-imagepolicies-edit"];
+    assert_eq!(
+        edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"],
+        "true"
+    );
+    assert_eq!(edit["rules"][0]["resources"], json!(["imagepolicies"]));
+    for (key, role) in &by {
+        if key.starts_with("ClusterRole/")
+            && role["metadata"]["labels"]
+                .to_string()
+                .contains("aggregate-to")
+        {
+            assert!(
+                !role["rules"].to_string().contains("clusterimagepolicies"),
+                "{key} hands ClusterImagePolicy to namespace users"
+            );
+        }
+    }
 }

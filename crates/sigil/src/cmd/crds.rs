@@ -1,0 +1,13 @@
+//! `sigil crds`: the ClusterImagePolicy and ImagePolicy CRDs, generated from
+//! the Rust types in `sigil::crd`, as YAML on stdout (what
+//! `deploy/kustomize/base/crds/policies.yaml` holds).
+
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result};
+
+/// Runs `sigil crds`.
+pub fn run() -> Result<ExitCode> {
+    print!("{}", sigil::crd::yaml().context("rendering the CRDs")?);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,241 @@
+//! The policy kinds as Kubernetes objects (group `sigil.dev`, `v1alpha1`):
+//! `ClusterImagePolicy` (cluster-scoped, the platform's) and `ImagePolicy`
+//! (namespaced, a team's, tighten-only).
+//!
+//! Owns the Rust types the CRDs are generated from (`sigil crds`, checked in
+//! under `deploy/kustomize/base/crds/`), their printer columns and the CEL
+//! rules that refuse, at admission, the fields a namespaced policy may not
+//! set. It does not own what a policy means: an object's spec is handed to
+//! sigil-core's parser as the same document a file holds, so files and
+//! objects can never mean different things. Signature verifiers are kept
+//! schemaless here (`x-kubernetes-preserve-unknown-fields`) and validated by
+//! that parser, which reports problems in `status.conditions`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Any JSON, kept as written (verifier specs), for the API server's schema.
+fn free_form(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+/// A list of free-form objects.
+fn free_form_list(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+    })
+}
+
+/// `spec.mirrors[]`.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+pub struct Mirror {
+    /// Origin prefix on the normalized name: a host, or host/path.
+    pub from: String,
+    /// Mirror prefix that replaces it.
+    pub to: String,
+}
+
+/// `spec.pin`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Pin {
+    /// `workloads` (default) or `pods`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// `""` pins the index; `os/arch[/variant]` pins that platform.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+    /// How long a resolved digest is trusted (`5m`).
+    #[serde(default, rename = "cacheTTL", skip_serializing_if = "Option::is_none")]
+    pub cache_ttl: Option<String>,
+}
+
+/// One rule.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRule {
+    /// Named in denials, metrics and status.
+    pub name: String,
+    /// Name patterns matched on the origin name; the most specific wins.
+    #[serde(rename = "match")]
+    pub patterns: Vec<String>,
+    /// `enforce` (default) or `warn` (cluster policies only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// `pin` (default), `allow` or `deny`; namespaced: `allow` (default) or `deny`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// For humans.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Signature verifiers (cosign, notation), as in a policy file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "free_form_list")]
+    pub verify: Vec<serde_json::Value>,
+    /// At least this many verifiers must pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<i64>,
+    /// Verifiers that must pass.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required: Vec<String>,
+    /// Where signatures are read from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form")]
+    pub signatures: Option<serde_json::Value>,
+}
+
+/// The platform's policy: the same spec as a policy file.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[kube(
+    group = "sigil.dev",
+    version = "v1alpha1",
+    kind = "ClusterImagePolicy",
+    status = "PolicyStatus",
+    shortname = "cip",
+    category = "sigil",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Rules","type":"integer","jsonPath":".status.rules"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterImagePolicySpec {
+    /// Rewrite stage, applied first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirrors: Vec<Mirror>,
+    /// Per-host connection settings (as in a policy file).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "free_form_list")]
+    pub registries: Vec<serde_json::Value>,
+    /// How tags become digests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<Pin>,
+    /// Rules; with every other ClusterImagePolicy they act as one policy.
+    #[serde(default)]
+    pub rules: Vec<PolicyRule>,
+    /// Namespaces whose requests pass untouched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exempt_namespaces: Vec<String>,
+}
+
+/// A team's policy for its namespace: it may only tighten.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Deserialize, Serialize)]
+#[kube(
+    group = "sigil.dev",
+    version = "v1alpha1",
+    kind = "ImagePolicy",
+    namespaced,
+    status = "PolicyStatus",
+    shortname = "ip",
+    category = "sigil",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Rules","type":"integer","jsonPath":".status.rules"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = Rule::new("!has(self.mirrors)").message("a namespaced ImagePolicy may only tighten: mirrors belong in a ClusterImagePolicy"))]
+#[x_kube(validation = Rule::new("!has(self.registries)").message("a namespaced ImagePolicy may only tighten: registry settings and credentials belong in a ClusterImagePolicy"))]
+#[x_kube(validation = Rule::new("!has(self.pin)").message("a namespaced ImagePolicy may only tighten: pinning belongs in a ClusterImagePolicy"))]
+#[x_kube(validation = Rule::new("!has(self.exemptNamespaces)").message("a namespaced ImagePolicy may only tighten: exemptions belong in a ClusterImagePolicy"))]
+#[x_kube(validation = Rule::new("!has(self.rules) || self.rules.all(r, !has(r.action) || r.action in ['allow', 'deny'])").message("a namespaced rule's action is allow or deny"))]
+#[x_kube(validation = Rule::new("!has(self.rules) || self.rules.all(r, !has(r.mode))").message("set mode once for the whole namespaced ImagePolicy (spec.mode)"))]
+#[serde(rename_all = "camelCase")]
+pub struct ImagePolicySpec {
+    /// `enforce` (default): refusals block, and so do the cluster's warn-mode
+    /// failures here; `warn`: refusals only warn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["enforce", "warn"]))]
+    pub mode: Option<String>,
+    /// `allow` (default) or `deny` (an allow-list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["allow", "deny"]))]
+    pub default_action: Option<String>,
+    /// Deny rules, allow-list entries, the team's own signature requirements.
+    #[serde(default)]
+    pub rules: Vec<PolicyRule>,
+    /// Not allowed here (declared so the CEL rule can refuse it rather than
+    /// the API server silently dropping it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form")]
+    pub mirrors: Option<serde_json::Value>,
+    /// Not allowed here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form")]
+    pub registries: Option<serde_json::Value>,
+    /// Not allowed here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form")]
+    pub pin: Option<serde_json::Value>,
+    /// Not allowed here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form")]
+    pub exempt_namespaces: Option<serde_json::Value>,
+}
+
+/// `status` of both kinds, written by one replica.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Rules in force from this object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<i64>,
+    /// `Ready`: True when in force, False with the reason and message.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// A status condition (the standard shape).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// `Ready`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// CamelCase reason.
+    pub reason: String,
+    /// What is wrong (the field or line) or what is in force.
+    pub message: String,
+    /// The generation it was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// When the status last changed.
+    pub last_transition_time: String,
+}
+
+/// Both CRDs, as `sigil crds` prints them.
+pub fn all() -> Vec<CustomResourceDefinition> {
+    let mut namespaced = ImagePolicy::crd();
+    // Namespace admins and editors manage their own ImagePolicies.
+    let labels = namespaced.metadata.labels.get_or_insert_with(BTreeMap::new);
+    labels.insert("app.kubernetes.io/part-of".into(), "sigil".into());
+    let mut cluster = ClusterImagePolicy::crd();
+    cluster
+        .metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert("app.kubernetes.io/part-of".into(), "sigil".into());
+    vec![cluster, namespaced]
+}
+
+/// The CRDs as one multi-document YAML stream.
+pub fn yaml() -> Result<String, serde_saphyr::ser::Error> {
+    let mut out = String::from(
+        "# Generated by `sigil crds` from crates/sigil/src/crd.rs; do not edit by hand.\n",
+    );
+    for c in all() {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&c)?);
+    }
+    Ok(out)
+}
