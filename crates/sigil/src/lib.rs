@@ -25,6 +25,7 @@ pub mod files;
 pub mod krm;
 pub mod metrics;
 pub mod pin;
+pub mod policies;
 pub mod pullsecrets;
 pub mod reload;
 pub mod selfcheck;

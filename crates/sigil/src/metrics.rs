@@ -89,6 +89,13 @@ pub struct Metrics {
     audit_events: Family<ResultLabels, Counter>,
     /// Registry requests made by this process (an audit reports its own share).
     registry_requests_total: AtomicU64,
+    policies: Family<PolicyLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    kind: &'static str,
+    ready: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -150,6 +157,7 @@ impl Default for Metrics {
             audit_runs: Family::default(),
             audit_events: Family::default(),
             registry_requests_total: AtomicU64::new(0),
+            policies: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -278,6 +286,11 @@ impl Default for Metrics {
             "Audit Events by result (published, deduplicated, rate_limited, error)",
             m.audit_events.clone(),
         );
+        registry.register(
+            "policies",
+            "Policy objects (ClusterImagePolicy, ImagePolicy) by kind and whether they are Ready",
+            m.policies.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -363,6 +376,26 @@ impl Metrics {
                 result: if complete { "ok" } else { "error" },
             })
             .inc();
+    }
+
+    /// Counts policy objects by kind and readiness.
+    pub fn set_policies(&self, objects: impl Iterator<Item = (&'static str, bool)>) {
+        self.policies.clear();
+        for kind in ["ClusterImagePolicy", "ImagePolicy"] {
+            for ready in ["true", "false"] {
+                self.policies
+                    .get_or_create(&PolicyLabels { kind, ready })
+                    .set(0);
+            }
+        }
+        for (kind, ready) in objects {
+            self.policies
+                .get_or_create(&PolicyLabels {
+                    kind,
+                    ready: if ready { "true" } else { "false" },
+                })
+                .inc();
+        }
     }
 
     /// Withdraws the audit gauges (this replica no longer leads).

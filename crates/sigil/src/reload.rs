@@ -127,6 +127,7 @@ pub async fn watch_policy(
     mut seen: Vec<u8>,
     webhook: Arc<Webhook<Registry>>,
     metrics: Arc<Metrics>,
+    combiner: Option<Arc<crate::policies::Combiner>>,
 ) {
     let mut seen_material = material_bytes(&webhook.engine().policy).await;
     loop {
@@ -151,6 +152,14 @@ pub async fn watch_policy(
             .map_err(|e| e.to_string())
             .and_then(|t| Policy::from_documents(t).map_err(|e| e.to_string()))
         {
+            Ok(policy) if combiner.is_some() => {
+                seen_material = material_bytes(&policy).await;
+                tracing::info!(path = %path.display(), policy = %policy.name, "policy file reloaded; combining it with the policy objects");
+                if let Some(c) = &combiner {
+                    c.set_file(policy);
+                }
+                "ok"
+            }
             Ok(policy) => {
                 let current = webhook.engine();
                 let (name, rules) = (policy.name.clone(), policy.rules.len());

@@ -109,6 +109,10 @@ pub struct ServeArgs {
     reconcile_interval: Duration,
     #[command(flatten)]
     audit: super::audit::ServeAuditArgs,
+    /// Also put ClusterImagePolicy and ImagePolicy objects in force (kept by
+    /// watches), combined with --policy; one replica writes their status.
+    #[arg(long, env = "SIGIL_WATCH_POLICIES")]
+    watch_policies: bool,
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -162,8 +166,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     args.validate()?;
     let _log_guard = init_logging(args.log_format);
     let (policy, policy_bytes) = super::load_policy_bytes(args.policy.as_deref())?;
+    let file_policy = args.policy.is_some().then(|| policy.clone());
     super::runtime()?.block_on(async {
-        let (config, webhook, metrics, audit) = configure(&args, policy, policy_bytes).await?;
+        let (config, webhook, metrics, audit) =
+            configure(&args, policy, policy_bytes, file_policy).await?;
         let bound = sigil::server::bind(config).await?;
         let mut signals = Signals::install()?;
         let running = bound.spawn(webhook, metrics);
@@ -183,6 +189,7 @@ async fn configure(
     args: &ServeArgs,
     policy: Policy,
     policy_bytes: Option<Vec<u8>>,
+    file_policy: Option<Policy>,
 ) -> Result<(
     ServeConfig,
     Arc<Webhook<sigil_registry::Registry>>,
@@ -199,6 +206,8 @@ async fn configure(
         Some("--pull-secrets")
     } else if args.audit.enabled() {
         Some("--audit-interval")
+    } else if args.watch_policies {
+        Some("--watch-policies")
     } else {
         None
     };
@@ -285,6 +294,39 @@ async fn configure(
         cert_settings,
         &metrics,
     );
+    let mut combiner = None;
+    if let (true, Some(client)) = (args.watch_policies, &client) {
+        let (c, listed) = sigil::policies::Combiner::start(
+            client.clone(),
+            webhook.clone(),
+            metrics.clone(),
+            sources.clone(),
+            file_policy,
+        );
+        ready_gates.push((
+            "waiting for the policy watches to list ClusterImagePolicies and ImagePolicies once"
+                .to_owned(),
+            listed,
+        ));
+        let lease = sigil::cluster::lease::LeaseSettings {
+            namespace: namespace.clone(),
+            name: "sigil-policy-status".into(),
+            identity: sigil::cluster::lease::identity(),
+            duration: args.audit.audit_lease_duration,
+        };
+        let (client, c2) = (client.clone(), c.clone());
+        tasks.0.push(Box::new(move |ready, _store| {
+            Box::pin(async move {
+                ready.wait().await;
+                let instance = lease.identity.clone();
+                let election = sigil::cluster::lease::spawn(client.clone(), lease);
+                c2.write_status(client, instance, election.leading.clone())
+                    .await;
+                election.release().await;
+            })
+        }));
+        combiner = Some(c);
+    }
     if let (true, Some(client)) = (args.audit.enabled(), client) {
         let (handle, task, l) = audit_task(args, namespace, client, &webhook, &metrics);
         audit = Some(handle);
@@ -301,6 +343,7 @@ async fn configure(
         tasks,
         ready_gates,
         audit: latest,
+        combiner,
     };
     Ok((config, webhook, metrics, audit))
 }

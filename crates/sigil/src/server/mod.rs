@@ -67,6 +67,9 @@ pub struct ServeConfig {
     pub ready_gates: Vec<(String, tokio::sync::watch::Receiver<bool>)>,
     /// The in-cluster audit's last report, served at `GET /audit` (when on).
     pub audit: Option<Arc<crate::audit::continuous::Latest>>,
+    /// With `--watch-policies`: a reloaded policy file is combined with the
+    /// policy objects instead of replacing them.
+    pub combiner: Option<Arc<crate::policies::Combiner>>,
 }
 
 /// Work that runs beside the server and needs its readiness or the
@@ -183,6 +186,7 @@ impl Bound {
                 seen,
                 webhook.clone(),
                 metrics.clone(),
+                cfg.combiner.clone(),
             ));
         }
         let (phase, phase_rx) = tokio::sync::watch::channel(Phase::Serving);

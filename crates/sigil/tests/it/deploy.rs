@@ -358,6 +358,12 @@ fn base_renders_and_carries_the_safe_settings() {
     want.sort();
     assert_eq!(listed, want, "RBAC lists exactly the audited kinds");
     assert!(by["Role/sigil"].to_string().contains("sigil-audit"));
+    // --watch-policies: read the policy kinds, patch their status, nothing more.
+    assert_eq!(env["SIGIL_WATCH_POLICIES"], "true");
+    let pol = by["ClusterRole/sigil-policies"]["rules"].to_string();
+    assert!(pol.contains("\"list\",\"watch\"") && pol.contains("clusterimagepolicies/status"));
+    assert!(!pol.contains("\"update\"") && !pol.contains("\"delete\""), "{pol}");
+    assert!(by["Role/sigil"].to_string().contains("sigil-policy-status"));
     assert_eq!(
         by["ClusterRoleBinding/sigil-audit"]["subjects"][0]["name"],
         "sigil"

@@ -172,3 +172,191 @@ async fn team_policies_tighten_in_their_namespace_only_through_webhook_and_pin()
         "{err}"
     );
 }
+
+const CIPS: &str = "/apis/sigil.dev/v1alpha1/clusterimagepolicies";
+
+fn cip(name: &str, created: &str, spec: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "sigil.dev/v1alpha1", "kind": "ClusterImagePolicy",
+        "metadata": {"name": name, "creationTimestamp": created}, "spec": spec})
+}
+
+fn team_policy(ns: &str, name: &str, spec: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "sigil.dev/v1alpha1", "kind": "ImagePolicy",
+        "metadata": {"name": name, "namespace": ns}, "spec": spec})
+}
+
+fn ready_of(o: &serde_json::Value) -> (String, String, String) {
+    let c = &o["status"]["conditions"][0];
+    (
+        c["status"].as_str().unwrap_or_default().to_owned(),
+        c["reason"].as_str().unwrap_or_default().to_owned(),
+        c["message"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// Policy objects through the stand-in: ClusterImagePolicies combine (a
+/// conflict marks only the newer one not Ready), a team's ImagePolicy
+/// applies in its namespace, a loosening one forced in is ignored with a
+/// not-Ready condition, an edit is in force within a second without a
+/// restart, and only one of two replicas writes status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_objects_combine_report_status_and_take_effect_at_once() {
+    use crate::support::kube::FakeKube;
+    use serde_json::json;
+    let reg = TestRegistry::start(Mode::Plain).await;
+    let h = reg.host();
+    reg.push_image("ok/app", "v1").await;
+    let kube = FakeKube::start().await;
+    kube.insert(
+        CIPS,
+        cip(
+            "base",
+            "2026-01-01T00:00:00Z",
+            json!({
+            "registries": [{"host": h, "insecure": true}],
+            "rules": [{"name": "all", "match": ["**"], "mode": "enforce"}]}),
+        ),
+    );
+    kube.insert(
+        CIPS,
+        cip(
+            "deny-bad",
+            "2026-02-01T00:00:00Z",
+            json!({
+            "rules": [{"name": "deny-bad", "match": [format!("{h}/bad/**")], "action": "deny"}]}),
+        ),
+    );
+    kube.insert(
+        CIPS,
+        cip(
+            "dup",
+            "2026-03-01T00:00:00Z",
+            json!({
+            "rules": [{"name": "all", "match": [format!("{h}/dup/**")]}]}),
+        ),
+    );
+    kube.insert(
+        "/apis/sigil.dev/v1alpha1/namespaces/team-a/imagepolicies",
+        team_policy(
+            "team-a",
+            "allow-list",
+            json!({"defaultAction": "deny",
+            "rules": [{"name": "ours", "match": [format!("{h}/team-a/**")]}]}),
+        ),
+    );
+    kube.insert(
+        "/apis/sigil.dev/v1alpha1/namespaces/team-b/imagepolicies",
+        team_policy(
+            "team-b",
+            "loose",
+            json!({"mirrors": [{"from": "docker.io", "to": "evil.example/hub"}]}),
+        ),
+    );
+    let args = [
+        "--watch-policies",
+        "--namespace",
+        "sigil-system",
+        "--audit-lease-duration",
+        "2s",
+    ];
+    let a = Sigil::start_env(None, &args, &kube.env()).await;
+    let b = Sigil::start_env(None, &args, &kube.env()).await;
+    let ok = format!("{h}/ok/app:v1");
+    for s in [&a, &b] {
+        let api = s.apiserver();
+        let p = api.create_pod("team-z", &[&ok]).await;
+        assert!(p.allowed && p.patched, "{}", p.message);
+        let p = api.create_pod("team-z", &[&format!("{h}/bad/x:v1")]).await;
+        assert!(
+            !p.allowed && p.message.contains("denied by rule \"deny-bad\""),
+            "{}",
+            p.message
+        );
+        let p = api.create_pod("team-a", &[&ok]).await;
+        assert!(
+            !p.allowed
+                && p.message
+                    .contains("not on the allow-list of ImagePolicy team-a/allow-list"),
+            "{}",
+            p.message
+        );
+    }
+    // Status: written once, by the replica holding the Lease.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let done = ["base", "deny-bad", "dup"]
+            .iter()
+            .all(|n| kube.get(CIPS, n).is_some_and(|o| !o["status"].is_null()))
+            && kube
+                .get(
+                    "/apis/sigil.dev/v1alpha1/namespaces/team-b/imagepolicies",
+                    "loose",
+                )
+                .is_some_and(|o| !o["status"].is_null());
+        if done {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "status never written");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (st, reason, _) = ready_of(&kube.get(CIPS, "base").unwrap());
+    assert_eq!((st.as_str(), reason.as_str()), ("True", "InForce"));
+    assert_eq!(ready_of(&kube.get(CIPS, "deny-bad").unwrap()).0, "True");
+    let (st, reason, msg) = ready_of(&kube.get(CIPS, "dup").unwrap());
+    assert_eq!(
+        (st.as_str(), reason.as_str()),
+        ("False", "Conflict"),
+        "{msg}"
+    );
+    assert!(msg.contains("both define rule \"all\""), "{msg}");
+    let loose = kube
+        .get(
+            "/apis/sigil.dev/v1alpha1/namespaces/team-b/imagepolicies",
+            "loose",
+        )
+        .unwrap();
+    let (st, reason, msg) = ready_of(&loose);
+    assert_eq!((st.as_str(), reason.as_str()), ("False", "InvalidSpec"));
+    assert!(msg.contains("spec.mirrors is not allowed"), "{msg}");
+    assert_eq!(loose["status"]["observedGeneration"], 1);
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let writes = kube
+        .requests()
+        .iter()
+        .filter(|(m, p, _)| m == "PATCH" && p == &format!("{CIPS}/dup/status"))
+        .count();
+    assert_eq!(writes, 1, "status written by one replica, once");
+    assert_eq!(
+        a.counter(
+            "sigil_policies",
+            &[("kind", "ClusterImagePolicy"), ("ready", "false")]
+        )
+        .await,
+        1.0
+    );
+    // The loosening policy was ignored: team-b still pulls from where images name.
+    let p = a.apiserver().create_pod("team-b", &[&ok]).await;
+    assert!(
+        p.allowed && !p.object.to_string().contains("evil.example"),
+        "{p:?}"
+    );
+
+    // An edit is in force within a second, on both replicas, without a restart.
+    let mut edit = kube.get(CIPS, "deny-bad").unwrap();
+    edit["spec"]["rules"][0]["match"] = json!([format!("{h}/ok/**")]);
+    kube.insert(CIPS, edit);
+    let edited = std::time::Instant::now();
+    for s in [&a, &b] {
+        loop {
+            let p = s.apiserver().create_pod("team-z", &[&ok]).await;
+            if !p.allowed {
+                break;
+            }
+            assert!(
+                edited.elapsed() < std::time::Duration::from_secs(1),
+                "edit not in force after 1s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}

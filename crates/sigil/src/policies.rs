@@ -1,0 +1,405 @@
+//! Policy objects in force (`sigil serve --watch-policies`).
+//!
+//! Owns keeping ClusterImagePolicies and ImagePolicies in memory
+//! (kube-runtime reflectors: no API call per request), combining them with
+//! the file policy — ClusterImagePolicies oldest first, each merged into what
+//! is in force so far, so a conflict marks the *newer* object not Ready and
+//! leaves the rest; an invalid edit keeps the object's previous generation in
+//! force — and putting the result in force on every change. One replica at a
+//! time (its own Lease) writes each object's `status` (`Ready` with reason
+//! and message, `observedGeneration`, rules in force) and an Event when it
+//! stops being Ready; every replica applies policies as soon as its watch
+//! sees them, without waiting for status. What a policy means is
+//! sigil-core's: an object's spec is parsed exactly as a file document.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Client, Resource, ResourceExt as _};
+use serde_json::json;
+use sigil_core::Policy;
+use sigil_core::policy::NamespacePolicy;
+use sigil_registry::Registry;
+
+use crate::admission::Webhook;
+use crate::crd::{ClusterImagePolicy, Condition, ImagePolicy, PolicyStatus};
+use crate::metrics::Metrics;
+use crate::reload::Sources;
+
+/// (kind, namespace, name).
+type Key = (&'static str, String, String);
+
+/// What an object's status should say.
+#[derive(Debug, Clone, PartialEq)]
+struct Desired {
+    ready: bool,
+    reason: &'static str,
+    message: String,
+    generation: Option<i64>,
+    rules: i64,
+}
+
+/// The last generation of an object that compiled.
+#[derive(Debug, Clone)]
+enum Good {
+    Cluster(i64, Policy),
+    Team(i64, NamespacePolicy),
+}
+
+/// The watches and what they put in force.
+pub struct Combiner {
+    webhook: Arc<Webhook<Registry>>,
+    metrics: Arc<Metrics>,
+    sources: Sources,
+    file: Mutex<Option<Policy>>,
+    good: Mutex<HashMap<String, Good>>,
+    desired: Mutex<HashMap<Key, Desired>>,
+    cluster: Store<ClusterImagePolicy>,
+    teams: Store<ImagePolicy>,
+    changed: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for Combiner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Combiner").finish_non_exhaustive()
+    }
+}
+
+fn ready(rules: usize, generation: Option<i64>) -> Desired {
+    Desired {
+        ready: true,
+        reason: "InForce",
+        message: format!("{rules} rule(s) in force"),
+        generation,
+        rules: i64::try_from(rules).unwrap_or(i64::MAX),
+    }
+}
+
+fn not_ready(
+    reason: &'static str,
+    message: String,
+    generation: Option<i64>,
+    rules: usize,
+) -> Desired {
+    Desired {
+        ready: false,
+        reason,
+        message,
+        generation,
+        rules: i64::try_from(rules).unwrap_or(i64::MAX),
+    }
+}
+
+impl Combiner {
+    /// Starts both watches; returns the combiner and a receiver that turns
+    /// true once both have listed (readiness waits for it, so a replica never
+    /// serves with only part of the policies).
+    pub fn start(
+        client: Client,
+        webhook: Arc<Webhook<Registry>>,
+        metrics: Arc<Metrics>,
+        sources: Sources,
+        file: Option<Policy>,
+    ) -> (Arc<Combiner>, tokio::sync::watch::Receiver<bool>) {
+        let (cluster, cw) = reflector::store::<ClusterImagePolicy>();
+        let (teams, tw) = reflector::store::<ImagePolicy>();
+        let c = Arc::new(Combiner {
+            webhook,
+            metrics,
+            sources,
+            file: Mutex::new(file),
+            good: Mutex::default(),
+            desired: Mutex::default(),
+            cluster: cluster.clone(),
+            teams: teams.clone(),
+            changed: tokio::sync::Notify::new(),
+        });
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let capis: Api<ClusterImagePolicy> = Api::all(client.clone());
+        let ipis: Api<ImagePolicy> = Api::all(client);
+        let me = c.clone();
+        tokio::spawn(async move {
+            let a = reflector::reflector(cw, watcher::watcher(capis, watcher::Config::default()))
+                .default_backoff()
+                .map(|e| e.map(|_| ()));
+            let b = reflector::reflector(tw, watcher::watcher(ipis, watcher::Config::default()))
+                .default_backoff()
+                .map(|e| e.map(|_| ()));
+            let mut events = futures_util::stream::select(a, b).boxed();
+            while let Some(ev) = events.next().await {
+                if let Err(e) = ev {
+                    tracing::warn!(error = %e, "policy watch (grant list/watch on clusterimagepolicies and imagepolicies.sigil.dev: ClusterRole sigil-policies)");
+                    continue;
+                }
+                let listed = me.cluster.wait_until_ready().now_or_never_ready()
+                    && me.teams.wait_until_ready().now_or_never_ready();
+                if listed {
+                    me.recompute();
+                    let _ = tx.send(true);
+                }
+            }
+        });
+        (c, rx)
+    }
+
+    /// A new file policy (hot reload): combined with the objects again.
+    pub fn set_file(&self, p: Policy) {
+        *self.file.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+        self.recompute();
+    }
+
+    /// Recombines everything and puts it in force.
+    pub fn recompute(&self) {
+        let mut desired = HashMap::new();
+        let mut good = self.good.lock().unwrap_or_else(|e| e.into_inner());
+        let mut merged = self.file.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut cips = self.cluster.state();
+        cips.sort_by(|a, b| {
+            (
+                a.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                a.name_any(),
+            )
+                .cmp(&(
+                    b.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    b.name_any(),
+                ))
+        });
+        for c in &cips {
+            let (uid, generation) = (c.uid().unwrap_or_default(), c.metadata.generation);
+            let doc = json!({"apiVersion": "sigil.dev/v1alpha1", "kind": "ClusterImagePolicy",
+                "metadata": {"name": c.name_any()}, "spec": c.spec});
+            let (policy, mut state) = match Policy::from_json_value(doc) {
+                Ok(p) => {
+                    good.insert(
+                        uid.clone(),
+                        Good::Cluster(generation.unwrap_or(0), p.clone()),
+                    );
+                    let n = p.rules.len();
+                    (Some(p), ready(n, generation))
+                }
+                Err(e) => match good.get(&uid) {
+                    Some(Good::Cluster(g, p)) => (
+                        Some(p.clone()),
+                        not_ready(
+                            "InvalidSpec",
+                            format!("{e}; generation {g} stays in force"),
+                            generation,
+                            p.rules.len(),
+                        ),
+                    ),
+                    _ => (None, not_ready("InvalidSpec", e.to_string(), generation, 0)),
+                },
+            };
+            if let Some(p) = policy {
+                merged = Some(match merged.take() {
+                    None => p,
+                    Some(m) => match m.clone().merge(p) {
+                        Ok(x) => x,
+                        Err(e) => {
+                            state = not_ready(
+                                "Conflict",
+                                format!(
+                                    "{e}; this policy is newer, so it is not in force (the others are)"
+                                ),
+                                generation,
+                                0,
+                            );
+                            m
+                        }
+                    },
+                });
+            }
+            desired.insert(("ClusterImagePolicy", String::new(), c.name_any()), state);
+        }
+        // No file and no ClusterImagePolicy yet: the embedded default.
+        let mut policy = merged.unwrap_or_else(Policy::embedded_default);
+        for t in self.teams.state().iter() {
+            let (uid, generation) = (t.uid().unwrap_or_default(), t.metadata.generation);
+            let ns = t.namespace().unwrap_or_default();
+            let doc = json!({"apiVersion": "sigil.dev/v1alpha1", "kind": "ImagePolicy",
+                "metadata": {"name": t.name_any(), "namespace": ns}, "spec": t.spec});
+            let state = match NamespacePolicy::from_value(doc) {
+                Ok(p) => {
+                    let n = p.rules.len();
+                    good.insert(uid, Good::Team(generation.unwrap_or(0), p.clone()));
+                    let _ = policy.add_namespaced(p);
+                    ready(n, generation)
+                }
+                Err(e) => match good.get(&uid) {
+                    Some(Good::Team(g, p)) => {
+                        let _ = policy.add_namespaced(p.clone());
+                        not_ready(
+                            "InvalidSpec",
+                            format!("{e}; generation {g} stays in force"),
+                            generation,
+                            p.rules.len(),
+                        )
+                    }
+                    _ => not_ready("InvalidSpec", format!("{e}; ignored"), generation, 0),
+                },
+            };
+            desired.insert(("ImagePolicy", ns, t.name_any()), state);
+        }
+        drop(good);
+        let current = self.webhook.engine();
+        match crate::reload::engine_for(
+            Arc::new(policy),
+            Some(&current),
+            &self.sources,
+            &self.metrics,
+        ) {
+            Ok(engine) => self.webhook.replace(engine),
+            Err(e) => {
+                tracing::warn!(error = %e, "combined policy cannot be put in force; keeping the policy in force")
+            }
+        }
+        self.metrics
+            .set_policies(desired.iter().map(|((k, _, _), d)| (*k, d.ready)));
+        *self.desired.lock().unwrap_or_else(|e| e.into_inner()) = desired;
+        self.changed.notify_waiters();
+    }
+
+    /// Writes status while `leading` is true: runs until the process ends.
+    pub async fn write_status(
+        self: Arc<Self>,
+        client: Client,
+        instance: String,
+        mut leading: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "sigil.dev/policies".into(),
+                instance: Some(instance.clone()),
+            },
+        );
+        loop {
+            if leading.wait_for(|l| *l).await.is_err() {
+                return;
+            }
+            let notified = self.changed.notified();
+            let desired = self
+                .desired
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            for ((kind, ns, name), d) in desired {
+                let current = match kind {
+                    "ClusterImagePolicy" => self
+                        .cluster
+                        .state()
+                        .into_iter()
+                        .find(|o| o.name_any() == name)
+                        .map(|o| (o.status.clone(), o.object_ref(&()))),
+                    _ => self
+                        .teams
+                        .state()
+                        .into_iter()
+                        .find(|o| {
+                            o.name_any() == name && o.namespace().as_deref() == Some(ns.as_str())
+                        })
+                        .map(|o| (o.status.clone(), o.object_ref(&()))),
+                };
+                let Some((status, reference)) = current else {
+                    continue;
+                };
+                let before = status
+                    .as_ref()
+                    .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready").cloned());
+                let want = condition(&d, before.as_ref());
+                let next = PolicyStatus {
+                    observed_generation: d.generation,
+                    rules: Some(d.rules),
+                    conditions: vec![want.clone()],
+                };
+                if status.as_ref() == Some(&next) {
+                    continue;
+                }
+                let patch = Patch::Merge(json!({"status": next}));
+                let pp = PatchParams::default();
+                let written = match kind {
+                    "ClusterImagePolicy" => Api::<ClusterImagePolicy>::all(client.clone())
+                        .patch_status(&name, &pp, &patch)
+                        .await
+                        .map(|_| ()),
+                    _ => Api::<ImagePolicy>::namespaced(client.clone(), &ns)
+                        .patch_status(&name, &pp, &patch)
+                        .await
+                        .map(|_| ()),
+                };
+                match written {
+                    Ok(()) => {
+                        let was_ready = before.as_ref().is_none_or(|c| c.status == "True");
+                        if !d.ready && was_ready {
+                            let ev = KubeEvent {
+                                type_: EventType::Warning,
+                                reason: "PolicyNotReady".into(),
+                                note: Some(truncate(&d.message)),
+                                action: "Apply".into(),
+                                secondary: None,
+                            };
+                            if let Err(e) = recorder.publish(&ev, &reference).await {
+                                tracing::warn!(error = %e, "publishing a policy Event failed");
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(kind, namespace = %ns, name = %name, error = %e, "writing policy status failed")
+                    }
+                }
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep(Duration::from_secs(10)) => {}
+                _ = leading.changed() => {}
+            }
+        }
+    }
+}
+
+fn truncate(s: &str) -> String {
+    let mut s = s.to_owned();
+    if s.len() > 1000 {
+        let mut cut = 997;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
+/// The Ready condition for `d`, keeping the transition time while its status holds.
+fn condition(d: &Desired, before: Option<&Condition>) -> Condition {
+    let status = if d.ready { "True" } else { "False" };
+    let last_transition_time = match before {
+        Some(b) if b.status == status => b.last_transition_time.clone(),
+        _ => humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+    };
+    Condition {
+        type_: "Ready".into(),
+        status: status.into(),
+        reason: d.reason.into(),
+        message: d.message.clone(),
+        observed_generation: d.generation,
+        last_transition_time,
+    }
+}
+
+/// Whether a store's first list completed (without waiting).
+trait NowReady {
+    fn now_or_never_ready(self) -> bool;
+}
+
+impl<F: std::future::Future> NowReady for F {
+    fn now_or_never_ready(self) -> bool {
+        futures_util::FutureExt::now_or_never(self).is_some()
+    }
+}
