@@ -40,6 +40,13 @@ pub use reference::{Digest, Reference, ReferenceError};
 pub use verify::{SignatureProblem, Verification, VerificationReport, VerifierOutcome};
 pub use walker::{FieldKind, ImageField, ObjectSummary};
 
+/// Namespace labels, for rules with a `namespaceSelector`: kept in memory by
+/// a watch, never fetched per request.
+pub trait NamespaceLabels: Send + Sync {
+    /// The labels of namespace `name`, if it is known.
+    fn labels(&self, name: &str) -> Option<policy::Labels>;
+}
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

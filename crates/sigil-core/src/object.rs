@@ -17,7 +17,7 @@ use std::sync::Arc;
 use crate::credentials::PullContext;
 use crate::decision::{Denial, Finding, Mode, Outcome, ResolveFailure, decide};
 use crate::patch::Replacement;
-use crate::policy::{Plan, Policy, Scope, Step, TeamVerdict};
+use crate::policy::{Labels, Plan, Policy, Scope, Step, TeamVerdict, default_labels};
 use crate::reference::{Digest, Reference};
 use crate::verify::{Verification, VerificationReport};
 use crate::walker::{ImageField, ObjectSummary};
@@ -118,6 +118,9 @@ pub struct ObjectFacts<'a> {
     pub object: Option<ObjectSummary>,
     /// The previous object's walk, on UPDATE.
     pub old_object: Option<&'a ObjectSummary>,
+    /// The namespace's labels, for rules with a `namespaceSelector`; when
+    /// `None`, only `kubernetes.io/metadata.name` is assumed.
+    pub namespace_labels: Option<&'a Labels>,
 }
 
 /// One signature check: the same digest under the same rule is checked once.
@@ -277,7 +280,19 @@ pub fn plan_object(policy: &Policy, facts: ObjectFacts<'_>) -> ObjectPlan {
         object.service_account.as_deref(),
     );
     let fields = object.fields;
-    let plans: Vec<Result<Plan, Denial>> = fields.iter().map(|f| policy.plan(&f.value)).collect();
+    let known;
+    let labels = match (facts.namespace_labels, facts.namespace) {
+        (Some(l), _) => Some(l),
+        (None, Some(ns)) => {
+            known = default_labels(ns);
+            Some(&known)
+        }
+        (None, None) => None,
+    };
+    let plans: Vec<Result<Plan, Denial>> = fields
+        .iter()
+        .map(|f| policy.plan_in(&f.value, labels))
+        .collect();
     let team_policies = facts
         .namespace
         .and_then(|ns| policy.namespaced.get(ns))

@@ -255,6 +255,7 @@ impl<R: DigestResolver> Webhook<R> {
             namespace: namespace.as_deref(),
             object,
             old_object: old.as_ref(),
+            namespace_labels: None,
         };
         let decision = engine.decide(facts, deadline).await;
         match decision.skipped {

@@ -90,6 +90,35 @@ pub struct PolicyRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_form")]
     pub signatures: Option<serde_json::Value>,
+    /// Cluster policies only: the rule applies to objects in namespaces
+    /// whose labels match (a label selector).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+}
+
+/// A Kubernetes label selector.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelector {
+    /// Labels that must be present with these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    /// `In`, `NotIn`, `Exists`, `DoesNotExist` expressions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelExpression>,
+}
+
+/// One `matchExpressions` entry.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+pub struct LabelExpression {
+    /// Label key.
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    #[schemars(extend("enum" = ["In", "NotIn", "Exists", "DoesNotExist"]))]
+    pub operator: String,
+    /// Values for `In` and `NotIn`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
 }
 
 /// The platform's policy: the same spec as a policy file.
@@ -145,6 +174,7 @@ pub struct ClusterImagePolicySpec {
 #[x_kube(validation = Rule::new("!has(self.exemptNamespaces)").message("a namespaced ImagePolicy may only tighten: exemptions belong in a ClusterImagePolicy"))]
 #[x_kube(validation = Rule::new("!has(self.rules) || self.rules.all(r, !has(r.action) || r.action in ['allow', 'deny'])").message("a namespaced rule's action is allow or deny"))]
 #[x_kube(validation = Rule::new("!has(self.rules) || self.rules.all(r, !has(r.mode))").message("set mode once for the whole namespaced ImagePolicy (spec.mode)"))]
+#[x_kube(validation = Rule::new("!has(self.rules) || self.rules.all(r, !has(r.namespaceSelector))").message("a namespaced ImagePolicy applies to its own namespace only (no namespaceSelector)"))]
 #[serde(rename_all = "camelCase")]
 pub struct ImagePolicySpec {
     /// `enforce` (default): refusals block, and so do the cluster's warn-mode

@@ -14,9 +14,9 @@ use std::time::Instant;
 use futures_util::future::join_all;
 use sigil_core::credentials::{PullContext, PullSecretStore};
 use sigil_core::{
-    Answers, Digest, DigestResolver, ObjectFacts, ObjectVerdict, Policy, PullCredentials,
-    Reference, ResolveFailure, SignatureVerifier, VerificationReport, VerifyJob, VerifyKey,
-    plan_object,
+    Answers, Digest, DigestResolver, NamespaceLabels, ObjectFacts, ObjectVerdict, Policy,
+    PullCredentials, Reference, ResolveFailure, SignatureVerifier, VerificationReport, VerifyJob,
+    VerifyKey, plan_object,
 };
 
 /// A policy plus the resolver and signature verifier that feed it.
@@ -30,6 +30,8 @@ pub struct Engine<R> {
     /// The cluster's pull secrets and ServiceAccounts (kept by watches);
     /// `None` when sigil does not read them (client side, `--pull-secrets` off).
     pub pull_secrets: Option<Arc<dyn PullSecretStore>>,
+    /// Namespace labels (kept by a watch), for rules with a `namespaceSelector`.
+    pub namespaces: Option<Arc<dyn NamespaceLabels>>,
 }
 
 impl<R: std::fmt::Debug> std::fmt::Debug for Engine<R> {
@@ -51,7 +53,14 @@ impl<R: DigestResolver> Engine<R> {
             resolver,
             verifier: None,
             pull_secrets: None,
+            namespaces: None,
         }
+    }
+
+    /// Reads namespace labels from `store`.
+    pub fn with_namespaces(mut self, store: Arc<dyn NamespaceLabels>) -> Self {
+        self.namespaces = Some(store);
+        self
     }
 
     /// Reads pull secrets and ServiceAccounts from `store`.
@@ -70,7 +79,20 @@ impl<R: DigestResolver> Engine<R> {
     /// (concurrently, so latency tracks the slowest, not the sum), and
     /// sigil-core turns the answers into the verdict.
     pub async fn decide(&self, facts: ObjectFacts<'_>, deadline: Instant) -> ObjectVerdict {
-        let plan = plan_object(&self.policy, facts);
+        // Labels are looked up only when a rule is limited to some namespaces.
+        let looked_up = match (&self.namespaces, facts.namespace, facts.namespace_labels) {
+            (Some(store), Some(ns), None) if self.policy.has_namespace_selectors() => {
+                store.labels(ns)
+            }
+            _ => None,
+        };
+        let plan = plan_object(
+            &self.policy,
+            ObjectFacts {
+                namespace_labels: looked_up.as_ref().or(facts.namespace_labels),
+                ..facts
+            },
+        );
         let creds = self.cluster_credentials(plan.pull_context());
         let digests = self.resolve_all(plan.lookups(), &creds, deadline).await;
         let reports = self

@@ -403,3 +403,39 @@ impl<F: std::future::Future> NowReady for F {
         futures_util::FutureExt::now_or_never(self).is_some()
     }
 }
+
+/// Namespace labels kept by a reflector, for rules with a `namespaceSelector`.
+#[derive(Debug, Clone)]
+pub struct Namespaces(Store<k8s_openapi::api::core::v1::Namespace>);
+
+impl sigil_core::NamespaceLabels for Namespaces {
+    fn labels(&self, name: &str) -> Option<sigil_core::policy::Labels> {
+        self.0
+            .get(&reflector::ObjectRef::new(name))
+            .map(|n| n.metadata.labels.clone().unwrap_or_default())
+    }
+}
+
+/// Starts the namespace watch; the receiver turns true once it has listed.
+pub fn watch_namespaces(client: Client) -> (Arc<Namespaces>, tokio::sync::watch::Receiver<bool>) {
+    let (store, writer) = reflector::store();
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
+    let ready = store.clone();
+    tokio::spawn(async move {
+        let mut events =
+            reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
+                .default_backoff()
+                .boxed();
+        while let Some(ev) = events.next().await {
+            if let Err(e) = ev {
+                tracing::warn!(error = %e, "namespace watch (grant list/watch on namespaces: ClusterRole sigil-policies)");
+                continue;
+            }
+            if ready.wait_until_ready().now_or_never_ready() {
+                let _ = tx.send(true);
+            }
+        }
+    });
+    (Arc::new(Namespaces(store)), rx)
+}

@@ -33,6 +33,8 @@ pub struct Sources {
     pub keychain: Arc<Keychain>,
     /// Pull secrets and ServiceAccounts from watches (`--pull-secrets`).
     pub pull_secrets: Option<Arc<dyn PullSecretStore>>,
+    /// Namespace labels from a watch (`--watch-policies`).
+    pub namespaces: Option<Arc<dyn sigil_core::NamespaceLabels>>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -105,6 +107,9 @@ pub fn engine_for(
     if let Some(store) = &sources.pull_secrets {
         engine = engine.with_pull_secrets(store.clone());
     }
+    if let Some(store) = &sources.namespaces {
+        engine = engine.with_namespaces(store.clone());
+    }
     Ok(engine)
 }
 
@@ -169,6 +174,7 @@ pub async fn watch_policy(
                 let sources = Sources {
                     keychain: current.resolver.keychain().clone(),
                     pull_secrets: current.pull_secrets.clone(),
+                    namespaces: current.namespaces.clone(),
                 };
                 match engine_for(Arc::new(policy), Some(&current), &sources, &metrics) {
                     Ok(engine) => {

@@ -24,6 +24,7 @@ fn audit(kind: &str, ns: &str, obj: &Value, answers: &Answers) -> ObjectAudit {
             namespace: Some(ns),
             object: Some(summary),
             old_object: None,
+            namespace_labels: None,
         },
     );
     audit_object(&plan.decide(answers), &fields, &running_images(obj))

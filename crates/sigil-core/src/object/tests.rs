@@ -23,6 +23,7 @@ fn facts<'a>(op: Operation, ns: Option<&'a str>, obj: &ObjectSummary) -> ObjectF
         namespace: ns,
         object: Some(obj.clone()),
         old_object: None,
+        namespace_labels: None,
     }
 }
 

@@ -153,6 +153,12 @@ impl Policy {
             } else {
                 None
             };
+            let namespace_selector = r
+                .namespace_selector
+                .as_ref()
+                .map(super::Selector::compile)
+                .transpose()
+                .map_err(|m| invalid(&r.name, format!("rule {:?}: {m}", r.name.value)))?;
             rules.push(Rule {
                 name: r.name.value.clone(),
                 patterns,
@@ -160,10 +166,14 @@ impl Policy {
                 action,
                 description: r.description.clone(),
                 verification,
+                namespace_selector,
             });
         }
         let order = specificity_order(
-            &rules.iter().map(|r| r.patterns.as_slice()).collect::<Vec<_>>(),
+            &rules
+                .iter()
+                .map(|r| (r.patterns.as_slice(), r.namespace_selector.is_some()))
+                .collect::<Vec<_>>(),
         )
         .map_err(|(ri, pi, b, pa, pb)| {
             invalid(
@@ -193,10 +203,16 @@ impl Policy {
 pub(super) type Tie = (usize, usize, usize, String, String);
 
 /// (rule, pattern) pairs sorted most specific first, or the first tie: two
-/// rules whose equally specific patterns can match one name.
-pub(super) fn specificity_order(rules: &[&[Pattern]]) -> Result<Vec<(usize, usize)>, Tie> {
-    for (ri, a) in rules.iter().enumerate() {
-        for (bi, b) in rules.iter().enumerate().skip(ri + 1) {
+/// rules whose equally specific patterns can match one name. At equal
+/// pattern specificity a rule with a namespace selector comes first (it is
+/// the more specific where it applies), so only two rules that both have, or
+/// both lack, a selector can tie.
+pub(super) fn specificity_order(rules: &[(&[Pattern], bool)]) -> Result<Vec<(usize, usize)>, Tie> {
+    for (ri, (a, sa)) in rules.iter().enumerate() {
+        for (bi, (b, sb)) in rules.iter().enumerate().skip(ri + 1) {
+            if sa != sb {
+                continue;
+            }
             for (pi, pa) in a.iter().enumerate() {
                 for pb in b.iter() {
                     if pa.specificity() == pb.specificity() && pa.overlaps(pb) {
@@ -215,12 +231,11 @@ pub(super) fn specificity_order(rules: &[&[Pattern]]) -> Result<Vec<(usize, usiz
     let mut order: Vec<(usize, usize)> = rules
         .iter()
         .enumerate()
-        .flat_map(|(ri, r)| (0..r.len()).map(move |pi| (ri, pi)))
+        .flat_map(|(ri, (r, _))| (0..r.len()).map(move |pi| (ri, pi)))
         .collect();
     order.sort_by(|&(ra, pa), &(rb, pb)| {
-        rules[rb][pb]
-            .specificity()
-            .cmp(&rules[ra][pa].specificity())
+        (rules[rb].0[pb].specificity(), rules[rb].1)
+            .cmp(&(rules[ra].0[pa].specificity(), rules[ra].1))
     });
     Ok(order)
 }

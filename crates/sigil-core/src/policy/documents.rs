@@ -163,7 +163,10 @@ impl Policy {
         let mut rules = self.rules;
         rules.extend(other.rules);
         let order = super::compile::specificity_order(
-            &rules.iter().map(|r| r.patterns.as_slice()).collect::<Vec<_>>(),
+            &rules
+                .iter()
+                .map(|r| (r.patterns.as_slice(), r.namespace_selector.is_some()))
+                .collect::<Vec<_>>(),
         )
         .map_err(|(a, _, b, pa, pb)| {
             PolicyError::Invalid {

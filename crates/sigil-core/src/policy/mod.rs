@@ -149,6 +149,79 @@ pub struct Rule {
     pub description: Option<String>,
     /// Signature requirement, if the rule has `verify`.
     pub verification: Option<Arc<Verification>>,
+    /// Namespaces the rule applies to (all when `None`).
+    pub namespace_selector: Option<Selector>,
+}
+
+/// Namespace labels, as a selector reads them.
+pub type Labels = std::collections::BTreeMap<String, String>;
+
+/// A compiled label selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selector {
+    /// `matchLabels`.
+    pub labels: Vec<(String, String)>,
+    /// (key, operator, values) with operator one of `In`, `NotIn`, `Exists`, `DoesNotExist`.
+    pub expressions: Vec<(String, String, Vec<String>)>,
+}
+
+impl Selector {
+    /// Compiles a selector, refusing operators Kubernetes does not define.
+    pub fn compile(s: &schema::SelectorSpec) -> Result<Selector, String> {
+        for e in &s.match_expressions {
+            match (e.operator.as_str(), e.values.is_empty()) {
+                ("In" | "NotIn", false) | ("Exists" | "DoesNotExist", true) => {}
+                ("In" | "NotIn", true) => {
+                    return Err(format!(
+                        "namespaceSelector: {} {} needs values",
+                        e.key, e.operator
+                    ));
+                }
+                ("Exists" | "DoesNotExist", false) => {
+                    return Err(format!(
+                        "namespaceSelector: {} {} takes no values",
+                        e.key, e.operator
+                    ));
+                }
+                (op, _) => {
+                    return Err(format!(
+                        "namespaceSelector: operator {op:?} is not In, NotIn, Exists or DoesNotExist"
+                    ));
+                }
+            }
+        }
+        Ok(Selector {
+            labels: s.match_labels.clone().into_iter().collect(),
+            expressions: s
+                .match_expressions
+                .iter()
+                .map(|e| (e.key.clone(), e.operator.clone(), e.values.clone()))
+                .collect(),
+        })
+    }
+
+    /// Whether a namespace with `labels` is selected.
+    pub fn matches(&self, labels: &Labels) -> bool {
+        self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            && self.expressions.iter().all(|(k, op, values)| {
+                let got = labels.get(k);
+                match op.as_str() {
+                    "In" => got.is_some_and(|g| values.contains(g)),
+                    "NotIn" => got.is_none_or(|g| !values.contains(g)),
+                    "Exists" => got.is_some(),
+                    _ => got.is_none(),
+                }
+            })
+    }
+}
+
+/// The labels a namespace is known to have when its object is not at hand:
+/// `kubernetes.io/metadata.name`, which the API server sets on every namespace.
+pub fn default_labels(namespace: &str) -> Labels {
+    Labels::from([(
+        "kubernetes.io/metadata.name".to_owned(),
+        namespace.to_owned(),
+    )])
 }
 
 /// A loaded, validated policy. Cheap to share behind an `Arc`.
@@ -254,6 +327,12 @@ impl Policy {
             })
         });
         cluster.chain(teams).collect()
+    }
+
+    /// Whether any rule is limited to some namespaces (then a decision needs
+    /// the namespace's labels).
+    pub fn has_namespace_selectors(&self) -> bool {
+        self.rules.iter().any(|r| r.namespace_selector.is_some())
     }
 
     /// Whether requests in this namespace pass untouched.

@@ -204,6 +204,14 @@ impl NamespacePolicy {
                     ));
                 }
             };
+            if r.namespace_selector.is_some() {
+                return Err(invalid(
+                    &r.name,
+                    format!(
+                        "{who}: rule {name:?}: a namespaced policy applies to its own namespace only (no namespaceSelector)"
+                    ),
+                ));
+            }
             if r.mode.is_some() {
                 return Err(invalid(
                     &r.name,
@@ -248,7 +256,10 @@ impl NamespacePolicy {
             });
         }
         let order = super::compile::specificity_order(
-            &rules.iter().map(|r| r.patterns.as_slice()).collect::<Vec<_>>(),
+            &rules
+                .iter()
+                .map(|r| (r.patterns.as_slice(), false))
+                .collect::<Vec<_>>(),
         )
         .map_err(|(a, _, b, pa, pb)| PolicyError::Invalid {
             line: None,

@@ -2,16 +2,23 @@
 //! admission pass decides the same), the rule that governs the image, and
 //! whether it must be resolved, kept, or denied.
 
-use super::{Action, Plan, Policy, Rule, Step};
+use super::{Action, Labels, Plan, Policy, Rule, Step};
 use crate::decision::Denial;
 use crate::reference::{self, Reference};
 
 impl Policy {
-    /// The rule governing a normalized origin name, if any.
-    pub fn rule_for(&self, origin: &Reference) -> Option<&Rule> {
+    /// The rule governing a normalized origin name in a namespace with
+    /// `labels` (`None`: no namespace; rules with a selector do not apply).
+    pub fn rule_for(&self, origin: &Reference, labels: Option<&Labels>) -> Option<&Rule> {
         self.order
             .iter()
-            .find(|&&(ri, pi)| self.rules[ri].patterns[pi].matches(origin))
+            .find(|&&(ri, pi)| {
+                let r = &self.rules[ri];
+                r.patterns[pi].matches(origin)
+                    && r.namespace_selector
+                        .as_ref()
+                        .is_none_or(|s| labels.is_some_and(|l| s.matches(l)))
+            })
             .map(|&(ri, _)| &self.rules[ri])
     }
 
@@ -43,10 +50,15 @@ impl Policy {
     /// Decides what must happen to one image string. Pure and idempotent:
     /// planning the output of a previous plan yields `Step::Keep` with the same target.
     pub fn plan(&self, written: &str) -> Result<Plan, Denial> {
+        self.plan_in(written, None)
+    }
+
+    /// [`Self::plan`] for an object in a namespace with `labels`.
+    pub fn plan_in(&self, written: &str, labels: Option<&Labels>) -> Result<Plan, Denial> {
         let reference =
             Reference::parse(written.trim()).map_err(|e| Denial::InvalidReference { error: e })?;
         let origin = self.origin_of(&reference);
-        let rule = self.rule_for(&origin).ok_or(Denial::NoRule)?;
+        let rule = self.rule_for(&origin, labels).ok_or(Denial::NoRule)?;
         let target = self.mirror_of(&origin);
         let step = match rule.action {
             Action::Deny => Step::Deny,

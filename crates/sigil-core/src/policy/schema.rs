@@ -193,4 +193,33 @@ pub struct RuleSpec {
     /// Where signatures are looked up.
     #[serde(default)]
     pub signatures: Option<SignaturesSpec>,
+    /// Only for objects in namespaces whose labels match (a Kubernetes label
+    /// selector; every namespace has `kubernetes.io/metadata.name`).
+    #[serde(default)]
+    pub namespace_selector: Option<SelectorSpec>,
+}
+
+/// A label selector, as Kubernetes writes one.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SelectorSpec {
+    /// Labels that must be present with these values.
+    #[serde(default)]
+    pub match_labels: std::collections::BTreeMap<String, String>,
+    /// `In`, `NotIn`, `Exists`, `DoesNotExist` expressions.
+    #[serde(default)]
+    pub match_expressions: Vec<ExpressionSpec>,
+}
+
+/// One `matchExpressions` entry.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ExpressionSpec {
+    /// Label key.
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: String,
+    /// Values for `In` and `NotIn`.
+    #[serde(default)]
+    pub values: Vec<String>,
 }

@@ -354,3 +354,24 @@ fn inclusion_proof_and_timestamp_threshold_are_read_and_bounded() {
         "{err}"
     );
 }
+
+#[test]
+fn namespace_selectors_limit_a_rule_and_win_ties_where_they_apply() {
+    let p = Policy::from_yaml("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n    - {name: all, match: ['**']}\n    - name: prod\n      match: ['**']\n      action: deny\n      namespaceSelector:\n        matchLabels: {tier: prod}\n        matchExpressions: [{key: team, operator: NotIn, values: [sre]}]\n").unwrap();
+    let labels = |pairs: &[(&str, &str)]| -> Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let prod = labels(&[("tier", "prod"), ("team", "web")]);
+    let sre = labels(&[("tier", "prod"), ("team", "sre")]);
+    let dev = labels(&[("tier", "dev")]);
+    assert_eq!(p.plan_in("nginx:1", Some(&prod)).unwrap().rule, "prod");
+    assert_eq!(p.plan_in("nginx:1", Some(&sre)).unwrap().rule, "all");
+    assert_eq!(p.plan_in("nginx:1", Some(&dev)).unwrap().rule, "all");
+    assert_eq!(p.plan_in("nginx:1", None).unwrap().rule, "all");
+    let bad = "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n    - name: x\n      match: ['**']\n      namespaceSelector: {matchExpressions: [{key: a, operator: Near}]}\n";
+    let err = Policy::from_yaml(bad).unwrap_err().to_string();
+    assert!(err.contains("operator \"Near\""), "{err}");
+}

@@ -32,6 +32,16 @@ pub use report::{ObjectMeta, ObjectReport, Report, Scope};
 use crate::engine::Engine;
 use crate::error::{Context as _, Error, Result};
 
+/// Namespace labels listed once (the CLI), for rules with a `namespaceSelector`.
+#[derive(Debug, Default)]
+pub struct KnownNamespaces(pub std::collections::HashMap<String, sigil_core::policy::Labels>);
+
+impl sigil_core::NamespaceLabels for KnownNamespaces {
+    fn labels(&self, name: &str) -> Option<sigil_core::policy::Labels> {
+        self.0.get(name).cloned()
+    }
+}
+
 /// Objects per list page (kube-apiserver's own default page for kubectl is 500).
 pub const DEFAULT_PAGE: u32 = 500;
 
@@ -212,6 +222,7 @@ async fn audit_one(
                 namespace: effective_namespace(None, Some(&meta.namespace), None),
                 object: Some(summary),
                 old_object: None,
+                namespace_labels: None,
             },
             Instant::now() + opts.timeout,
         )

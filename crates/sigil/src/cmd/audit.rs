@@ -134,6 +134,25 @@ pub fn run(args: AuditArgs) -> Result<ExitCode> {
                 sources.pull_secrets = Some(store);
             }
         }
+        if policy.has_namespace_selectors() {
+            // Rules limited to some namespaces need their labels: list once.
+            match kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+                .list(&Default::default())
+                .await
+            {
+                Ok(list) => {
+                    let labels = list
+                        .items
+                        .into_iter()
+                        .filter_map(|n| Some((n.metadata.name?, n.metadata.labels.unwrap_or_default())))
+                        .collect();
+                    sources.namespaces = Some(Arc::new(sigil::audit::KnownNamespaces(labels)));
+                }
+                Err(e) => eprintln!(
+                    "warning: cannot list namespaces ({e}); rules with a namespaceSelector see only kubernetes.io/metadata.name"
+                ),
+            }
+        }
         let engine = sigil::reload::engine_for(Arc::new(policy), None, &sources, &metrics)
             .context("putting the policy in force")?;
         let opts = Options {

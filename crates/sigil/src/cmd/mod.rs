@@ -122,6 +122,7 @@ impl CredentialArgs {
         Ok(Sources {
             keychain: Arc::new(keychain),
             pull_secrets: None,
+            namespaces: None,
         })
     }
 }

@@ -281,6 +281,14 @@ async fn configure(
             synced,
         ));
     }
+    if let (true, Some(client)) = (args.watch_policies, &client) {
+        let (namespaces, listed) = sigil::policies::watch_namespaces(client.clone());
+        sources.namespaces = Some(namespaces);
+        ready_gates.push((
+            "waiting for the namespace watch to list namespaces once".to_owned(),
+            listed,
+        ));
+    }
     let engine = sigil::reload::engine_for(Arc::new(policy), None, &sources, &metrics)
         .context("putting the policy in force")?;
     let webhook = Arc::new(Webhook::new(engine, metrics.clone()));

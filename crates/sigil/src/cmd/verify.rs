@@ -46,6 +46,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
             namespace: Some(&args.namespace),
             object: Some(summarize_value(&pod)),
             old_object: None,
+            namespace_labels: None,
         },
         Instant::now() + args.timeout,
     ));

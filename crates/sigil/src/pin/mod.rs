@@ -265,6 +265,7 @@ pub async fn decide_targets<R: DigestResolver>(
             namespace: namespace.as_deref(),
             object: Some(summary),
             old_object: None,
+            namespace_labels: None,
         };
         let verdict = if opts.offline {
             engine.decide_offline(facts)

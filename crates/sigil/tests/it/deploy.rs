@@ -362,7 +362,10 @@ fn base_renders_and_carries_the_safe_settings() {
     assert_eq!(env["SIGIL_WATCH_POLICIES"], "true");
     let pol = by["ClusterRole/sigil-policies"]["rules"].to_string();
     assert!(pol.contains("\"list\",\"watch\"") && pol.contains("clusterimagepolicies/status"));
-    assert!(!pol.contains("\"update\"") && !pol.contains("\"delete\""), "{pol}");
+    assert!(
+        !pol.contains("\"update\"") && !pol.contains("\"delete\""),
+        "{pol}"
+    );
     assert!(by["Role/sigil"].to_string().contains("sigil-policy-status"));
     assert_eq!(
         by["ClusterRoleBinding/sigil-audit"]["subjects"][0]["name"],

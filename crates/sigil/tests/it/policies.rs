@@ -236,6 +236,21 @@ async fn policy_objects_combine_report_status_and_take_effect_at_once() {
         ),
     );
     kube.insert(
+        CIPS,
+        cip(
+            "prod-only",
+            "2026-04-01T00:00:00Z",
+            json!({
+            "rules": [{"name": "no-ok-in-prod", "match": [format!("{h}/ok/**")], "action": "deny",
+                       "namespaceSelector": {"matchLabels": {"tier": "prod"}}}]}),
+        ),
+    );
+    kube.insert(
+        "/api/v1/namespaces",
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": "shop-prod", "labels": {"tier": "prod", "kubernetes.io/metadata.name": "shop-prod"}}}),
+    );
+    kube.insert(
         "/apis/sigil.dev/v1alpha1/namespaces/team-a/imagepolicies",
         team_policy(
             "team-a",
