@@ -141,5 +141,69 @@ fn bench(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, bench);
+/// 100 ClusterImagePolicy rules (some limited by namespaceSelector) and
+/// 1,000 namespaces with an ImagePolicy each, the request's among them.
+fn many_policies() -> Policy {
+    let mut text = String::from(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ClusterImagePolicy\nmetadata: {name: platform}\nspec:\n  rules:\n    - {name: rest, match: [\"**\"], mode: warn}\n",
+    );
+    for i in 0..100 {
+        text.push_str(&format!(
+            "    - {{name: svc{i}, match: [\"registry.example.com/svc{i}/**\"]{}}}\n",
+            if i % 4 == 0 {
+                ", namespaceSelector: {matchLabels: {tier: prod}}"
+            } else {
+                ""
+            }
+        ));
+    }
+    for i in 0..1000 {
+        let ns = if i == 0 {
+            "bench".to_owned()
+        } else {
+            format!("team-{i}")
+        };
+        text.push_str(&format!(
+            "---\napiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {{name: team, namespace: {ns}}}\nspec:\n  rules:\n    - {{name: no-debug, match: [\"registry.example.com/team/debug\"], action: deny}}\n    - {{name: ours, match: [\"registry.example.com/team/**\"]}}\n"
+        ));
+    }
+    Policy::from_documents(&text).expect("many policies")
+}
+
+/// The cached decision under [`many_policies`]: within 10 % of the plain
+/// cached decision is the target (docs/benchmarks.md).
+fn bench_many(c: &mut Criterion) {
+    let d =
+        Digest::parse("sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+            .expect("digest");
+    let hook = Webhook::new(
+        Engine::new(Arc::new(many_policies()), FakeResolver::fixed(d)),
+        Arc::new(sigil::metrics::Metrics::default()),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("rt");
+    let b = body();
+    let (out, _) = rt
+        .block_on(hook.review(&b, Instant::now() + Duration::from_secs(9)))
+        .expect("review");
+    let answer: serde_json::Value = serde_json::from_slice(&out).expect("json");
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    c.bench_function(
+        "admission_review_cached_3_container_pod_100_cluster_rules_1000_team_policies",
+        |bn| {
+            bn.iter(|| {
+                let deadline = Instant::now() + Duration::from_secs(9);
+                let (out, v) = rt
+                    .block_on(hook.review(black_box(&b), deadline))
+                    .expect("review");
+                hook.record(&v, Duration::from_micros(1));
+                out.len()
+            })
+        },
+    );
+}
+
+criterion_group!(benches, bench, bench_many);
 criterion_main!(benches);

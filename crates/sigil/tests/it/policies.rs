@@ -334,6 +334,17 @@ async fn policy_objects_combine_report_status_and_take_effect_at_once() {
     assert_eq!((st.as_str(), reason.as_str()), ("False", "InvalidSpec"));
     assert!(msg.contains("spec.mirrors is not allowed"), "{msg}");
     assert_eq!(loose["status"]["observedGeneration"], 1);
+    // An Event on the object that is not Ready.
+    let events = kube.list("/apis/events.k8s.io/v1/namespaces/team-b/events");
+    assert!(
+        events.iter().any(|e| e["reason"] == "PolicyNotReady"
+            && e["regarding"]["name"] == "loose"
+            && e["note"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("spec.mirrors")),
+        "{events:#?}"
+    );
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let writes = kube
         .requests()
