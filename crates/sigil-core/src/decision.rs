@@ -204,6 +204,8 @@ pub enum Denial {
     StaticDeny {
         /// Rule name.
         rule: String,
+        /// The policy object stating the rule (`ClusterImagePolicy base`), if named.
+        source: Option<String>,
     },
     /// The tag could not be resolved to a digest.
     Unresolved {
@@ -218,6 +220,8 @@ pub enum Denial {
     Unverified {
         /// Rule name.
         rule: String,
+        /// The policy object stating the rule, if named.
+        source: Option<String>,
         /// The exact image (with digest) that was checked.
         target: String,
         /// Per-verifier findings.
@@ -264,10 +268,20 @@ impl Denial {
                 format!("is not a valid image reference: {error}")
             }
             Denial::NoRule => "matches no rule of the policy".to_owned(),
-            Denial::StaticDeny { rule } => format!("is denied by rule {rule:?}"),
+            Denial::StaticDeny { rule, source } => {
+                format!("is denied by rule {rule:?}{}", of(source))
+            }
             Denial::Unresolved {
                 target, failure, ..
             } => format!("could not be pinned: resolving {target}: {failure}"),
+            Denial::Unverified {
+                target,
+                report,
+                rule,
+                source: Some(s),
+            } => format!(
+                "failed signature verification of {target} (rule {rule:?} of {s}): {report}"
+            ),
             Denial::Unverified { target, report, .. } => {
                 format!("failed signature verification of {target}: {report}")
             }
@@ -275,11 +289,12 @@ impl Denial {
                 Denial::NoRule => {
                     format!("is not on the allow-list of {policy} (defaultAction: deny)")
                 }
-                Denial::StaticDeny { rule } => format!("is denied by {policy}, rule {rule}"),
+                Denial::StaticDeny { rule, .. } => format!("is denied by {policy}, rule {rule}"),
                 Denial::Unverified {
                     rule,
                     target,
                     report,
+                    ..
                 } => format!(
                     "failed signature verification of {target} required by {policy}, rule {rule}: {report}"
                 ),
@@ -315,6 +330,14 @@ impl Denial {
             },
         }
     }
+}
+
+/// ` of ClusterImagePolicy base`, when the rule's policy object is named.
+fn of(source: &Option<String>) -> String {
+    source
+        .as_ref()
+        .map(|s| format!(" of {s}"))
+        .unwrap_or_default()
 }
 
 /// The object a finding is about, for messages.
@@ -478,6 +501,7 @@ pub fn decide(
                 field: field.clone(),
                 denial: Denial::StaticDeny {
                     rule: plan.rule.clone(),
+                    source: plan.source.clone(),
                 },
                 mode: Mode::Enforce,
             });
@@ -520,6 +544,7 @@ pub fn decide(
             };
             return fail(Denial::Unverified {
                 rule: plan.rule.clone(),
+                source: plan.source.clone(),
                 target,
                 report,
             });

@@ -283,6 +283,8 @@ pub fn plan_object(policy: &Policy, facts: ObjectFacts<'_>) -> ObjectPlan {
     let known;
     let labels = match (facts.namespace_labels, facts.namespace) {
         (Some(l), _) => Some(l),
+        // Only rules with a namespaceSelector read labels.
+        (None, Some(_)) if !policy.has_namespace_selectors() => None,
         (None, Some(ns)) => {
             known = default_labels(ns);
             Some(&known)
@@ -531,7 +533,10 @@ fn apply_teams(
     for c in teams {
         let refusal = match &c.verdict {
             TeamVerdict::Pass => continue,
-            TeamVerdict::Denied { rule } => Denial::StaticDeny { rule: rule.clone() },
+            TeamVerdict::Denied { rule } => Denial::StaticDeny {
+                rule: rule.clone(),
+                source: None,
+            },
             TeamVerdict::NotAllowed => Denial::NoRule,
             TeamVerdict::Verify { rule, .. } => {
                 let Some(digest) = running_digest(p, &answers.digests) else {
@@ -542,6 +547,7 @@ fn apply_teams(
                     Some(r) if r.satisfied() => continue,
                     Some(r) => Denial::Unverified {
                         rule: rule.clone(),
+                        source: None,
                         target,
                         report: r.clone(),
                     },

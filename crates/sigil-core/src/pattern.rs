@@ -158,6 +158,12 @@ impl Pattern {
     /// Whether a normalized reference matches. A tag constraint requires a tag
     /// (an image with neither tag nor digest counts as `latest`).
     pub fn matches(&self, r: &Reference) -> bool {
+        self.matches_segments(r, &segments_of(r))
+    }
+
+    /// [`Self::matches`] with the name already split by [`segments_of`], so
+    /// a policy of many rules splits each image name once, not once per pattern.
+    pub fn matches_segments(&self, r: &Reference, segs: &[&str]) -> bool {
         if let Some(tg) = &self.tag {
             let tag = match (r.tag(), r.digest()) {
                 (Some(t), _) => t,
@@ -168,10 +174,26 @@ impl Pattern {
                 return false;
             }
         }
-        let mut segs: Vec<&str> = Vec::with_capacity(8);
-        segs.push(r.domain());
-        segs.extend(r.path().split('/'));
-        match_segments(&self.segments, &segs)
+        match_segments(&self.segments, segs)
+    }
+
+    /// The literal segments a matching name must start with, joined by `/`
+    /// (`registry.example.com/team` for `registry.example.com/team/**`, empty
+    /// for `**` or `*.corp.com/**`): the key a policy indexes its rules by.
+    pub fn literal_prefix(&self) -> String {
+        let mut out = String::new();
+        for s in &self.segments {
+            match s {
+                Segment::Glob(g) if !g.wild => {
+                    if !out.is_empty() {
+                        out.push('/');
+                    }
+                    out.push_str(&g.text);
+                }
+                _ => break,
+            }
+        }
+        out
     }
 
     /// Whether some name could match both patterns. Conservative: it may say
@@ -183,6 +205,14 @@ impl Pattern {
         };
         tags && segments_overlap(&self.segments, &other.segments)
     }
+}
+
+/// A normalized name's segments: the domain, then each path component.
+pub fn segments_of(r: &Reference) -> Vec<&str> {
+    let mut segs: Vec<&str> = Vec::with_capacity(8);
+    segs.push(r.domain());
+    segs.extend(r.path().split('/'));
+    segs
 }
 
 impl PartialOrd for Specificity {

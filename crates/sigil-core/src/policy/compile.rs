@@ -167,6 +167,8 @@ impl Policy {
                 description: r.description.clone(),
                 verification,
                 namespace_selector,
+                source: (doc.kind.value == CLUSTER_KIND && !doc.metadata.name.is_empty())
+                    .then(|| format!("{CLUSTER_KIND} {}", doc.metadata.name)),
             });
         }
         let order = specificity_order(
@@ -184,7 +186,9 @@ impl Policy {
                 ),
             )
         })?;
+        let index = super::plan::index_of(&rules, &order);
         Ok(Policy {
+            index,
             name: doc.metadata.name,
             mirrors,
             registries,

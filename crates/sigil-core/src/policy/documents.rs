@@ -192,7 +192,9 @@ impl Policy {
         for (ns, list) in other.namespaced {
             namespaced.entry(ns).or_default().extend(list);
         }
+        let index = super::plan::index_of(&rules, &order);
         Ok(Policy {
+            index,
             name: format!("{}+{}", self.name, other.name),
             mirrors,
             registries,

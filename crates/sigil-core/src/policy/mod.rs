@@ -151,6 +151,9 @@ pub struct Rule {
     pub verification: Option<Arc<Verification>>,
     /// Namespaces the rule applies to (all when `None`).
     pub namespace_selector: Option<Selector>,
+    /// The policy object that states it (`ClusterImagePolicy base`), for
+    /// denials; `None` for a policy file's classic single document.
+    pub source: Option<String>,
 }
 
 /// Namespace labels, as a selector reads them.
@@ -243,6 +246,9 @@ pub struct Policy {
     pub rules: Vec<Rule>,
     /// (rule index, pattern index) sorted most specific first.
     order: Vec<(usize, usize)>,
+    /// Positions in `order` by the pattern's literal prefix, so an image is
+    /// matched only against patterns whose literal start it shares.
+    index: std::collections::HashMap<String, Vec<usize>>,
     /// Namespaces that pass untouched.
     pub exempt_namespaces: Vec<String>,
     /// Teams' namespaced ImagePolicies, by namespace (tighten only).
@@ -268,6 +274,8 @@ pub struct Plan {
     pub step: Step,
     /// Signatures the pinned digest must carry, if the rule verifies.
     pub verify: Option<Arc<Verification>>,
+    /// The policy object the rule comes from, if named.
+    pub source: Option<String>,
 }
 
 /// The I/O, if any, a plan still needs.

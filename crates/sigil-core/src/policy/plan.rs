@@ -10,11 +10,26 @@ impl Policy {
     /// The rule governing a normalized origin name in a namespace with
     /// `labels` (`None`: no namespace; rules with a selector do not apply).
     pub fn rule_for(&self, origin: &Reference, labels: Option<&Labels>) -> Option<&Rule> {
-        self.order
+        let segs = crate::pattern::segments_of(origin);
+        // Only patterns whose literal start the name shares can match.
+        let mut candidates: Vec<usize> = self.index.get("").cloned().unwrap_or_default();
+        let mut key = String::with_capacity(64);
+        for (i, s) in segs.iter().enumerate() {
+            if i > 0 {
+                key.push('/');
+            }
+            key.push_str(s);
+            if let Some(v) = self.index.get(key.as_str()) {
+                candidates.extend_from_slice(v);
+            }
+        }
+        candidates.sort_unstable();
+        candidates
             .iter()
+            .map(|&at| &self.order[at])
             .find(|&&(ri, pi)| {
                 let r = &self.rules[ri];
-                r.patterns[pi].matches(origin)
+                r.patterns[pi].matches_segments(origin, &segs)
                     && r.namespace_selector
                         .as_ref()
                         .is_none_or(|s| labels.is_some_and(|l| s.matches(l)))
@@ -75,6 +90,7 @@ impl Policy {
             mode: rule.mode,
             step,
             verify: rule.verification.clone(),
+            source: rule.source.clone(),
         })
     }
 }
@@ -111,6 +127,21 @@ impl Plan {
             None => self.written.clone(),
         }
     }
+}
+
+/// The rule index of a policy: positions in `order` by literal prefix.
+pub(super) fn index_of(
+    rules: &[Rule],
+    order: &[(usize, usize)],
+) -> std::collections::HashMap<String, Vec<usize>> {
+    let mut index: std::collections::HashMap<String, Vec<usize>> = Default::default();
+    for (at, &(ri, pi)) in order.iter().enumerate() {
+        index
+            .entry(rules[ri].patterns[pi].literal_prefix())
+            .or_default()
+            .push(at);
+    }
+    index
 }
 
 /// `name` is `prefix` or lies below it on a segment boundary.

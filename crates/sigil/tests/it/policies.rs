@@ -283,7 +283,9 @@ async fn policy_objects_combine_report_status_and_take_effect_at_once() {
         assert!(p.allowed && p.patched, "{}", p.message);
         let p = api.create_pod("team-z", &[&format!("{h}/bad/x:v1")]).await;
         assert!(
-            !p.allowed && p.message.contains("denied by rule \"deny-bad\""),
+            !p.allowed
+                && p.message
+                    .contains("denied by rule \"deny-bad\" of ClusterImagePolicy deny-bad"),
             "{}",
             p.message
         );
