@@ -48,7 +48,7 @@ struct Desired {
 /// The last generation of an object that compiled.
 #[derive(Debug, Clone)]
 enum Good {
-    Cluster(i64, Policy),
+    Cluster(i64, Box<Policy>),
     Team(i64, NamespacePolicy),
 }
 
@@ -178,14 +178,14 @@ impl Combiner {
                 Ok(p) => {
                     good.insert(
                         uid.clone(),
-                        Good::Cluster(generation.unwrap_or(0), p.clone()),
+                        Good::Cluster(generation.unwrap_or(0), Box::new(p.clone())),
                     );
                     let n = p.rules.len();
                     (Some(p), ready(n, generation))
                 }
                 Err(e) => match good.get(&uid) {
                     Some(Good::Cluster(g, p)) => (
-                        Some(p.clone()),
+                        Some(p.as_ref().clone()),
                         not_ready(
                             "InvalidSpec",
                             format!("{e}; generation {g} stays in force"),

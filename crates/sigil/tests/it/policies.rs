@@ -372,6 +372,7 @@ async fn policy_objects_combine_report_status_and_take_effect_at_once() {
     // An edit is in force within a second, on both replicas, without a restart.
     let mut edit = kube.get(CIPS, "deny-bad").unwrap();
     edit["spec"]["rules"][0]["match"] = json!([format!("{h}/ok/**")]);
+    edit["metadata"]["generation"] = json!(2);
     kube.insert(CIPS, edit);
     let edited = std::time::Instant::now();
     for s in [&a, &b] {
@@ -387,4 +388,30 @@ async fn policy_objects_combine_report_status_and_take_effect_at_once() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
+
+    // An invalid edit never removes the policy in force: generation 2 stays.
+    let mut broken = kube.get(CIPS, "deny-bad").unwrap();
+    broken["spec"]["rules"][0]["match"] = json!(["Not A Pattern"]);
+    broken["metadata"]["generation"] = json!(3);
+    kube.insert(CIPS, broken);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let (st, reason, msg) = ready_of(&kube.get(CIPS, "deny-bad").unwrap());
+        if st == "False" {
+            assert_eq!(reason, "InvalidSpec");
+            assert!(msg.contains("generation 2 stays in force"), "{msg}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "invalid edit not reported"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let p = a.apiserver().create_pod("team-z", &[&ok]).await;
+    assert!(
+        !p.allowed,
+        "the previous generation still denies: {}",
+        p.message
+    );
 }
