@@ -279,7 +279,13 @@ impl Combiner {
                 instance: Some(instance.clone()),
             },
         );
+        // What this leader wrote: its own store may not have seen the write
+        // yet, and writing the same status twice would be noise.
+        let mut written: HashMap<Key, PolicyStatus> = HashMap::new();
         loop {
+            if !*leading.borrow() {
+                written.clear();
+            }
             if leading.wait_for(|l| *l).await.is_err() {
                 return;
             }
@@ -318,12 +324,13 @@ impl Combiner {
                     rules: Some(d.rules),
                     conditions: vec![want.clone()],
                 };
-                if status.as_ref() == Some(&next) {
+                let key = (kind, ns.clone(), name.clone());
+                if status.as_ref() == Some(&next) || written.get(&key) == Some(&next) {
                     continue;
                 }
                 let patch = Patch::Merge(json!({"status": next}));
                 let pp = PatchParams::default();
-                let written = match kind {
+                let result = match kind {
                     "ClusterImagePolicy" => Api::<ClusterImagePolicy>::all(client.clone())
                         .patch_status(&name, &pp, &patch)
                         .await
@@ -333,8 +340,9 @@ impl Combiner {
                         .await
                         .map(|_| ()),
                 };
-                match written {
+                match result {
                     Ok(()) => {
+                        written.insert(key, next);
                         let was_ready = before.as_ref().is_none_or(|c| c.status == "True");
                         if !d.ready && was_ready {
                             let ev = KubeEvent {

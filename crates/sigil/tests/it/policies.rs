@@ -267,12 +267,14 @@ async fn policy_objects_combine_report_status_and_take_effect_at_once() {
             json!({"mirrors": [{"from": "docker.io", "to": "evil.example/hub"}]}),
         ),
     );
+    // A lease long enough that a loaded CI machine never moves leadership
+    // mid-test (a new leader may rewrite status its store has not seen yet).
     let args = [
         "--watch-policies",
         "--namespace",
         "sigil-system",
         "--audit-lease-duration",
-        "2s",
+        "10s",
     ];
     let a = Sigil::start_env(None, &args, &kube.env()).await;
     let b = Sigil::start_env(None, &args, &kube.env()).await;
