@@ -539,6 +539,15 @@ fn apply_teams(
             },
             TeamVerdict::NotAllowed => Denial::NoRule,
             TeamVerdict::Verify { rule, .. } => {
+                if answers.offline {
+                    // The team's signatures were not checked: say so, as for
+                    // the cluster's, instead of passing silently.
+                    let rewrite = p.rewritten().then(|| p.final_image(None));
+                    return Outcome::NeedsLookup {
+                        rule: format!("{}, rule {rule}", c.policy),
+                        new: rewrite,
+                    };
+                }
                 let Some(digest) = running_digest(p, &answers.digests) else {
                     continue;
                 };

@@ -380,3 +380,17 @@ fn namespaced_policies_may_only_tighten() {
     let err = Policy::from_documents(&bad).unwrap_err().to_string();
     assert!(err.starts_with("line 17:"), "{err}");
 }
+
+/// Regression: offline decisions passed a team policy's signature
+/// requirement silently; they now report that a lookup is needed.
+#[test]
+fn offline_decisions_report_a_team_key_as_needing_a_lookup() {
+    let offline = Answers {
+        offline: true,
+        ..Answers::default()
+    };
+    let v = decide_in("team-b", &format!("registry.example.com/app@{D}"), &offline);
+    assert_eq!(v.label(), "needs-lookup", "{v:?}");
+    let v = decide_in("team-z", &format!("registry.example.com/app@{D}"), &offline);
+    assert_eq!(v.label(), "unchanged");
+}
