@@ -223,6 +223,11 @@ pub fn edit_scalar(text: &str, at: &ScalarAt, old: &str, new: &str) -> Result<Ed
         line: at.defined_line,
         style,
     };
+    // An empty scalar (`image:`, `image: !!str # …`) has no text to replace:
+    // inserting a value at its zero-length span could run into a comment.
+    if old.is_empty() || src.is_empty() {
+        return Err(unsupported("empty"));
+    }
     let quoted = if src == old && !old.contains(['\n', '\r']) {
         if !plain_safe(new) {
             return Err(unsupported("plain"));
@@ -455,6 +460,21 @@ mod tests {
 
     const NEW: &str =
         "nginx:1@sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+    /// Regression (fuzz target `manifest`): an empty tagged scalar followed
+    /// by a comment (`image: !!str # …`) was "replaced" at its zero-length
+    /// span, running the new value into the comment.
+    #[test]
+    fn empty_scalars_are_refused_not_run_into_comments() {
+        let text = "kind: Pod\nspec:\n  containers:\n    - image: !!str # a comment\n";
+        assert!(matches!(
+            pin_all(text, NEW),
+            Err(ManifestError::UnsupportedScalar { .. })
+        ));
+        // A null image is no image field at all: nothing to edit.
+        let text = "kind: Pod\nspec:\n  containers:\n    - image:\n";
+        assert_eq!(pin_all(text, NEW).expect("no edits"), text);
+    }
 
     #[test]
     fn only_image_scalars_change_whatever_the_quoting() {
