@@ -8,7 +8,8 @@
 //! ([`signing`]), AdmissionReview builders and the captured fixtures
 //! ([`review`]), in-process digest resolvers ([`resolver`]) and signature
 //! sources ([`artifacts`]), `sigil` as a
-//! child process with a kube-apiserver-like webhook client ([`sigil`]), and
+//! child process with a kube-apiserver-like webhook client ([`sigil`]), what
+//! benchmarks read from `/proc` ([`procstat`]), and
 //! the kube-apiserver stand-in ([`kube`]). It contains no test itself and
 //! decides nothing about images.
 #![allow(
@@ -21,6 +22,7 @@
 pub mod artifacts;
 pub mod fault;
 pub mod kube;
+pub mod procstat;
 pub mod registry;
 pub mod resolver;
 pub mod review;

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sigil_testkit::kube::FakeKube;
+use sigil_testkit::procstat::{children_cpu, peak_rss_kib};
 use sigil_testkit::registry::{Mode, TestRegistry};
 use sigil_testkit::sigil::bin;
 
@@ -27,25 +28,6 @@ fn main() {
         .build()
         .expect("runtime");
     rt.block_on(run(pods, images));
-}
-
-/// CPU time (user + system) of waited-for children, from /proc/self/stat.
-fn children_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let f: Vec<u64> = after
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0))
-        .collect();
-    Duration::from_millis((f.get(13).copied().unwrap_or(0) + f.get(14).copied().unwrap_or(0)) * 10)
-}
-
-/// VmHWM of a running process, in KiB (monotonic: the last read is the peak so far).
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 async fn run(pods: usize, images: usize) {
@@ -116,7 +98,10 @@ async fn run(pods: usize, images: usize) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let wall = t.elapsed();
-    let cpu = children_cpu().saturating_sub(cpu0);
+    let cpu = {
+        let ((u1, s1), (u0, s0)) = (children_cpu(), cpu0);
+        (u1 + s1).saturating_sub(u0 + s0)
+    };
     let out = reader.join().expect("reader");
     assert!(
         status.code().is_some_and(|c| c <= 1),

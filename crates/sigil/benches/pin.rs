@@ -14,6 +14,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use sigil_testkit::procstat::children_cpu;
 use sigil_testkit::registry::{Mode, TestRegistry};
 use sigil_testkit::sigil::bin;
 
@@ -25,19 +26,6 @@ fn main() {
         .build()
         .expect("runtime");
     rt.block_on(run(manifests, images));
-}
-
-/// CPU time (user, system) of waited-for children, from /proc/self/stat.
-fn children_cpu() -> (Duration, Duration) {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let f: Vec<u64> = after
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0))
-        .collect();
-    // Fields 16 and 17 (cutime, cstime) are at 13 and 14 after the comm field.
-    let ticks = |i: usize| Duration::from_millis(f.get(i).copied().unwrap_or(0) * 10);
-    (ticks(13), ticks(14))
 }
 
 fn generate(root: &Path, reg: &str, manifests: usize, images: usize) {

@@ -1,0 +1,68 @@
+//! What the benchmarks read about processes from `/proc`: CPU time (of a
+//! child by pid, or of every waited-for child), resident and peak memory.
+//! Linux only, like the machine CI runs on; a missing file reads as zero.
+
+use std::time::Duration;
+
+/// The fields of `/proc/<pid>/stat` after the `(comm)` field (which may hold spaces).
+fn stat_fields(pid: &str) -> Vec<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect()
+}
+
+/// Clock ticks (10 ms each, `USER_HZ` = 100) as time.
+fn ticks(n: u64) -> Duration {
+    Duration::from_millis(n * 10)
+}
+
+/// User and system CPU time of a running process so far (utime, stime).
+pub fn cpu_of(pid: u32) -> (Duration, Duration) {
+    let f = stat_fields(&pid.to_string());
+    let at = |i: usize| ticks(f.get(i).copied().unwrap_or(0));
+    (at(11), at(12))
+}
+
+/// User + system CPU time of a running process so far.
+pub fn cpu_total(pid: u32) -> Duration {
+    let (u, s) = cpu_of(pid);
+    u + s
+}
+
+/// User and system CPU time of this process's waited-for children (cutime, cstime).
+pub fn children_cpu() -> (Duration, Duration) {
+    let f = stat_fields("self");
+    let at = |i: usize| ticks(f.get(i).copied().unwrap_or(0));
+    (at(13), at(14))
+}
+
+/// A `kB` line of `/proc/<pid>/status`, in KiB.
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Resident memory now (VmRSS), in KiB; 0 once the process is gone.
+pub fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:").unwrap_or(0)
+}
+
+/// Peak resident memory so far (VmHWM), in KiB.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmHWM:")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_this_process() {
+        let me = std::process::id();
+        assert!(super::rss_kib(me) > 0);
+        assert!(super::peak_rss_kib(me).unwrap_or(0) >= super::rss_kib(me) / 2);
+    }
+}
