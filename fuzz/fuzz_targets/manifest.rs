@@ -1,15 +1,23 @@
 //! `sigil pin`'s in-place editor never panics, and whatever it writes parses
-//! back to the same documents with exactly the image values replaced.
+//! back to the same documents with exactly the image values replaced; and
+//! wherever the fast event-stream parser answers, it agrees with
+//! serde-saphyr's (values, lines, spans) and accepts nothing serde-saphyr refuses.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sigil_core::manifest::{apply_edits, edit_scalar, parse_stream};
+use sigil_core::manifest::{apply_edits, edit_scalar, parse_both_paths, parse_stream};
 use sigil_core::walker::image_fields;
 
 const NEW: &str = "r.io/a/b:1@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
+    if let (Some(fast), slow) = parse_both_paths(text) {
+        match slow {
+            Ok(slow) => assert_eq!(fast, slow, "the fast parser disagrees with serde-saphyr"),
+            Err(e) => panic!("the fast parser accepted what serde-saphyr refuses: {e}"),
+        }
+    }
     let Ok(docs) = parse_stream(text) else { return };
     let mut edits = Vec::new();
     let mut want = Vec::new();

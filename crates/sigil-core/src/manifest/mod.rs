@@ -2,18 +2,20 @@
 //!
 //! Owns the byte-exact side of client-side pinning. A multi-document YAML
 //! stream is parsed once into a tree whose every node remembers where it came
-//! from (via `serde_saphyr::Spanned`); the tree is converted to JSON for the
+//! from — straight from the YAML parser's event stream ([`events`]), or,
+//! for what that fast path leaves to it (anchors, tags, merge keys, numbers
+//! other than plain integers, errors), through serde-saphyr's `Spanned`
+//! ([`serde_tree`]), which both agree with; the tree is converted to JSON for the
 //! [`walker`](crate::walker), and an image field found there is mapped back to
 //! the byte range of its scalar. Edits are splices of those ranges only, so
 //! comments, key order, quoting, indentation, anchors, line endings and
 //! document separators stay exactly as written everywhere else. It never
 //! re-serializes a document and it decides nothing about images.
 
-use std::fmt;
+mod events;
+mod serde_tree;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
-use serde_saphyr::Spanned;
 
 /// Why a manifest could not be read or edited.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,15 +56,33 @@ pub enum ManifestError {
 }
 
 /// One YAML node, with the span of every child.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 enum Node {
     Null,
     Bool(bool),
     Int(Number),
     Float(f64),
     Str(String),
-    Seq(Vec<Spanned<Node>>),
-    Map(Vec<(String, Spanned<Node>)>),
+    Seq(Vec<Tree>),
+    Map(Vec<(String, Tree)>),
+}
+
+/// Where a node's text is: byte range (when known), 1-based line and column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pos {
+    start: Option<usize>,
+    len: Option<usize>,
+    line: u64,
+    column: u64,
+}
+
+/// A node and where it is used (`referenced`: the alias site for aliases
+/// and merge copies) and written (`defined`).
+#[derive(Debug, Clone, PartialEq)]
+struct Tree {
+    value: Node,
+    referenced: Pos,
+    defined: Pos,
 }
 
 /// Where a scalar's source text lies.
@@ -85,13 +105,13 @@ pub struct ScalarAt {
 }
 
 /// One document of a stream.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Document {
     /// The document as JSON, for the walker and for output.
     pub value: Value,
     /// 1-based line of the document's first node.
     pub line: u64,
-    root: Spanned<Node>,
+    root: Tree,
     /// Definition offset → number of alias/merge uses, for shared scalars.
     aliased: std::collections::HashMap<usize, u32>,
 }
@@ -113,21 +133,15 @@ impl Document {
                 _ => return None,
             };
         }
-        let span = at.defined.span();
-        let start = usize::try_from(span.byte_offset()?).ok()?;
-        let len = usize::try_from(span.byte_len()?).ok()?;
-        let site = at
-            .referenced
-            .span()
-            .byte_offset()
-            .and_then(|o| usize::try_from(o).ok())
-            .unwrap_or(start);
+        let start = at.defined.start?;
+        let len = at.defined.len?;
+        let site = at.referenced.start.unwrap_or(start);
         Some(ScalarAt {
             start,
             end: start + len,
-            line: at.referenced.line(),
-            column: at.referenced.column(),
-            defined_line: at.defined.line(),
+            line: at.referenced.line,
+            column: at.referenced.column,
+            defined_line: at.defined.line,
             site,
             uses: 1 + self.aliased.get(&start).copied().unwrap_or(0),
         })
@@ -136,32 +150,40 @@ impl Document {
 
 /// Parses a YAML stream. Empty documents (`---` alone, comments only) are skipped.
 pub fn parse_stream(text: &str) -> Result<Vec<Document>, ManifestError> {
-    let roots: Vec<Spanned<Node>> =
-        serde_saphyr::from_multiple(text).map_err(|e| ManifestError::Syntax(e.to_string()))?;
-    Ok(roots
-        .into_iter()
-        .map(|mut root| {
-            let mut aliased = std::collections::HashMap::new();
-            count_aliases(&root, &mut aliased);
-            Document {
-                value: take_json(&mut root.value),
-                line: root.referenced.line(),
-                root,
-                aliased,
-            }
-        })
-        .collect())
+    let roots = match events::parse(text) {
+        Some(roots) => roots,
+        None => serde_tree::parse(text)?,
+    };
+    Ok(roots.into_iter().map(document).collect())
 }
 
-fn offset(l: &serde_saphyr::Location) -> Option<u64> {
-    l.span().byte_offset()
+/// Both ways of parsing `text`, for the `manifest` fuzz target's check
+/// that they agree: the fast path's documents (`None` where it leaves the
+/// input to the general path) and the general path's.
+#[doc(hidden)]
+pub fn parse_both_paths(
+    text: &str,
+) -> (Option<Vec<Document>>, Result<Vec<Document>, ManifestError>) {
+    let fast = events::parse(text).map(|r| r.into_iter().map(document).collect());
+    let slow = serde_tree::parse(text).map(|r| r.into_iter().map(document).collect());
+    (fast, slow)
+}
+
+fn document(mut root: Tree) -> Document {
+    let mut aliased = std::collections::HashMap::new();
+    count_aliases(&root, &mut aliased);
+    Document {
+        value: take_json(&mut root.value),
+        line: root.referenced.line,
+        root,
+        aliased,
+    }
 }
 
 /// Counts, per defining offset, the nodes that are aliases (or merge copies) of it.
-fn count_aliases(n: &Spanned<Node>, out: &mut std::collections::HashMap<usize, u32>) {
-    if let (Some(d), Some(r)) = (offset(&n.defined), offset(&n.referenced))
+fn count_aliases(n: &Tree, out: &mut std::collections::HashMap<usize, u32>) {
+    if let (Some(d), Some(r)) = (n.defined.start, n.referenced.start)
         && d != r
-        && let Ok(d) = usize::try_from(d)
     {
         *out.entry(d).or_default() += 1;
     }
@@ -333,111 +355,6 @@ pub fn apply_edits(text: &str, mut edits: Vec<Edit>) -> Result<String, ManifestE
     }
     out.push_str(text.get(pos..).unwrap_or_default());
     Ok(out)
-}
-
-impl<'de> Deserialize<'de> for Node {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Node, D::Error> {
-        d.deserialize_any(NodeVisitor)
-    }
-}
-
-struct NodeVisitor;
-
-impl<'de> Visitor<'de> for NodeVisitor {
-    type Value = Node;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any YAML value")
-    }
-    fn visit_unit<E>(self) -> Result<Node, E> {
-        Ok(Node::Null)
-    }
-    fn visit_none<E>(self) -> Result<Node, E> {
-        Ok(Node::Null)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
-        Node::deserialize(d)
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
-        Ok(Node::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
-        Ok(Node::Int(v.into()))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
-        Ok(Node::Int(v.into()))
-    }
-    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Node, E> {
-        Ok(Node::Str(v.to_string()))
-    }
-    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Node, E> {
-        Ok(Node::Str(v.to_string()))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Node, E> {
-        Ok(Node::Float(v))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Node, E> {
-        Ok(Node::Str(v.to_owned()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Node, E> {
-        Ok(Node::Str(v))
-    }
-    fn visit_bytes<E>(self, v: &[u8]) -> Result<Node, E> {
-        Ok(Node::Str(String::from_utf8_lossy(v).into_owned()))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Node, A::Error> {
-        let mut items = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1024));
-        while let Some(x) = a.next_element()? {
-            items.push(x);
-        }
-        Ok(Node::Seq(items))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Node, A::Error> {
-        let mut entries = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1024));
-        while let Some((k, v)) = a.next_entry::<Key, Spanned<Node>>()? {
-            entries.push((k.0, v));
-        }
-        Ok(Node::Map(entries))
-    }
-}
-
-/// A map key: any scalar, as its text (JSON keys are strings).
-struct Key(String);
-
-impl<'de> Deserialize<'de> for Key {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Key;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a scalar map key")
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Key, E> {
-                Ok(Key(v.to_owned()))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Key, E> {
-                Ok(Key(v))
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
-            }
-            fn visit_unit<E>(self) -> Result<Key, E> {
-                Ok(Key("null".to_owned()))
-            }
-            fn visit_none<E>(self) -> Result<Key, E> {
-                Ok(Key("null".to_owned()))
-            }
-        }
-        d.deserialize_any(V)
-    }
 }
 
 #[cfg(test)]
