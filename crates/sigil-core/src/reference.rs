@@ -91,6 +91,25 @@ impl Digest {
         Digest(s)
     }
 
+    /// The raw hash of a sha256 digest (`None` for other algorithms), so
+    /// caches can hold 32 bytes instead of the 71-byte text.
+    pub fn sha256_bytes(&self) -> Option<[u8; 32]> {
+        let hex = self.0.strip_prefix("sha256:")?.as_bytes();
+        let nibble = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        let mut out = [0u8; 32];
+        if hex.len() != 64 {
+            return None;
+        }
+        for (o, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+            *o = (nibble(pair[0])? << 4) | nibble(pair[1])?;
+        }
+        Some(out)
+    }
+
     /// The algorithm, e.g. `sha256`.
     pub fn algorithm(&self) -> &str {
         self.0.split_once(':').map_or("", |(a, _)| a)
@@ -409,6 +428,14 @@ fn is_digest_algorithm(a: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sha256_bytes_round_trip() {
+        let d = super::Digest::from_sha256(&[0xab; 32]);
+        assert_eq!(d.sha256_bytes(), Some([0xab; 32]));
+        let other = super::Digest::parse(&format!("sha512:{}", "0".repeat(128))).unwrap();
+        assert_eq!(other.sha256_bytes(), None);
+    }
+
     use super::*;
 
     const D: &str = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";

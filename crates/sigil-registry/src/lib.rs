@@ -79,29 +79,81 @@ pub use sigil_core::CacheConfig;
 
 /// A cached answer is keyed by the credential identity it was learned with,
 /// so namespaces sharing one credential share it and no other request sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key {
-    domain: String,
-    path: String,
-    tag: String,
-    platform: Option<Platform>,
-    identity: String,
+///
+/// The key is the SHA-256 of every part (each prefixed by its length, so no
+/// two keys read alike): 32 bytes inline instead of five separately
+/// allocated strings, so a cache of 100,000 digests spends its memory on
+/// answers. A collision would need a SHA-256 collision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key([u8; 32]);
+
+impl Key {
+    fn new(target: &Reference, platform: Option<&Platform>, identity: &str) -> Key {
+        use sha2::{Digest as _, Sha256};
+        let mut h = Sha256::new();
+        let mut part = |p: &str| {
+            h.update((p.len() as u64).to_le_bytes());
+            h.update(p.as_bytes());
+        };
+        part(identity);
+        part(target.domain());
+        part(target.path());
+        part(target.tag_or_latest());
+        match platform {
+            None => part(""),
+            Some(p) => {
+                part(&p.os);
+                part(&p.architecture);
+                part(p.variant.as_deref().unwrap_or("\0none"));
+            }
+        }
+        Key(h.finalize().into())
+    }
 }
 
-type Answer = Arc<Result<Digest, ResolveFailure>>;
+/// A cached answer: a sha256 digest (nearly every answer) as its 32 raw
+/// bytes inline, anything else shared. No allocation per cached digest.
+#[derive(Clone)]
+enum Answer {
+    Sha256([u8; 32]),
+    Other(Arc<Result<Digest, ResolveFailure>>),
+}
+
+impl Answer {
+    fn new(r: Result<Digest, ResolveFailure>) -> Answer {
+        match r.as_ref().ok().and_then(Digest::sha256_bytes) {
+            Some(b) => Answer::Sha256(b),
+            None => Answer::Other(Arc::new(r)),
+        }
+    }
+
+    fn result(&self) -> Result<Digest, ResolveFailure> {
+        match self {
+            Answer::Sha256(b) => Ok(Digest::from_sha256(b)),
+            Answer::Other(r) => r.as_ref().clone(),
+        }
+    }
+
+    fn freshness(&self) -> Freshness {
+        match self {
+            Answer::Sha256(_) => Freshness::Good,
+            Answer::Other(r) => match r.as_ref() {
+                Ok(_) => Freshness::Good,
+                Err(f) if !f.is_transient() => Freshness::Definite,
+                // Refused for this identity: a rotated credential is a new
+                // identity, so remembering the refusal briefly is safe.
+                Err(ResolveFailure::Unauthorized { .. }) => Freshness::Definite,
+                Err(_) => Freshness::Transient,
+            },
+        }
+    }
+}
 
 struct TtlByAnswer(CacheConfig);
 
 impl Expiry<Key, Answer> for TtlByAnswer {
     fn expire_after_create(&self, _: &Key, v: &Answer, _: std::time::Instant) -> Option<Duration> {
-        Some(self.0.lifetime(match v.as_ref() {
-            Ok(_) => Freshness::Good,
-            Err(f) if !f.is_transient() => Freshness::Definite,
-            // Refused for this identity: a rotated credential is a new
-            // identity, so remembering the refusal briefly is safe.
-            Err(ResolveFailure::Unauthorized { .. }) => Freshness::Definite,
-            Err(_) => Freshness::Transient,
-        }))
+        Some(self.0.lifetime(v.freshness()))
     }
 }
 
@@ -347,25 +399,20 @@ impl Registry {
         credential: Option<Credential>,
         deadline: Instant,
     ) -> Result<Digest, ResolveFailure> {
-        let key = Key {
-            domain: target.domain().to_owned(),
-            path: target.path().to_owned(),
-            tag: target.tag_or_latest().to_owned(),
-            platform: platform.cloned(),
-            identity: credential
-                .as_ref()
-                .map_or(ANONYMOUS, Credential::identity)
-                .to_owned(),
-        };
+        let key = Key::new(
+            target,
+            platform,
+            credential.as_ref().map_or(ANONYMOUS, Credential::identity),
+        );
         // Hit path: no timer, no initializer bookkeeping.
         if let Some(v) = self.inner.cache.get(&key).await {
             self.inner.observer.cache(true);
-            return v.as_ref().clone();
+            return v.result();
         }
         let budget = deadline.saturating_duration_since(Instant::now());
         let load = async {
             self.inner.lookups.fetch_add(1, Ordering::Relaxed);
-            Arc::new(
+            Answer::new(
                 self.resolve_as(target, platform, credential.as_ref(), deadline)
                     .await,
             )
@@ -378,7 +425,7 @@ impl Registry {
         match entry {
             Ok(e) => {
                 self.inner.observer.cache(!e.is_fresh());
-                e.into_value().as_ref().clone()
+                e.into_value().result()
             }
             Err(_) => Err(ResolveFailure::Timeout { budget }),
         }

@@ -1,9 +1,9 @@
 //! The mutating admission webhook's wire format: AdmissionReview in,
 //! AdmissionReview out.
 //!
-//! Owns reading the request leniently (the objects stay raw JSON, walked by
-//! sigil-core's streaming walker, so unknown or oddly-typed metadata never
-//! turns into a rejection), the deadline taken from `?timeout=`, and
+//! Owns reading the request leniently (the objects are walked by sigil-core's
+//! streaming walker while the review is parsed — one pass over the bytes —
+//! so unknown or oddly-typed metadata never turns into a rejection), the deadline taken from `?timeout=`, and
 //! rendering sigil-core's `ObjectVerdict` as the answer: base64 JSONPatch
 //! built against the raw object, warnings, audit annotations, denial status,
 //! metrics and the decision log line. It decides nothing: which requests pass
@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
-use sigil_core::walker::{ObjectSummary, summarize_json};
+use sigil_core::walker::{ObjectSummary, Walked};
 use sigil_core::{
     DigestResolver, FieldVerdict, Mode, ObjectFacts, ObjectRef, ObjectVerdict, Operation, Outcome,
     Source, effective_namespace,
@@ -51,18 +50,18 @@ pub enum BadReview {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ReviewIn<'a> {
+struct ReviewIn {
     api_version: Option<String>,
     kind: Option<String>,
-    #[serde(borrow)]
-    request: Option<RequestIn<'a>>,
+    request: Option<RequestIn>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-/// The objects stay raw JSON: the walker streams over them and allocates only
-/// the image strings; patches address the bytes the API server sent.
-struct RequestIn<'a> {
+/// The objects are walked as they are parsed: the walker allocates only the
+/// image strings and the metadata it needs; patches address the fields of
+/// the object the API server sent.
+struct RequestIn {
     uid: Option<String>,
     kind: Option<Gvk>,
     operation: Option<String>,
@@ -70,10 +69,10 @@ struct RequestIn<'a> {
     namespace: Option<String>,
     #[serde(default)]
     name: Option<String>,
-    #[serde(default, borrow)]
-    object: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    old_object: Option<&'a RawValue>,
+    #[serde(default)]
+    object: Option<Walked>,
+    #[serde(default)]
+    old_object: Option<Walked>,
     /// dryRun requests get the same answer: sigil has no side effects
     /// beyond its digest cache.
     #[serde(default, rename = "dryRun")]
@@ -209,7 +208,7 @@ impl<R: DigestResolver> Webhook<R> {
                 review.kind.unwrap_or_default()
             )));
         }
-        let req = review.request.ok_or(BadReview::MissingRequest(""))?;
+        let mut req = review.request.ok_or(BadReview::MissingRequest(""))?;
         let uid = req
             .uid
             .clone()
@@ -226,8 +225,8 @@ impl<R: DigestResolver> Webhook<R> {
             .map(|k| k.kind.clone())
             .unwrap_or_default();
         let engine = self.engine.load_full();
-        let object = summarize(req.object)?;
-        let old = summarize(req.old_object)?;
+        let object = req.object.as_mut().and_then(|w| w.0.take());
+        let old = req.old_object.as_mut().and_then(|w| w.0.take());
         let mut verdict = Verdict {
             decision: "allowed",
             operation: operation.clone(),
@@ -270,7 +269,10 @@ impl<R: DigestResolver> Webhook<R> {
             kind: "AdmissionReview",
             response: resp,
         };
-        let bytes = serde_json::to_vec(&out).map_err(|e| BadReview::Malformed(e.to_string()))?;
+        // Sized once: the answer is the patch plus a few hundred bytes.
+        let guess = 384 + out.response.patch.as_ref().map_or(0, String::len);
+        let mut bytes = Vec::with_capacity(guess);
+        serde_json::to_writer(&mut bytes, &out).map_err(|e| BadReview::Malformed(e.to_string()))?;
         Ok((bytes, verdict))
     }
 
@@ -382,16 +384,6 @@ impl<R: DigestResolver> Webhook<R> {
     }
 }
 
-/// Walks a raw object; anything but a JSON object counts as no object.
-fn summarize(raw: Option<&RawValue>) -> Result<Option<ObjectSummary>, BadReview> {
-    match raw {
-        Some(r) if r.get().trim_start().starts_with('{') => summarize_json(r.get())
-            .map(Some)
-            .map_err(|e| BadReview::Malformed(e.to_string())),
-        _ => Ok(None),
-    }
-}
-
 /// One image in the decision log line: `field verdict: image[ -> new]`,
 /// the verdict being the label every front end reports for it.
 fn log_entry(v: &FieldVerdict) -> String {
@@ -403,7 +395,7 @@ fn log_entry(v: &FieldVerdict) -> String {
     s
 }
 
-fn object_ref(req: &RequestIn<'_>, obj: Option<&ObjectSummary>, kind: &str) -> ObjectRef {
+fn object_ref(req: &RequestIn, obj: Option<&ObjectSummary>, kind: &str) -> ObjectRef {
     let name = req
         .name
         .as_deref()

@@ -7,7 +7,7 @@
 //! client-side pinning and the KRM function ([`pin`], [`krm`]), policy hot
 //! reload ([`reload`]), serving certificates ([`tls`], and self-managed ones
 //! in [`certs`]), the readiness self-check ([`selfcheck`]), metrics
-//! ([`metrics`]), atomic file writes ([`files`]), and the few writes sigil
+//! ([`metrics`]), the batching log writer ([`logwriter`]), atomic file writes ([`files`]), and the few writes sigil
 //! makes to the Kubernetes API (registration and break-glass: [`cluster`]),
 //! and the pull secrets it reads from it ([`pullsecrets`]).
 //! Its errors are [`error::Error`]. Decisions live in `sigil-core`, registry
@@ -23,6 +23,7 @@ pub mod engine;
 pub mod error;
 pub mod files;
 pub mod krm;
+pub mod logwriter;
 pub mod metrics;
 pub mod pin;
 pub mod policies;

@@ -56,9 +56,48 @@ pub(super) fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Body>
     r
 }
 
+/// One single-threaded runtime per CPU, on its own thread, each serving
+/// the connections handed to it until the process exits.
+pub(super) struct Cores {
+    handles: Vec<tokio::runtime::Handle>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Cores {
+    /// Starts `n` (at least one) runtimes.
+    pub(super) fn start(n: usize) -> std::io::Result<Cores> {
+        let mut handles = Vec::with_capacity(n.max(1));
+        for i in 0..n.max(1) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            handles.push(rt.handle().clone());
+            std::thread::Builder::new()
+                .name(format!("sigil-conn-{i}"))
+                .spawn(move || rt.block_on(std::future::pending::<()>()))?;
+        }
+        Ok(Cores {
+            handles,
+            next: Default::default(),
+        })
+    }
+
+    /// One runtime per CPU the process may use (cgroup quota included).
+    pub(super) fn per_cpu() -> std::io::Result<Cores> {
+        Cores::start(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// Serves `f` on the next runtime, round robin.
+    fn spawn<F: std::future::Future<Output = ()> + Send + 'static>(&self, f: F) {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.handles.len();
+        self.handles[i].spawn(f);
+    }
+}
+
 /// What the accept loop shares with every connection.
 #[derive(Clone)]
 pub(super) struct Shared {
+    pub(super) cores: Arc<Cores>,
     pub(super) acceptor: TlsAcceptor,
     pub(super) health: Arc<Health>,
     pub(super) webhook: Arc<Webhook<Registry>>,
@@ -112,7 +151,23 @@ pub(super) async fn accept_loop(
             early.as_ref().map(GracefulShutdown::watcher),
             rest.watcher(),
         );
-        tokio::spawn(serve_connection(tcp, peer, shared.clone(), watchers));
+        // Re-registered on the serving runtime's own reactor: left on this
+        // one, every readiness event would wake this runtime to wake that one.
+        let tcp = match tcp.into_std() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "could not hand the connection over");
+                continue;
+            }
+        };
+        let cores = shared.cores.clone();
+        let shared = shared.clone();
+        cores.spawn(async move {
+            match TcpStream::from_std(tcp) {
+                Ok(tcp) => serve_connection(tcp, peer, shared, watchers).await,
+                Err(e) => tracing::debug!(%peer, error = %e, "could not register the connection"),
+            }
+        });
     }
     Open {
         rest,

@@ -95,6 +95,7 @@ pub struct Bound {
     addr: SocketAddr,
     store: Arc<CertStore>,
     acceptor: TlsAcceptor,
+    cores: Arc<conn::Cores>,
     cfg: ServeConfig,
 }
 
@@ -128,12 +129,14 @@ pub async fn bind(cfg: ServeConfig) -> Result<Bound> {
     tracing::info!(addr = %admin_addr, "admin listening (HTTP, /livez /readyz /metrics)");
     let store = CertStore::new(&cfg.cert, cfg.cert_files.clone())?;
     let acceptor = TlsAcceptor::from(crate::tls::server_config(store.clone())?);
+    let cores = Arc::new(conn::Cores::per_cpu().context("starting the connection threads")?);
     Ok(Bound {
         listener,
         admin,
         addr,
         store,
         acceptor,
+        cores,
         cfg,
     })
 }
@@ -158,6 +161,7 @@ impl Bound {
             addr,
             store,
             acceptor,
+            cores,
             cfg,
         } = self;
         let health = Arc::new(health::Health::new(cfg.ready_gates));
@@ -191,6 +195,7 @@ impl Bound {
         }
         let (phase, phase_rx) = tokio::sync::watch::channel(Phase::Serving);
         let shared = conn::Shared {
+            cores,
             acceptor,
             health: health.clone(),
             webhook,
