@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use moka::Expiry;
 use moka::future::Cache;
 use sigil_core::credentials::{ANONYMOUS, Candidate, Credential, CredentialSource};
 use sigil_core::policy::RegistrySpec;
@@ -112,48 +111,47 @@ impl Key {
 }
 
 /// A cached answer: a sha256 digest (nearly every answer) as its 32 raw
-/// bytes inline, anything else shared. No allocation per cached digest.
+/// bytes inline, anything else shared with the instant it stops being
+/// usable. No allocation per cached digest, and no per-entry timer: the
+/// cache expires everything at `cacheTTL`, and the shorter lives of
+/// negative answers (and the zero life of transient failures) are checked
+/// here on each hit — a timer node per entry was a sixth of the memory of a
+/// full cache (docs/benchmarks.md).
 #[derive(Clone)]
 enum Answer {
     Sha256([u8; 32]),
-    Other(Arc<Result<Digest, ResolveFailure>>),
+    Other(Arc<(Result<Digest, ResolveFailure>, Instant)>),
 }
 
 impl Answer {
-    fn new(r: Result<Digest, ResolveFailure>) -> Answer {
-        match r.as_ref().ok().and_then(Digest::sha256_bytes) {
-            Some(b) => Answer::Sha256(b),
-            None => Answer::Other(Arc::new(r)),
+    fn new(r: Result<Digest, ResolveFailure>, cfg: &CacheConfig) -> Answer {
+        if let Some(b) = r.as_ref().ok().and_then(Digest::sha256_bytes) {
+            return Answer::Sha256(b);
+        }
+        let freshness = match &r {
+            Ok(_) => Freshness::Good,
+            Err(f) if !f.is_transient() => Freshness::Definite,
+            // Refused for this identity: a rotated credential is a new
+            // identity, so remembering the refusal briefly is safe.
+            Err(ResolveFailure::Unauthorized { .. }) => Freshness::Definite,
+            Err(_) => Freshness::Transient,
+        };
+        Answer::Other(Arc::new((r, Instant::now() + cfg.lifetime(freshness))))
+    }
+
+    /// Whether a hit may be used now (a positive answer until the cache drops it).
+    fn usable(&self, now: Instant) -> bool {
+        match self {
+            Answer::Sha256(_) => true,
+            Answer::Other(o) => now < o.1,
         }
     }
 
     fn result(&self) -> Result<Digest, ResolveFailure> {
         match self {
             Answer::Sha256(b) => Ok(Digest::from_sha256(b)),
-            Answer::Other(r) => r.as_ref().clone(),
+            Answer::Other(o) => o.0.clone(),
         }
-    }
-
-    fn freshness(&self) -> Freshness {
-        match self {
-            Answer::Sha256(_) => Freshness::Good,
-            Answer::Other(r) => match r.as_ref() {
-                Ok(_) => Freshness::Good,
-                Err(f) if !f.is_transient() => Freshness::Definite,
-                // Refused for this identity: a rotated credential is a new
-                // identity, so remembering the refusal briefly is safe.
-                Err(ResolveFailure::Unauthorized { .. }) => Freshness::Definite,
-                Err(_) => Freshness::Transient,
-            },
-        }
-    }
-}
-
-struct TtlByAnswer(CacheConfig);
-
-impl Expiry<Key, Answer> for TtlByAnswer {
-    fn expire_after_create(&self, _: &Key, v: &Answer, _: std::time::Instant) -> Option<Duration> {
-        Some(self.0.lifetime(v.freshness()))
     }
 }
 
@@ -168,6 +166,7 @@ struct Inner {
     keychain: Arc<keychain::Keychain>,
     tokens: auth::TokenCache,
     cache: Cache<Key, Answer>,
+    cache_config: CacheConfig,
     observer: Arc<dyn Observer>,
     lookups: AtomicU64,
     /// Hosts known to lack the referrers API, and since when: clients go
@@ -204,8 +203,9 @@ impl Registry {
                 tokens: auth::TokenCache::default(),
                 cache: Cache::builder()
                     .max_capacity(cache.capacity)
-                    .expire_after(TtlByAnswer(cache))
+                    .time_to_live(cache.ttl)
                     .build(),
+                cache_config: cache,
                 observer,
                 lookups: AtomicU64::new(0),
                 no_referrers_api: Default::default(),
@@ -406,8 +406,12 @@ impl Registry {
         );
         // Hit path: no timer, no initializer bookkeeping.
         if let Some(v) = self.inner.cache.get(&key).await {
-            self.inner.observer.cache(true);
-            return v.result();
+            if v.usable(Instant::now()) {
+                self.inner.observer.cache(true);
+                return v.result();
+            }
+            // A negative answer past its shorter life: ask again.
+            self.inner.cache.invalidate(&key).await;
         }
         let budget = deadline.saturating_duration_since(Instant::now());
         let load = async {
@@ -415,6 +419,7 @@ impl Registry {
             Answer::new(
                 self.resolve_as(target, platform, credential.as_ref(), deadline)
                     .await,
+                &self.inner.cache_config,
             )
         };
         let entry = tokio::time::timeout_at(
