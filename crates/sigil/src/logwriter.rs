@@ -8,7 +8,10 @@
 //! was a fifth of the server's CPU under load (docs/benchmarks.md). Here a
 //! line costs a mutex and a `memcpy`; the writer thread is woken once when
 //! the buffer goes from empty to non-empty, waits [`BATCH_WINDOW`] for more,
-//! and writes everything in one `write(2)`. Nothing is dropped: past
+//! and writes everything in one `write(2)`. Only the per-admission decision
+//! line is batched that way: every other line (reloads, warnings, errors)
+//! ends the window at once, so operators and tests see them as promptly as
+//! before. Nothing is dropped: past
 //! [`MAX_BUFFERED`] (stderr not draining) writers wait for the thread, as
 //! the old writer's lossless mode did. [`FlushGuard`] writes what is left at
 //! exit. It does not format lines (tracing-subscriber does) and is not used
@@ -27,6 +30,8 @@ pub const MAX_BUFFERED: usize = 8 << 20;
 struct State {
     buf: Vec<u8>,
     closing: bool,
+    /// A line that should not wait for the batch window is buffered.
+    urgent: bool,
 }
 
 #[derive(Default)]
@@ -49,6 +54,8 @@ impl Shared {
 #[derive(Clone)]
 pub struct BatchWriter {
     shared: Arc<Shared>,
+    /// This line ends the batch window (everything but the decision line).
+    urgent: bool,
 }
 
 impl std::fmt::Debug for BatchWriter {
@@ -81,6 +88,7 @@ impl BatchWriter {
             .ok();
         let writer = BatchWriter {
             shared: shared.clone(),
+            urgent: true,
         };
         (writer, FlushGuard { shared, thread })
     }
@@ -96,13 +104,21 @@ fn writer_thread<W: Write>(shared: &Shared, mut out: W) {
                 .wait(st)
                 .unwrap_or_else(PoisonError::into_inner);
         }
-        let closing = st.closing;
-        if !closing {
-            // Gather the lines of the next few milliseconds into one write.
-            drop(st);
-            std::thread::sleep(BATCH_WINDOW);
-            st = shared.lock();
+        // Gather the lines of the next few milliseconds into one write,
+        // unless a line that should not wait arrives.
+        let until = std::time::Instant::now() + BATCH_WINDOW;
+        while !st.urgent && !st.closing {
+            let now = std::time::Instant::now();
+            if now >= until {
+                break;
+            }
+            st = shared
+                .filled
+                .wait_timeout(st, until - now)
+                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
         }
+        let closing = st.closing;
+        st.urgent = false;
         std::mem::swap(&mut st.buf, &mut spare);
         shared.drained.notify_all();
         drop(st);
@@ -129,10 +145,11 @@ impl Write for BatchWriter {
                 .wait(st)
                 .unwrap_or_else(PoisonError::into_inner);
         }
-        let was_empty = st.buf.is_empty();
+        let wake = st.buf.is_empty() || (self.urgent && !st.urgent);
         st.buf.extend_from_slice(line);
+        st.urgent |= self.urgent;
         drop(st);
-        if was_empty {
+        if wake {
             self.shared.filled.notify_one();
         }
         Ok(line.len())
@@ -148,7 +165,19 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for BatchWriter {
     fn make_writer(&'a self) -> BatchWriter {
         self.clone()
     }
+
+    /// The decision line (`sigil::admission` at INFO, one per admission) is
+    /// batched; every other line ends the batch window.
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> BatchWriter {
+        BatchWriter {
+            shared: self.shared.clone(),
+            urgent: !(meta.target() == DECISION_TARGET && *meta.level() == tracing::Level::INFO),
+        }
+    }
 }
+
+/// Where the per-admission decision line is logged from.
+const DECISION_TARGET: &str = "sigil::admission";
 
 impl Drop for FlushGuard {
     fn drop(&mut self) {
@@ -207,6 +236,26 @@ mod tests {
                 .collect();
             assert_eq!(mine, (0..2_000).collect::<Vec<_>>(), "thread {t}");
         }
+    }
+
+    /// A decision line waits for the window; a reload or a warning behind
+    /// it ends the window, so both are written at once.
+    #[test]
+    fn other_lines_end_the_batch_window() {
+        let sink = Sink::default();
+        let (w, _guard) = BatchWriter::new(sink.clone());
+        let mut batched = BatchWriter {
+            shared: w.shared.clone(),
+            urgent: false,
+        };
+        batched.write_all(b"decision\n").unwrap();
+        let mut urgent = w.clone();
+        urgent.write_all(b"reloaded\n").unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while sink.0.lock().unwrap().len() < 18 && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(&*sink.0.lock().unwrap(), b"decision\nreloaded\n");
     }
 
     #[test]
