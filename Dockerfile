@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# sigil: a static-ish release binary on distroless, non-root.
+# sigil: the release binary, stripped (Cargo profile `dist`), on distroless, non-root.
 #   docker build -t registry.example.com/sigil:0.1.0 .
 # The image runs `sigil serve` by default; `sigil-krm` is the KRM-function
 # entry point (kustomize exec / kpt).
@@ -9,9 +9,9 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    CARGO_BUILD_JOBS=2 cargo build --release --locked -p sigil --bin sigil \
+    CARGO_BUILD_JOBS=2 cargo build --profile dist --locked -p sigil --bin sigil \
  && mkdir -p /out \
- && cp target/release/sigil /out/sigil \
+ && cp target/dist/sigil /out/sigil \
  && ln -s sigil /out/sigil-krm
 
 # glibc + libgcc only (aws-lc is linked statically), no shell, uid 65532.

@@ -30,6 +30,7 @@ for pkg in "${need_google[@]}"; do
 done
 command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked
 
+echo "== self-contained"; scripts/check-self-contained.sh
 echo "== fmt";    cargo fmt --all --check
 echo "== clippy"; cargo clippy --workspace --all-targets -- -D warnings
 echo "== tests"

@@ -93,6 +93,25 @@ pub struct NotationSpec {
     /// Notary Project verification level (default `strict`).
     #[serde(default)]
     pub level: NotationLevel,
+    /// What `trustRoots` are, as notation types its trust stores: `ca`
+    /// (default) verifies `notary.x509` signatures only; `signingAuthority`
+    /// verifies only `notary.x509.signingAuthority` signatures, whose
+    /// authentic signing time a signing authority vouches for. A `ca` root
+    /// never validates a signingAuthority signature (it would let an expired
+    /// key keep signing by naming its own signing time).
+    #[serde(default)]
+    pub trust_store_type: NotationStoreType,
+}
+
+/// notation's trust store types, as far as `trustRoots` can be one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum NotationStoreType {
+    /// Certificate authorities: `notary.x509` signatures.
+    #[default]
+    Ca,
+    /// Signing authorities: `notary.x509.signingAuthority` signatures.
+    SigningAuthority,
 }
 
 /// Verification levels as the Notary Project trust policy defines them.

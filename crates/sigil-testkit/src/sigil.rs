@@ -111,11 +111,29 @@ impl Sigil {
         }
         cmd.args(extra);
         cmd.env("SIGIL_LOG", "info");
+        Sigil::launch(cmd, dir).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `sigil ARGS` with exactly these arguments and this environment (and
+    /// `PATH`, nothing else of the test's), as a kubelet starts a container;
+    /// an error with sigil's output when it exits or logs no listen
+    /// addresses within 20 s.
+    pub fn spawn_exact(args: &[String], env: &[(String, String)]) -> Result<Sigil, String> {
+        let mut cmd = Command::new(bin());
+        cmd.args(args).env_clear();
+        if let Ok(path) = std::env::var("PATH") {
+            cmd.env("PATH", path);
+        }
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        Sigil::launch(cmd, tempfile::tempdir().unwrap())
+    }
+
+    fn launch(mut cmd: Command, dir: tempfile::TempDir) -> Result<Sigil, String> {
         let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("spawn sigil");
+            .map_err(|e| format!("spawning sigil: {e}"))?;
         let stderr = child.stderr.take().unwrap();
         let logs = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel::<(String, SocketAddr)>();
@@ -136,27 +154,39 @@ impl Sigil {
         let (mut addr, mut admin) = (None, None);
         let until = Instant::now() + Duration::from_secs(20);
         while addr.is_none() || admin.is_none() {
-            let left = until.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
+            if let Ok(Some(status)) = child.try_wait() {
+                // Let the reader thread take the last lines.
+                std::thread::sleep(Duration::from_millis(100));
+                return Err(format!(
+                    "sigil exited with {status} before listening; output:\n{}",
+                    logs.lock().unwrap().join("\n")
+                ));
+            }
+            match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok((m, a)) if m.starts_with("webhook") => addr = Some(a),
                 Ok((m, a)) if m.starts_with("admin") => admin = Some(a),
-                Ok(_) => {}
-                Err(_) => panic!(
-                    "sigil did not log its listen addresses; logs: {:?}",
-                    logs.lock().unwrap()
-                ),
+                Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {}
+            }
+            if Instant::now() > until {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "sigil did not log its listen addresses within 20 s; logs:\n{}",
+                    logs.lock().unwrap().join("\n")
+                ));
             }
         }
         // With --tls-cert or --self-managed-certs there is no minted CA.
-        let ca_pem = std::fs::read_to_string(&ca_out).unwrap_or_default();
-        Sigil {
+        let ca_pem = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap_or_default();
+        Ok(Sigil {
             child,
             addr: addr.unwrap(),
             admin: admin.unwrap(),
             ca_pem,
             logs,
             _dir: dir,
-        }
+        })
     }
 
     /// Sends SIGTERM, as the kubelet does.
@@ -185,6 +215,29 @@ impl Sigil {
             }
             assert!(Instant::now() < until, "sigil did not exit after SIGTERM");
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits (up to `limit`) for /readyz to answer 200; the last answer otherwise.
+    pub async fn try_wait_ready(&mut self, limit: Duration) -> Result<(), String> {
+        let until = Instant::now() + limit;
+        let mut last;
+        loop {
+            match reqwest::get(format!("http://{}/readyz", self.admin)).await {
+                Ok(r) if r.status() == 200 => return Ok(()),
+                Ok(r) => last = format!("{}: {}", r.status(), r.text().await.unwrap_or_default()),
+                Err(e) => last = e.to_string(),
+            }
+            if self.exited() {
+                return Err(format!("sigil exited; logs:\n{}", self.logs()));
+            }
+            if Instant::now() > until {
+                return Err(format!(
+                    "sigil never became Ready (last /readyz: {last}); logs:\n{}",
+                    self.logs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

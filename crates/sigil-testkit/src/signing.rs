@@ -266,10 +266,29 @@ pub fn dsse_bundle(key: &Signer, digest: &str) -> Vec<u8> {
 
 /// A self-signed notation signing certificate for `key` (a trust root).
 pub fn notation_cert(key: &Signer, name: &str) -> (Vec<u8>, String) {
+    notation_cert_with(key, name, None, true)
+}
+
+/// [`notation_cert`] valid only between `validity` (Unix seconds), and
+/// without the digitalSignature key usage when `digital_signature` is false.
+pub fn notation_cert_with(
+    key: &Signer,
+    name: &str,
+    validity: Option<(i64, i64)>,
+    digital_signature: bool,
+) -> (Vec<u8>, String) {
     let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
     p.distinguished_name.push(rcgen::DnType::CommonName, name);
-    p.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+    p.key_usages = if digital_signature {
+        vec![rcgen::KeyUsagePurpose::DigitalSignature]
+    } else {
+        vec![rcgen::KeyUsagePurpose::KeyEncipherment]
+    };
     p.extended_key_usages = vec![ExtendedKeyUsagePurpose::CodeSigning];
+    if let Some((from, until)) = validity {
+        p.not_before = time::OffsetDateTime::from_unix_timestamp(from).unwrap();
+        p.not_after = time::OffsetDateTime::from_unix_timestamp(until).unwrap();
+    }
     let c = p.self_signed(&key.rcgen()).unwrap();
     (c.der().to_vec(), c.pem())
 }
@@ -282,15 +301,35 @@ pub fn notation_jws(
     digest: &str,
     size: usize,
 ) -> Vec<u8> {
+    notation_jws_with(key, alg, cert_der, digest, size, json!({}))
+}
+
+/// [`notation_jws`] with protected-header fields set (or, given `null`,
+/// removed) by `header`, signed after the change — a signer that wrote
+/// those headers, not a tampered envelope.
+pub fn notation_jws_with(
+    key: &Signer,
+    alg: &str,
+    cert_der: &[u8],
+    digest: &str,
+    size: usize,
+    header: Value,
+) -> Vec<u8> {
     let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
     let payload = serde_json::to_vec(&json!({"targetArtifact": {"digest": digest, "mediaType": "application/vnd.oci.image.manifest.v1+json", "size": size}})).unwrap();
-    let protected = serde_json::to_vec(&json!({
+    let mut protected = json!({
         "alg": alg, "crit": ["io.cncf.notary.signingScheme"],
         "cty": "application/vnd.cncf.notary.payload.v1+json",
         "io.cncf.notary.signingScheme": "notary.x509",
         "io.cncf.notary.signingTime": time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap()
-    }))
-    .unwrap();
+    });
+    for (k, v) in header.as_object().into_iter().flatten() {
+        match v {
+            Value::Null => drop(protected.as_object_mut().unwrap().remove(k)),
+            v => protected[k] = v.clone(),
+        }
+    }
+    let protected = serde_json::to_vec(&protected).unwrap();
     let (p64, pl64) = (url.encode(&protected), url.encode(&payload));
     let sig = key.sign_jose(format!("{p64}.{pl64}").as_bytes());
     serde_json::to_vec(&json!({"payload": pl64, "protected": p64, "header": {"x5c": [b64(cert_der)]}, "signature": url.encode(sig)})).unwrap()

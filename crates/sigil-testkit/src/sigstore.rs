@@ -181,6 +181,19 @@ impl Sigstore {
         embed: bool,
         forger: Option<&Signer>,
     ) -> Vec<u8> {
+        self.timestamp_naming(signature, at, embed, forger, Some(self.tsa_cert.as_slice()))
+    }
+
+    /// [`Sigstore::timestamp`] whose signed signing-certificate attribute
+    /// (ESSCertIDv2) names `ess_cert` — or is left out, given `None`.
+    pub fn timestamp_naming(
+        &self,
+        signature: &[u8],
+        at: i64,
+        embed: bool,
+        forger: Option<&Signer>,
+        ess_cert: Option<&[u8]>,
+    ) -> Vec<u8> {
         let t = time::OffsetDateTime::from_unix_timestamp(at).unwrap();
         let gen_time = format!(
             "{:04}{:02}{:02}{:02}{:02}{:02}Z",
@@ -208,6 +221,15 @@ impl Sigstore {
                 der_oid("1.2.840.113549.1.9.4"),
                 der(0x31, &der(0x04, &hex_sha(&tst_info))),
             ]),
+            // id-aa-signingCertificateV2 { certs { ESSCertIDv2 { certHash } } }
+            ess_cert
+                .map(|c| {
+                    seq(&[
+                        der_oid("1.2.840.113549.1.9.16.2.47"),
+                        der(0x31, &seq(&[seq(&[seq(&[der(0x04, &hex_sha(c))])])])),
+                    ])
+                })
+                .unwrap_or_default(),
         ]
         .concat();
         let sig = forger.unwrap_or(&self.tsa_key).sign(&der(0x31, &attrs));

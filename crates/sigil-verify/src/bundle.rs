@@ -144,8 +144,30 @@ struct Content {
     signature: Vec<u8>,
 }
 
+/// Which content a bundle carries. `content` is a protobuf `oneof`: a bundle
+/// with both (or neither) is malformed — with both, a verifier that checks
+/// one signature and reads the other's statement trusts what nobody signed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ContentKind {
+    MessageSignature,
+    Dsse,
+}
+
+pub(crate) fn content_kind(v: &Value) -> Result<ContentKind, ArtifactError> {
+    match (v.get("messageSignature"), v.get("dsseEnvelope")) {
+        (Some(_), Some(_)) => Err(malformed(
+            "the bundle carries both messageSignature and dsseEnvelope; its content must be exactly one of them",
+        )),
+        (Some(_), None) => Ok(ContentKind::MessageSignature),
+        (None, Some(_)) => Ok(ContentKind::Dsse),
+        (None, None) => Err(malformed(
+            "bundle has neither messageSignature nor dsseEnvelope",
+        )),
+    }
+}
+
 fn content(v: &Value, artifact: &Artifact) -> Result<Content, SignatureProblem> {
-    if v.get("messageSignature").is_some() {
+    if content_kind(v)? == ContentKind::MessageSignature {
         let signature = b64(v, "/messageSignature/signature")?;
         let want = artifact.sha256();
         if let Some(d) = v.pointer("/messageSignature/messageDigest") {
@@ -177,7 +199,7 @@ fn content(v: &Value, artifact: &Artifact) -> Result<Content, SignatureProblem> 
     }
     let env = v
         .get("dsseEnvelope")
-        .ok_or_else(|| malformed("bundle has neither messageSignature nor dsseEnvelope"))?;
+        .ok_or_else(|| malformed("bundle has no dsseEnvelope"))?;
     let payload = b64(env, "/payload")?;
     let payload_type = env
         .get("payloadType")
@@ -336,12 +358,18 @@ pub fn verify(
             detail: "the bundle has no transparency-log entry, and one is required".into(),
         });
     }
+    // Logs verified by inclusion proof alone: their validity is checked
+    // once the timestamps give the entry a verified time.
+    let mut proof_only = Vec::new();
     for e in &entries {
-        let (time, proven) = log_entry(e, ver, trust, &expect).map_err(log_problem)?;
+        let (time, proven, log) = log_entry(e, ver, trust, &expect).map_err(log_problem)?;
         if !proven && req.inclusion_proof == TlogPolicy::Required {
             return Err(SignatureProblem::LogEntryInvalid {
                 detail: "the log entry has no inclusion proof, and the policy requires one".into(),
             });
+        }
+        if time.is_none() {
+            proof_only.push(log);
         }
         out.times.extend(time);
         out.inclusion_proofs += usize::from(proven);
@@ -359,6 +387,26 @@ pub fn verify(
             })?;
             out.times.push(at);
             out.timestamps += 1;
+        }
+    }
+    // A log's key counts only while the trusted root says it is valid: at
+    // the entry's verified times (the RFC 3161 times; without any, now).
+    // (Entries with a SET were checked at their integrated time.)
+    let tsa_times: Vec<i64> = out.times[out.times.len() - out.timestamps..].to_vec();
+    for log in proof_only {
+        let times = if tsa_times.is_empty() {
+            vec![now()]
+        } else {
+            tsa_times.clone()
+        };
+        if let Some(t) = times.iter().find(|t| !log.valid_at(**t)) {
+            return Err(SignatureProblem::LogEntryInvalid {
+                detail: format!(
+                    "log {} is not valid at the entry's time (Unix {t}): the trusted root gives it {}",
+                    &log.id[..log.id.len().min(12)],
+                    log.validity()
+                ),
+            });
         }
     }
     if out.timestamps < req.timestamps {
@@ -457,12 +505,12 @@ fn chain_at(
 
 /// One log entry: returns its verified time (from a SET) and whether an
 /// inclusion proof was verified.
-fn log_entry(
+fn log_entry<'t>(
     e: &Value,
     ver: u8,
-    trust: &TrustedRoot,
+    trust: &'t TrustedRoot,
     expect: &Expected<'_>,
-) -> Result<(Option<i64>, bool), ArtifactError> {
+) -> Result<(Option<i64>, bool, &'t crate::trust::Log), ArtifactError> {
     let std = base64::engine::general_purpose::STANDARD;
     let log_index = int(e, "logIndex").ok_or_else(|| malformed("log entry has no logIndex"))?;
     if log_index < 0 {
@@ -563,5 +611,10 @@ fn log_entry(
         }
         None => None,
     };
-    Ok((time, proven))
+    Ok((time, proven, log))
+}
+
+/// The current time, Unix seconds.
+fn now() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
 }

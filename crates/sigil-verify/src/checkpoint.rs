@@ -77,11 +77,21 @@ impl Checkpoint {
         })
     }
 
-    /// Whether the log itself signed this checkpoint: a signature line
-    /// whose key hint is the log's verifies with the log's key. (Names are
-    /// not compared: Rekor v1 signs as its host name under an origin line
-    /// that adds the tree id.)
+    /// Whether the log itself signed this checkpoint: its origin is the
+    /// log's (the trusted root's `baseUrl` host; Rekor v1 adds ` - <tree
+    /// id>`), and a signature line whose key hint is the log's verifies with
+    /// the log's key. A log the trusted root gives no `baseUrl` is judged by
+    /// its key alone.
     pub fn verify(&self, log: &Log) -> Result<(), String> {
+        if let Some(origin) = &log.origin
+            && self.origin != *origin
+            && !self.origin.starts_with(&format!("{origin} - "))
+        {
+            return Err(format!(
+                "the checkpoint is from {:?}, not from the log's origin {origin:?}",
+                self.origin
+            ));
+        }
         let hint = log.key_hint();
         let ours: Vec<_> = self.sigs.iter().filter(|(_, h, _)| *h == hint).collect();
         if ours.is_empty() {

@@ -119,7 +119,7 @@ impl Item {
                 "not a Sigstore bundle (mediaType {mt:?})"
             )));
         }
-        if v.get("dsseEnvelope").is_none() {
+        if crate::bundle::content_kind(&v)? != crate::bundle::ContentKind::Dsse {
             return Err(ArtifactError::Malformed("bundle carries a messageSignature, not the DSSE envelope cosign sign writes for images".into()));
         }
         let payload = b64("/dsseEnvelope/payload")?;

@@ -232,6 +232,7 @@ fn load_one(
         return Ok(Check::Notation(NotationCheck {
             roots: certs,
             level: n.level,
+            store: n.trust_store_type,
         }));
     }
     let Some(c) = &spec.cosign else {

@@ -50,6 +50,12 @@ impl Authority {
     pub fn valid_at(&self, time: i64) -> bool {
         self.valid_from.is_none_or(|s| time >= s) && self.valid_until.is_none_or(|e| time <= e)
     }
+
+    /// [`Authority::valid_at`] for a timestamp authority, which the client
+    /// specification trusts only with a validity start (as logs).
+    pub fn valid_at_with_start(&self, time: i64) -> bool {
+        self.valid_from.is_some() && self.valid_at(time)
+    }
 }
 
 /// Everything needed to verify keyless signatures offline.
@@ -195,6 +201,15 @@ impl Log {
     /// Whether the trusted root says this log's key may be used at `time`.
     pub fn valid_at(&self, time: i64) -> bool {
         self.valid_from.is_some_and(|s| time >= s) && self.valid_until.is_none_or(|e| time <= e)
+    }
+
+    /// The validity the trusted root gives, for messages.
+    pub fn validity(&self) -> String {
+        let t = |v: Option<i64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+        match self.valid_from {
+            None => "no validity start (never trusted)".into(),
+            Some(_) => format!("Unix {} to {}", t(self.valid_from), t(self.valid_until)),
+        }
     }
 
     /// The 4-byte key hint checkpoint signatures carry: the start of the log id.

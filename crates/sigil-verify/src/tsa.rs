@@ -8,8 +8,10 @@
 //! hash of the TSTInfo; the signature over the signed attributes verifies
 //! with the TSA's certificate (embedded, or the trusted root's); that
 //! certificate chains to a timestamp authority of the trusted root, with the
-//! timeStamping EKU, valid at the stamped time; and the trusted root lists
-//! the authority as valid at that time. Written on the `der` reader because
+//! timeStamping EKU, valid at the stamped time; the signed
+//! signing-certificate attribute (ESSCertID or ESSCertIDv2, RFC 3161 §2.4.1,
+//! RFC 5816) names that very certificate; and the trusted root lists the
+//! authority, with a validity start, as valid at that time. Written on the `der` reader because
 //! no CMS crate is in this workspace's dependency set (see the closing note).
 
 use aws_lc_rs::digest;
@@ -22,10 +24,17 @@ use crate::x509::{self, Eku};
 const SIGNED_DATA: &str = "1.2.840.113549.1.7.2";
 const TST_INFO: &str = "1.2.840.113549.1.9.16.1.4";
 const MESSAGE_DIGEST: &str = "1.2.840.113549.1.9.4";
+/// id-aa-signingCertificate (ESSCertID, SHA-1).
+const SIGNING_CERTIFICATE: &str = "1.2.840.113549.1.9.16.2.12";
+/// id-aa-signingCertificateV2 (ESSCertIDv2, SHA-256 unless named).
+const SIGNING_CERTIFICATE_V2: &str = "1.2.840.113549.1.9.16.2.47";
+const SHA1: &str = "1.3.14.3.2.26";
+const SHA256: &str = "2.16.840.1.101.3.4.2.1";
 
 fn hash(alg_oid: &str, data: &[u8]) -> Result<Vec<u8>, String> {
     let alg = match alg_oid {
-        "2.16.840.1.101.3.4.2.1" => &digest::SHA256,
+        SHA1 => &digest::SHA1_FOR_LEGACY_USE_ONLY,
+        SHA256 => &digest::SHA256,
         "2.16.840.1.101.3.4.2.2" => &digest::SHA384,
         "2.16.840.1.101.3.4.2.3" => &digest::SHA512,
         other => return Err(format!("unsupported hash algorithm {other}")),
@@ -54,6 +63,52 @@ fn generalized_time(s: &[u8]) -> Result<i64, String> {
     Ok(time::PrimitiveDateTime::new(date, t)
         .assume_utc()
         .unix_timestamp())
+}
+
+/// The (hash algorithm, certificate hash) of the first certificate the
+/// signed signing-certificate attribute names: ESSCertIDv2 if present, else
+/// ESSCertID.
+fn signing_certificate(attrs: &[u8]) -> Result<(String, Vec<u8>), String> {
+    let mut v1 = None;
+    for a in der::children(attrs)? {
+        let kv = der::children(a.content)?;
+        let (Some(k), Some(set)) = (kv.first(), kv.get(1)) else {
+            continue;
+        };
+        let oid = der::oid(k.content);
+        if oid != SIGNING_CERTIFICATE && oid != SIGNING_CERTIFICATE_V2 {
+            continue;
+        }
+        // SET { SigningCertificate(V2) SEQUENCE { certs SEQUENCE OF ESSCertID(v2), … } }
+        let (sc, _) = der::expect(set.content, 0x30, "SigningCertificate")?;
+        let (certs, _) = der::expect(sc.content, 0x30, "SigningCertificate.certs")?;
+        let (first, _) = der::expect(certs.content, 0x30, "ESSCertID")?;
+        let parts = der::children(first.content)?;
+        let id = match parts.as_slice() {
+            [alg, hash, ..]
+                if oid == SIGNING_CERTIFICATE_V2 && alg.tag == 0x30 && hash.tag == 0x04 =>
+            {
+                (alg_oid(alg)?, hash.content.to_vec())
+            }
+            [hash, ..] if hash.tag == 0x04 => (
+                if oid == SIGNING_CERTIFICATE_V2 {
+                    SHA256
+                } else {
+                    SHA1
+                }
+                .to_owned(),
+                hash.content.to_vec(),
+            ),
+            _ => return Err("the signing-certificate attribute is malformed".into()),
+        };
+        if oid == SIGNING_CERTIFICATE_V2 {
+            return Ok(id);
+        }
+        v1 = Some(id);
+    }
+    v1.ok_or_else(|| {
+        "the timestamp's signed attributes name no signing certificate (ESSCertID/ESSCertIDv2, RFC 3161 §2.4.1)".into()
+    })
 }
 
 /// Verifies one timestamp over `signature`; returns the stamped time.
@@ -142,6 +197,7 @@ pub fn verify(token: &[u8], signature: &[u8], trust: &TrustedRoot) -> Result<i64
     if !digest_ok {
         return Err("the timestamp's signed attributes do not match its TSTInfo".into());
     }
+    let (ess_alg, ess_hash) = signing_certificate(attrs.content)?;
     let mut signed = attrs.raw.to_vec();
     signed[0] = 0x31;
     let mut last = "no timestamp authority in the trusted root".to_owned();
@@ -156,6 +212,10 @@ pub fn verify(token: &[u8], signature: &[u8], trust: &TrustedRoot) -> Result<i64
             last = "the timestamp's signature does not verify with a trusted timestamp authority's key".into();
             continue;
         };
+        if hash(&ess_alg, leaf)? != ess_hash {
+            last = "the timestamp's signing-certificate attribute names another certificate than the one that signed it".into();
+            continue;
+        }
         let inter: Vec<Vec<u8>> = certs
             .iter()
             .chain(a.intermediates.iter())
@@ -172,8 +232,14 @@ pub fn verify(token: &[u8], signature: &[u8], trust: &TrustedRoot) -> Result<i64
             last = format!("timestamp authority certificate: {e}");
             continue;
         }
-        if !a.valid_at(gen_time) {
-            last = "the timestamp falls outside the timestamp authority's validity in the trusted root".into();
+        if !a.valid_at_with_start(gen_time) {
+            last = if a.valid_from.is_none() {
+                "the timestamp authority has no validity start in the trusted root (never trusted)"
+                    .into()
+            } else {
+                "the timestamp falls outside the timestamp authority's validity in the trusted root"
+                    .into()
+            };
             continue;
         }
         return Ok(gen_time);

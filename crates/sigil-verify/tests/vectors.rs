@@ -1,5 +1,6 @@
 //! The real cosign and notation signatures from the vectors, checked without
-//! a registry: every expected outcome of ../shared/vectors/README.md.
+//! a registry: every expected outcome the vectors' README (tests/vectors/README.md) and
+//! their upstream notes give.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -249,6 +250,7 @@ fn notation(root: &str) -> VerifierSpec {
         cosign: None,
         notation: Some(NotationSpec {
             trust_roots: vec![format!("{V}/derived/{root}")],
+            trust_store_type: Default::default(),
             level: Default::default(),
         }),
     }

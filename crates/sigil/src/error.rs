@@ -83,6 +83,36 @@ pub enum Error {
     Engine(#[from] crate::reload::EngineError),
 }
 
+impl Error {
+    /// One line for a log: an API server's refusal as its message and
+    /// reason (not the Status in Debug form, which `Display` of kube-rs'
+    /// error carries), anything else as `Display` gives it.
+    pub fn brief(&self) -> String {
+        match self {
+            Error::Kube { context, source } => match source.as_ref() {
+                kube::Error::Api(s) => {
+                    format!("{context}: {} ({} {})", s.message, s.code, s.reason)
+                }
+                other => format!("{context}: {other}"),
+            },
+            other => other.to_string(),
+        }
+    }
+
+    /// The namespace the API server says does not exist, if that is the error
+    /// (a create in a namespace that is not there: 404 with `details.kind: namespaces`).
+    pub fn missing_namespace(&self) -> Option<&str> {
+        let Error::Kube { source, .. } = self else {
+            return None;
+        };
+        let kube::Error::Api(s) = source.as_ref() else {
+            return None;
+        };
+        let d = s.details.as_ref()?;
+        (s.code == 404 && d.kind == "namespaces").then_some(d.name.as_str())
+    }
+}
+
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

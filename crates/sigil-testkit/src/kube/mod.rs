@@ -14,6 +14,7 @@
 //! The admission side of kube-apiserver is [`crate::sigil::ApiServer`],
 //! pointed at what is registered here by [`FakeKube::webhook_client`].
 
+mod rbac;
 mod route;
 mod store;
 mod watch;
@@ -29,6 +30,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
+pub use rbac::{Attributes, User, attributes};
 pub use route::{Route, classify};
 pub use store::{State, now_rfc3339};
 
@@ -169,11 +171,15 @@ async fn serve(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_owned();
-    let authed = req
+    let bearer = req
         .headers()
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        == Some(&format!("Bearer {TOKEN}"));
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default()
+        .to_owned();
+    let user = st.lock().unwrap().authenticate(&bearer);
+    let authed = user.is_some();
     let body = req
         .into_body()
         .collect()
@@ -218,6 +224,23 @@ async fn serve(
             .body(Full::new(Bytes::from(v.to_string())).boxed())
             .unwrap();
     }
+    // RBAC, as kube-apiserver's authorizer decides it (the admin token is
+    // in system:masters and passes).
+    if let Some(user) = &user {
+        let attrs = rbac::attributes(&method, &path, &query);
+        let mut st = st.lock().unwrap();
+        if !st.authorize(user, &attrs) {
+            let (code, v) = rbac::forbidden(user, &attrs);
+            st.denied
+                .push(v["message"].as_str().unwrap_or_default().to_owned());
+            st.log.push((method, path, code));
+            return hyper::Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(v.to_string())).boxed())
+                .unwrap();
+        }
+    }
     let is_watch = matches!(
         route::query_param(&query, "watch").as_deref(),
         Some("true") | Some("1")
@@ -251,6 +274,105 @@ async fn serve(
 }
 
 impl FakeKube {
+    /// A kubeconfig that authenticates as the ServiceAccount `namespace/name`
+    /// (its token works while the ServiceAccount object exists), so RBAC
+    /// applies to what a process started with it does.
+    pub fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> PathBuf {
+        let token = format!("sa-{namespace}-{name}-{}", crate::registry::uniq());
+        self.state
+            .lock()
+            .unwrap()
+            .tokens
+            .insert(token.clone(), User::service_account(namespace, name));
+        let path = self
+            ._dir
+            .path()
+            .join(format!("kubeconfig-{namespace}-{name}"));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\nusers:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: {name}\n    namespace: {namespace}\ncurrent-context: fake\n",
+                self.addr
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// Where an object of this apiVersion/kind is stored: core kinds under
+    /// `/api/v1`, others under `/apis/<group>/<version>`; cluster-scoped
+    /// kinds (and custom kinds whose stored CRD says `Cluster`) without a
+    /// namespace. The plural is the CRD's where one is stored, else the
+    /// lower-cased kind made plural as Kubernetes' own kinds are.
+    pub fn collection_for(&self, obj: &Value) -> String {
+        let api = obj["apiVersion"].as_str().unwrap_or("v1");
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        let base = if api.contains('/') {
+            format!("/apis/{api}")
+        } else {
+            format!("/api/{api}")
+        };
+        let group = api.split_once('/').map(|(g, _)| g).unwrap_or_default();
+        let crd = self
+            .list("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+            .into_iter()
+            .find(|c| c["spec"]["group"] == group && c["spec"]["names"]["kind"] == kind);
+        let (plural, cluster) = match &crd {
+            Some(c) => (
+                c["spec"]["names"]["plural"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                c["spec"]["scope"] == "Cluster",
+            ),
+            None => {
+                let lower = kind.to_ascii_lowercase();
+                let plural = if let Some(stem) = lower.strip_suffix('y') {
+                    format!("{stem}ies")
+                } else if lower.ends_with('s') {
+                    format!("{lower}es")
+                } else {
+                    format!("{lower}s")
+                };
+                let cluster = route::CLUSTER_SCOPED.contains(&plural.as_str());
+                (plural, cluster)
+            }
+        };
+        match obj["metadata"]["namespace"].as_str() {
+            Some(ns) if !cluster => format!("{base}/namespaces/{ns}/{plural}"),
+            _ => format!("{base}/{plural}"),
+        }
+    }
+
+    /// `kubectl apply` of rendered objects, as the admin (test setup).
+    pub fn apply(&self, objects: &[Value]) {
+        // CRDs first, so the kinds they define are stored where they belong.
+        let (crds, rest): (Vec<&Value>, Vec<&Value>) = objects
+            .iter()
+            .partition(|o| o["kind"] == "CustomResourceDefinition");
+        for o in crds.into_iter().chain(rest) {
+            let coll = self.collection_for(o);
+            self.insert(&coll, o.clone());
+        }
+    }
+
+    /// Creates these Namespaces (test setup): as in a real cluster, nothing
+    /// can be created in a namespace that does not exist.
+    pub fn namespaces(&self, names: &[&str]) {
+        for n in names {
+            self.insert(
+                "/api/v1/namespaces",
+                json!({"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}}}),
+            );
+        }
+    }
+
+    /// The messages of every request RBAC refused so far.
+    pub fn denied(&self) -> Vec<String> {
+        self.state.lock().unwrap().denied.clone()
+    }
+
     /// Stores an object (test setup), as [`State::insert`].
     pub fn insert(&self, collection: &str, obj: Value) {
         self.state.lock().unwrap().insert(collection, obj);

@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 /// Resources that live outside namespaces (the ones sigil and its tests touch).
-const CLUSTER_SCOPED: &[&str] = &[
+pub(super) const CLUSTER_SCOPED: &[&str] = &[
     "namespaces",
     "nodes",
     "mutatingwebhookconfigurations",
@@ -15,6 +15,10 @@ const CLUSTER_SCOPED: &[&str] = &[
     "clusterroles",
     "clusterrolebindings",
     "clusterimagepolicies",
+    "priorityclasses",
+    "storageclasses",
+    "persistentvolumes",
+    "apiservices",
 ];
 
 /// Resources stored without a status subresource: a write replaces all of it.

@@ -31,6 +31,10 @@ pub struct State {
     pub forbidden: Vec<String>,
     /// (method, path, status) of every request.
     pub log: Vec<(String, String, u16)>,
+    /// The message of every request RBAC refused (403), in order.
+    pub denied: Vec<String>,
+    /// Bearer tokens other than the admin's [`super::TOKEN`]: ServiceAccount tokens.
+    pub tokens: HashMap<String, super::User>,
     /// GET this on every webhook configuration write, record the status.
     pub probe: Option<String>,
     pub probe_results: Vec<u16>,
@@ -64,6 +68,19 @@ fn spec_of(o: &Value) -> Value {
 }
 
 impl State {
+    /// Who a bearer token is: the admin, or a ServiceAccount whose object
+    /// still exists (a deleted ServiceAccount's tokens stop working).
+    pub fn authenticate(&self, token: &str) -> Option<super::User> {
+        if token == super::TOKEN {
+            return Some(super::User::admin());
+        }
+        let user = self.tokens.get(token)?;
+        if let Some((ns, name)) = &user.service_account {
+            self.get(&format!("/api/v1/namespaces/{ns}/serviceaccounts"), name)?;
+        }
+        Some(user.clone())
+    }
+
     fn bump(&mut self, obj: &mut Value) {
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
@@ -235,6 +252,13 @@ impl State {
         if let Some(ns) = route.coll.split("/namespaces/").nth(1)
             && let Some((ns, _)) = ns.split_once('/')
         {
+            // NamespaceLifecycle: nothing is created in a namespace that is not there.
+            if self.get("/api/v1/namespaces", ns).is_none() {
+                let (code, mut v) =
+                    status(404, "NotFound", format!("namespaces \"{ns}\" not found"));
+                v["details"] = json!({"name": ns, "kind": "namespaces"});
+                return (code, v);
+            }
             o["metadata"]["namespace"] = json!(ns);
         }
         o["metadata"]["uid"] = json!(format!("uid-{n}-{}", self.rv + 1));

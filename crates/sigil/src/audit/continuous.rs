@@ -70,21 +70,8 @@ impl Latest {
     }
 }
 
-/// Stops the in-cluster audit on drain.
-#[derive(Debug)]
-pub struct Handle {
-    stop: tokio::sync::watch::Sender<bool>,
-    done: tokio::sync::oneshot::Receiver<()>,
-}
-
-impl Handle {
-    /// Stops auditing and releases the Lease, so another replica takes
-    /// over at its next try (bounded: a stuck API server cannot hold up the drain).
-    pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.done).await;
-    }
-}
+/// Stops the in-cluster audit on drain and releases its Lease.
+pub type Handle = crate::cluster::lease::Shutdown;
 
 /// Everything the in-cluster audit needs, started by [`Start::run`] once
 /// the server is Ready (a replica that cannot serve must not hold the Lease).
@@ -115,14 +102,12 @@ impl std::fmt::Debug for Start {
 impl Start {
     /// A handle for the drain, and the audit waiting to be run.
     pub fn prepare(self) -> (Handle, Pending) {
-        let (stop, stop_rx) = tokio::sync::watch::channel(false);
-        let (done_tx, done) = tokio::sync::oneshot::channel();
+        let (handle, stopper) = crate::cluster::lease::shutdown_pair();
         (
-            Handle { stop, done },
+            handle,
             Pending {
                 start: self,
-                stop: stop_rx,
-                done: done_tx,
+                stopper,
             },
         )
     }
@@ -132,46 +117,39 @@ impl Start {
 #[derive(Debug)]
 pub struct Pending {
     start: Start,
-    stop: tokio::sync::watch::Receiver<bool>,
-    done: tokio::sync::oneshot::Sender<()>,
+    stopper: crate::cluster::lease::Stopper,
 }
 
 impl Pending {
     /// Waits for `ready`, then campaigns and audits until [`Handle::shutdown`].
     pub async fn run(self, ready: impl std::future::Future<Output = ()>) {
-        let Pending {
-            start,
-            mut stop,
-            done,
-        } = self;
-        tokio::select! {
-            () = ready => {}
-            _ = stop.wait_for(|s| *s) => {
-                let _ = done.send(());
-                return;
-            }
-        }
-        let election = crate::cluster::lease::spawn(start.client.clone(), start.lease);
-        let leading = election.leading.clone();
-        tokio::select! {
-            () = run(
-                start.client,
-                start.webhook,
-                start.metrics.clone(),
-                start.settings,
-                start.latest.clone(),
-                leading,
-            ) => {}
-            _ = stop.wait_for(|s| *s) => {}
-        }
-        start.metrics.audit_leader.set(0);
-        start.metrics.clear_audit();
-        start
-            .latest
-            .leading
-            .store(false, std::sync::atomic::Ordering::Relaxed);
-        election.release().await;
-        let _ = done.send(());
+        let Pending { start, stopper } = self;
+        let (metrics, latest) = (start.metrics.clone(), start.latest.clone());
+        let client = start.client.clone();
+        stopper
+            .lead(
+                client,
+                start.lease,
+                ready,
+                |leading| {
+                    run(
+                        start.client,
+                        start.webhook,
+                        start.metrics,
+                        start.settings,
+                        start.latest,
+                        leading,
+                    )
+                },
+                move || {
+                    metrics.audit_leader.set(0);
+                    metrics.clear_audit();
+                    latest
+                        .leading
+                        .store(false, std::sync::atomic::Ordering::Relaxed);
+                },
+            )
+            .await;
     }
 }
 

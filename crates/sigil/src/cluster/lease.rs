@@ -72,8 +72,15 @@ pub fn spawn(client: Client, s: LeaseSettings) -> Election {
         let api: Api<Lease> = Api::namespaced(client, &s.namespace);
         let mut candidate = Candidate::default();
         let mut last_renew: Option<Instant> = None;
+        let mut last_error: Option<String> = None;
         loop {
-            match candidate.try_acquire_or_renew(&api, &s).await {
+            let round = candidate.try_acquire_or_renew(&api, &s).await;
+            if round.is_ok()
+                && let Some(was) = last_error.take()
+            {
+                tracing::info!(lease = %s.name, previously = %was, "lease updates work again");
+            }
+            match round {
                 Ok(true) => {
                     if !*leading_tx.borrow() {
                         tracing::info!(lease = %s.name, identity = %s.identity, "became the leader");
@@ -89,7 +96,12 @@ pub fn spawn(client: Client, s: LeaseSettings) -> Election {
                     let _ = leading_tx.send(false);
                 }
                 Err(e) => {
-                    tracing::warn!(lease = %s.name, error = %e, "lease update failed");
+                    // Said once per cause, not on every retry.
+                    let why = failure_message(&e, &s);
+                    if last_error.as_deref() != Some(why.as_str()) {
+                        tracing::warn!(lease = %s.name, error = %why, "lease update failed; retrying quietly until this changes");
+                        last_error = Some(why);
+                    }
                     if last_renew.is_some_and(|t| t.elapsed() > s.renew_deadline()) {
                         tracing::warn!(lease = %s.name, "could not renew within the renew deadline; stepping down");
                         last_renew = None;
@@ -116,6 +128,89 @@ pub fn spawn(client: Client, s: LeaseSettings) -> Election {
         leading,
         stop,
         task,
+    }
+}
+
+/// What a failed round logs: concise, and for a namespace that does not
+/// exist (sigil run outside its cluster namespace) the fix.
+fn failure_message(e: &crate::error::Error, s: &LeaseSettings) -> String {
+    match e.missing_namespace() {
+        Some(ns) => format!(
+            "namespace {ns} does not exist: create namespace {ns} or pass --namespace (the Lease {} lives in sigil's own namespace)",
+            s.name
+        ),
+        None => e.brief(),
+    }
+}
+
+/// Stops a leader's work on drain and waits, bounded, until its Lease is
+/// released, so another replica takes over at its next try instead of after
+/// a full lease duration.
+#[derive(Debug)]
+pub struct Shutdown {
+    stop: watch::Sender<bool>,
+    done: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// The working side of a [`Shutdown`].
+#[derive(Debug)]
+pub struct Stopper {
+    stop: watch::Receiver<bool>,
+    done: tokio::sync::oneshot::Sender<()>,
+}
+
+/// A [`Shutdown`] for the drain and its [`Stopper`] for the task.
+pub fn shutdown_pair() -> (Shutdown, Stopper) {
+    let (stop, stop_rx) = watch::channel(false);
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    (
+        Shutdown { stop, done },
+        Stopper {
+            stop: stop_rx,
+            done: done_tx,
+        },
+    )
+}
+
+impl Shutdown {
+    /// Stops the work and waits for the Lease's release (at most 5 s: a
+    /// stuck API server cannot hold up the drain).
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.done).await;
+    }
+}
+
+impl Stopper {
+    /// Waits for `ready`, campaigns for the Lease, and runs `work` (given
+    /// whether this replica leads) until the [`Shutdown`]; then `after`,
+    /// then releases the Lease.
+    pub async fn lead<W, F>(
+        mut self,
+        client: Client,
+        settings: LeaseSettings,
+        ready: impl std::future::Future<Output = ()>,
+        work: W,
+        after: impl FnOnce(),
+    ) where
+        W: FnOnce(watch::Receiver<bool>) -> F,
+        F: std::future::Future<Output = ()>,
+    {
+        tokio::select! {
+            () = ready => {}
+            _ = self.stop.wait_for(|s| *s) => {
+                let _ = self.done.send(());
+                return;
+            }
+        }
+        let election = spawn(client, settings);
+        tokio::select! {
+            () = work(election.leading.clone()) => {}
+            _ = self.stop.wait_for(|s| *s) => {}
+        }
+        after();
+        election.release().await;
+        let _ = self.done.send(());
     }
 }
 

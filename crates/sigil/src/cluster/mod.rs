@@ -39,11 +39,17 @@ pub const WEBHOOK_NAME: &str = "images.sigil.dev";
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// What the API server does when sigil cannot answer.
+///
+/// Spelled as Kubernetes spells `failurePolicy` (`Fail`, `Ignore`), which is
+/// what `--help` shows and what the manifests set; lower case is accepted
+/// too, since that is how clap spelled it before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum FailurePolicy {
     /// Fail closed: requests sigil cannot answer are rejected.
+    #[value(name = "Fail", alias = "fail")]
     Fail,
     /// Fail open: they are admitted without sigil (audit afterwards).
+    #[value(name = "Ignore", alias = "ignore")]
     Ignore,
 }
 
@@ -110,4 +116,36 @@ pub fn own_namespace(flag: Option<String>) -> String {
             .filter(|s| !s.is_empty())
     })
     .unwrap_or_else(|| "sigil-system".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FailurePolicy;
+    use clap::ValueEnum as _;
+
+    /// The shipped Deployment sets `SIGIL_FAILURE_POLICY=Fail` (Kubernetes'
+    /// spelling); the flag once took only `fail`, and every replica crash-looped.
+    #[test]
+    fn failure_policy_accepts_the_kubernetes_spelling_the_manifests_use() {
+        for (s, want) in [
+            ("Fail", FailurePolicy::Fail),
+            ("fail", FailurePolicy::Fail),
+            ("Ignore", FailurePolicy::Ignore),
+            ("ignore", FailurePolicy::Ignore),
+        ] {
+            assert_eq!(FailurePolicy::from_str(s, false), Ok(want), "{s}");
+        }
+        assert!(FailurePolicy::from_str("Open", false).is_err());
+        let shown: Vec<String> = FailurePolicy::value_variants()
+            .iter()
+            .filter_map(|v| v.to_possible_value())
+            .map(|v| v.get_name().to_owned())
+            .collect();
+        assert_eq!(
+            shown,
+            ["Fail", "Ignore"],
+            "--help shows the Kubernetes spelling"
+        );
+        assert_eq!(FailurePolicy::Fail.as_str(), "Fail");
+    }
 }

@@ -165,17 +165,15 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let (policy, policy_bytes) = super::load_policy_bytes(args.policy.as_deref())?;
     let file_policy = args.policy.is_some().then(|| policy.clone());
     super::runtime()?.block_on(async {
-        let (config, webhook, metrics, audit) =
+        let (config, webhook, metrics, leaders) =
             configure(&args, policy, policy_bytes, file_policy).await?;
         let bound = sigil::server::bind(config).await?;
         let mut signals = Signals::install()?;
         let running = bound.spawn(webhook, metrics);
         signals.recv().await;
-        // Hand the audit over first: another replica takes the Lease at its
-        // next try while this one drains.
-        if let Some(audit) = audit {
-            audit.shutdown().await;
-        }
+        // Hand the audit and the policy status over first: another replica
+        // takes their Leases at its next try while this one drains.
+        futures_util::future::join_all(leaders.into_iter().map(|l| l.shutdown())).await;
         running.drain(&mut signals).await;
         Ok(ExitCode::SUCCESS)
     })
@@ -191,7 +189,7 @@ async fn configure(
     ServeConfig,
     Arc<Webhook<sigil_registry::Registry>>,
     Arc<Metrics>,
-    Option<sigil::audit::continuous::Handle>,
+    Vec<sigil::cluster::lease::Shutdown>,
 )> {
     let namespace = sigil::cluster::own_namespace(args.cluster.namespace.clone());
     // The API server is contacted only when a flag asks for it.
@@ -289,7 +287,8 @@ async fn configure(
     let engine = sigil::reload::engine_for(Arc::new(policy), None, &sources, &metrics)
         .context("putting the policy in force")?;
     let webhook = Arc::new(Webhook::new(engine, metrics.clone()));
-    let mut audit = None;
+    // Leaders to stop (and whose Leases to release) on drain.
+    let mut leaders = Vec::new();
     let mut latest = None;
     let mut tasks = cluster_tasks(
         args,
@@ -320,21 +319,22 @@ async fn configure(
             duration: args.audit.audit_lease_duration,
         };
         let (client, c2) = (client.clone(), c.clone());
+        let (handle, stopper) = sigil::cluster::lease::shutdown_pair();
+        leaders.push(handle);
         tasks.0.push(Box::new(move |ready, _store| {
             Box::pin(async move {
-                ready.wait().await;
                 let instance = lease.identity.clone();
-                let election = sigil::cluster::lease::spawn(client.clone(), lease);
-                c2.write_status(client, instance, election.leading.clone())
+                let writer = |leading| c2.write_status(client.clone(), instance, leading);
+                stopper
+                    .lead(client.clone(), lease, ready.wait(), writer, || {})
                     .await;
-                election.release().await;
             })
         }));
         combiner = Some(c);
     }
     if let (true, Some(client)) = (args.audit.enabled(), client) {
         let (handle, task, l) = audit_task(args, namespace, client, &webhook, &metrics);
-        audit = Some(handle);
+        leaders.push(handle);
         latest = Some(l);
         tasks.0.push(task);
     }
@@ -350,7 +350,7 @@ async fn configure(
         audit: latest,
         combiner,
     };
-    Ok((config, webhook, metrics, audit))
+    Ok((config, webhook, metrics, leaders))
 }
 
 /// The in-cluster audit: campaigns for the Lease once Ready.

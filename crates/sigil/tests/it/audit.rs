@@ -66,6 +66,7 @@ impl World {
         )
         .unwrap();
         let kube = FakeKube::start().await;
+        kube.namespaces(&["shop", "clean", "kube-system", "other", "parity"]);
         let w = World {
             reg,
             kube,
@@ -763,6 +764,7 @@ async fn audit_pulls_with_the_workloads_own_secrets() {
     let h = reg.host();
     let d = reg.push_image("team/app", "v1").await;
     let kube = FakeKube::start().await;
+    kube.namespaces(&["shop"]);
     kube.insert(
         "/api/v1/namespaces/shop/secrets",
         crate::credentials::pull_secret("shop", "regcred", &h, "puller", "s3cret"),

@@ -1,5 +1,6 @@
-//! The Sigstore conformance suite's `bundle-verify` cases (the part in
-//! `../shared/vectors/sigstore-conformance`), each run through
+//! The Sigstore conformance suite's `bundle-verify` cases (the part copied,
+//! with its attribution, into `crates/sigil-verify/tests/vectors/sigstore-conformance`),
+//! each run through
 //! `sigil verify-bundle` exactly as the suite's harness drives a client: a
 //! directory per case, `_fail` = must fail, optional `artifact`, `identity`,
 //! `issuer`, `key.pub`, `trusted_root.json`, with the README's defaults.
@@ -13,7 +14,7 @@ const IDENTITY: &str = "https://github.com/sigstore-conformance/extremely-danger
 const ISSUER: &str = "https://token.actions.githubusercontent.com";
 
 fn suite() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/sigstore-conformance")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../sigil-verify/tests/vectors/sigstore-conformance")
 }
 
 fn read_trimmed(p: &Path) -> Option<String> {
@@ -26,7 +27,9 @@ fn run_case(dir: &Path, artifact_override: Option<&str>) -> (bool, String) {
     let trusted = if dir.join("trusted_root.json").exists() {
         dir.join("trusted_root.json")
     } else {
-        root.join("../sigstore-trust/trusted_root.json")
+        // The public-good production root the suite means by default.
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../sigil-verify/trust/public-good-trusted_root.json")
     };
     let mut cmd = Command::new(bin());
     cmd.arg("verify-bundle")
@@ -58,7 +61,7 @@ fn run_case(dir: &Path, artifact_override: Option<&str>) -> (bool, String) {
 }
 
 #[test]
-fn every_shared_conformance_case_passes_through_sigil_verify_bundle() {
+fn every_conformance_case_in_the_repository_passes_through_sigil_verify_bundle() {
     let mut cases: Vec<PathBuf> = std::fs::read_dir(suite())
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -67,7 +70,7 @@ fn every_shared_conformance_case_passes_through_sigil_verify_bundle() {
     cases.sort();
     assert!(
         cases.len() >= 35,
-        "the shared suite has {} cases",
+        "the suite here has {} cases",
         cases.len()
     );
     let mut wrong = Vec::new();

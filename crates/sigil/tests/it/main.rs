@@ -12,6 +12,7 @@ mod deploy;
 mod drain;
 mod pin;
 mod policies;
+mod shipped;
 use sigil_testkit as support;
 mod verify;
 mod webhook;

@@ -207,6 +207,7 @@ async fn policy_objects_combine_report_status_and_take_effect_at_once() {
     let h = reg.host();
     reg.push_image("ok/app", "v1").await;
     let kube = FakeKube::start().await;
+    kube.namespaces(&["team-a", "team-b", "team-c"]);
     kube.insert(
         CIPS,
         cip(
@@ -416,4 +417,77 @@ async fn policy_objects_combine_report_status_and_take_effect_at_once() {
         "the previous generation still denies: {}",
         p.message
     );
+}
+
+/// On drain the policy-status Lease is released as the audit Lease is, so
+/// another replica writes status at its next try instead of after a full
+/// lease duration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_status_lease_is_released_on_drain() {
+    use crate::support::kube::FakeKube;
+    const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/sigil-system/leases";
+    let kube = FakeKube::start().await;
+    let mut sigil = Sigil::start_env(
+        None,
+        &["--watch-policies", "--namespace", "sigil-system"],
+        &kube.env(),
+    )
+    .await;
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while kube
+        .get(LEASES, "sigil-policy-status")
+        .is_none_or(|l| l["spec"]["holderIdentity"].as_str().is_none())
+    {
+        assert!(std::time::Instant::now() < until, "never took the Lease");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    sigil.terminate();
+    sigil.wait_exit(std::time::Duration::from_secs(15));
+    let lease = kube.get(LEASES, "sigil-policy-status").unwrap();
+    assert!(
+        lease["spec"]["holderIdentity"].is_null(),
+        "the Lease is still held after the drain: {lease}"
+    );
+    assert!(sigil.logs().contains("lease released"), "{}", sigil.logs());
+}
+
+/// Outside its namespace (none created), sigil says once, with the fix,
+/// that the namespace is missing — not a warning per retry carrying the
+/// API Status in Debug form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_namespace_is_reported_once_with_the_fix() {
+    use crate::support::kube::FakeKube;
+    let kube = FakeKube::start().await;
+    let sigil = Sigil::start_env(
+        None,
+        &[
+            "--watch-policies",
+            "--namespace",
+            "nowhere",
+            "--audit-interval",
+            "10m",
+            "--audit-lease-duration",
+            "1s",
+        ],
+        &kube.env(),
+    )
+    .await;
+    // 1 s leases retry every 200 ms: a few seconds are many retries.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let logs = sigil.logs();
+    let said: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("lease update failed"))
+        .collect();
+    // One line per Lease (the audit's and the policy status'), not one per retry.
+    assert_eq!(said.len(), 2, "{logs}");
+    for l in said {
+        assert!(
+            l.contains(
+                "namespace nowhere does not exist: create namespace nowhere or pass --namespace"
+            ),
+            "{l}"
+        );
+        assert!(!l.contains("Status {"), "Debug form leaked: {l}");
+    }
 }

@@ -2,19 +2,23 @@
 //!
 //! Owns reading both envelope formats into one [`Envelope`], and the checks
 //! the Notary Project trust policy defines, grouped as it groups them:
-//! integrity (the envelope's signature, always enforced), authenticity (the
-//! x509 chain to the configured roots), authentic timestamp and expiry. The
-//! verification level decides which of the last three block and which are
-//! only logged. Revocation (OCSP/CRL) is not checked: it would put network
-//! calls to CAs on the admission path. The binding of the signed target
-//! digest to the pinned digest is sigil's own rule and always enforced.
+//! integrity (the envelope's signature and the signing certificate's key
+//! usage, always enforced), authenticity (the x509 chain to the configured
+//! roots, of the trust-store type the signing scheme needs), authentic
+//! timestamp and expiry. The verification level decides which of the last
+//! three block and which are only logged. What sigil cannot do, it refuses
+//! rather than skips: a signature that asks for a verification plugin fails
+//! naming it, an unknown critical header fails. Revocation (OCSP/CRL) is not
+//! checked: it would put network calls to CAs on the admission path. The
+//! binding of the signed target digest to the pinned digest is sigil's own
+//! rule and always enforced.
 
 use crate::ArtifactError;
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::Value;
 use sigil_core::SignatureProblem;
-use sigil_core::verify::NotationLevel;
+use sigil_core::verify::{NotationLevel, NotationStoreType};
 
 use crate::keys::{KeyType, PublicKey};
 use crate::x509::{self, Eku};
@@ -30,13 +34,11 @@ const SCHEME: &str = "io.cncf.notary.signingScheme";
 const SIGNING_TIME: &str = "io.cncf.notary.signingTime";
 const EXPIRY: &str = "io.cncf.notary.expiry";
 const AUTHENTIC_TIME: &str = "io.cncf.notary.authenticSigningTime";
-const KNOWN_CRIT: &[&str] = &[
-    SCHEME,
-    EXPIRY,
-    AUTHENTIC_TIME,
-    "io.cncf.notary.verificationPlugin",
-    "io.cncf.notary.verificationPluginMinVersion",
-];
+const PLUGIN: &str = "io.cncf.notary.verificationPlugin";
+const PLUGIN_MIN_VERSION: &str = "io.cncf.notary.verificationPluginMinVersion";
+/// Signing scheme whose signing time a signing authority vouches for.
+const SIGNING_AUTHORITY: &str = "notary.x509.signingAuthority";
+const KNOWN_CRIT: &[&str] = &[SCHEME, EXPIRY, AUTHENTIC_TIME, PLUGIN, PLUGIN_MIN_VERSION];
 
 /// A notation envelope, decoded but not yet trusted.
 #[derive(Debug, Clone)]
@@ -89,13 +91,54 @@ fn check_crit(crit: &[String], present: &[&str]) -> Result<(), ArtifactError> {
         }
     }
     for p in present {
-        if [SCHEME, EXPIRY, AUTHENTIC_TIME].contains(p) && !crit.iter().any(|c| c == p) {
+        if [SCHEME, EXPIRY, AUTHENTIC_TIME, PLUGIN, PLUGIN_MIN_VERSION].contains(p)
+            && !crit.iter().any(|c| c == p)
+        {
             return Err(ArtifactError::Malformed(format!(
                 "header {p:?} must be listed as critical"
             )));
         }
     }
     Ok(())
+}
+
+/// A signature that names a verification plugin asks for checks only that
+/// plugin can make (revocation, for example); notation fails when it cannot
+/// run it, and sigil runs no plugins.
+fn refuse_plugin(plugin: Option<&str>) -> Result<(), ArtifactError> {
+    match plugin {
+        Some(p) => Err(ArtifactError::Malformed(format!(
+            "the signature requires the verification plugin {p:?} ({PLUGIN}), which sigil cannot run"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The signing time the scheme trusts: `authenticSigningTime` (required)
+/// for signingAuthority, the signer's claimed `signingTime` otherwise.
+fn scheme_time(
+    scheme: &str,
+    signing: Option<i64>,
+    authentic: Option<i64>,
+) -> Result<Option<i64>, ArtifactError> {
+    if scheme == SIGNING_AUTHORITY {
+        return authentic.map(Some).ok_or_else(|| {
+            ArtifactError::Malformed(format!(
+                "a {SIGNING_AUTHORITY} signature must carry {AUTHENTIC_TIME}"
+            ))
+        });
+    }
+    Ok(signing)
+}
+
+/// A JWS time header: absent, or an RFC 3339 string; anything else is malformed.
+fn jws_time(h: &Value, key: &str) -> Result<Option<i64>, ArtifactError> {
+    match h.get(key) {
+        None => Ok(None),
+        Some(v) => v.as_str().and_then(rfc3339).map(Some).ok_or_else(|| {
+            ArtifactError::Malformed(format!("header {key:?} is not an RFC 3339 time: {v}"))
+        }),
+    }
 }
 
 impl Envelope {
@@ -142,14 +185,19 @@ impl Envelope {
             .map(|o| o.keys().map(String::as_str).collect())
             .unwrap_or_default();
         check_crit(&crit, &present)?;
+        refuse_plugin(
+            h.get(PLUGIN)
+                .map(|p| p.as_str().unwrap_or("(not a string)")),
+        )?;
         let scheme = s(SCHEME)
             .ok_or(ArtifactError::Malformed("no signing scheme".into()))?
             .to_owned();
-        let signing_time = if scheme == "notary.x509.signingAuthority" {
-            s(AUTHENTIC_TIME).and_then(rfc3339)
-        } else {
-            s(SIGNING_TIME).and_then(rfc3339)
-        };
+        let signing_time = scheme_time(
+            &scheme,
+            jws_time(&h, SIGNING_TIME)?,
+            jws_time(&h, AUTHENTIC_TIME)?,
+        )?;
+        let expiry = jws_time(&h, EXPIRY)?;
         let certs = jws
             .header
             .x5c
@@ -173,7 +221,7 @@ impl Envelope {
                 .map_err(|e| ArtifactError::Malformed(format!("JWS payload: {e}")))?,
             scheme,
             signing_time,
-            expiry: s(EXPIRY).and_then(rfc3339),
+            expiry,
         })
     }
 
@@ -218,14 +266,18 @@ impl Envelope {
                 _ => None,
             })
         };
+        // RFC 9052: a critical label the recipient does not understand fails;
+        // notation defines only text labels, so an integer one is never understood.
         let crit: Vec<String> = p
             .crit
             .iter()
-            .filter_map(|c| match c {
-                coset::RegisteredLabel::Text(t) => Some(t.clone()),
-                _ => None,
+            .map(|c| match c {
+                coset::RegisteredLabel::Text(t) => Ok(t.clone()),
+                coset::RegisteredLabel::Assigned(a) => Err(ArtifactError::Malformed(format!(
+                    "critical header label {a:?} is not understood"
+                ))),
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         let present: Vec<&str> = p
             .rest
             .iter()
@@ -235,24 +287,29 @@ impl Envelope {
             })
             .collect();
         check_crit(&crit, &present)?;
+        refuse_plugin(text(PLUGIN).map(|p| p.as_text().unwrap_or("(not a string)")))?;
         let scheme = text(SCHEME)
             .and_then(|v| v.as_text())
             .ok_or(ArtifactError::Malformed("no signing scheme".into()))?
             .to_owned();
-        let time_of = |v: &ciborium::Value| -> Option<i64> {
-            match v {
-                ciborium::Value::Tag(1, inner) => {
-                    inner.as_integer().and_then(|i| i64::try_from(i).ok())
-                }
-                ciborium::Value::Integer(i) => i64::try_from(*i).ok(),
+        // A time header: absent, or a (tagged) integer; anything else is malformed.
+        let time_of = |key: &str| -> Result<Option<i64>, ArtifactError> {
+            let Some(v) = text(key) else {
+                return Ok(None);
+            };
+            let int = match v {
+                ciborium::Value::Tag(1, inner) => inner.as_integer(),
+                ciborium::Value::Integer(i) => Some(*i),
                 _ => None,
-            }
+            };
+            int.and_then(|i| i64::try_from(i).ok())
+                .map(Some)
+                .ok_or_else(|| {
+                    ArtifactError::Malformed(format!("header {key:?} is not a time: {v:?}"))
+                })
         };
-        let signing_time = if scheme == "notary.x509.signingAuthority" {
-            text(AUTHENTIC_TIME).and_then(time_of)
-        } else {
-            text(SIGNING_TIME).and_then(time_of)
-        };
+        let signing_time = scheme_time(&scheme, time_of(SIGNING_TIME)?, time_of(AUTHENTIC_TIME)?)?;
+        let expiry = time_of(EXPIRY)?;
         let x5chain = sign1
             .unprotected
             .rest
@@ -288,7 +345,7 @@ impl Envelope {
             payload,
             scheme,
             signing_time,
-            expiry: text(EXPIRY).and_then(time_of),
+            expiry,
         })
     }
 
@@ -310,6 +367,30 @@ pub struct NotationCheck {
     pub roots: Vec<Vec<u8>>,
     /// Verification level.
     pub level: NotationLevel,
+    /// What kind of trust store `roots` are.
+    pub store: NotationStoreType,
+}
+
+/// The leaf's keyUsage must include digitalSignature (the Notary Project's
+/// certificate requirements for signing certificates).
+fn digital_signature_usage(leaf: &[u8]) -> Result<(), SignatureProblem> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let (_, cert) = X509Certificate::from_der(leaf).map_err(|e| SignatureProblem::Malformed {
+        detail: format!("signing certificate: {e}"),
+    })?;
+    let ku = cert.key_usage().map_err(|e| SignatureProblem::Malformed {
+        detail: format!("signing certificate keyUsage: {e}"),
+    })?;
+    match ku {
+        Some(ku) if ku.value.digital_signature() => Ok(()),
+        Some(_) => Err(SignatureProblem::ChainInvalid {
+            detail: "the signing certificate's keyUsage does not include digitalSignature".into(),
+        }),
+        None => Err(SignatureProblem::ChainInvalid {
+            detail: "the signing certificate has no keyUsage (notation requires digitalSignature)"
+                .into(),
+        }),
+    }
 }
 
 fn key_fits(alg: &str, kind: KeyType) -> bool {
@@ -349,14 +430,12 @@ impl NotationCheck {
         if !key.verify_jose(&env.alg, &env.message, &env.signature) {
             return Err(SignatureProblem::WrongKey);
         }
-        if !matches!(
-            env.scheme.as_str(),
-            "notary.x509" | "notary.x509.signingAuthority"
-        ) {
+        if !matches!(env.scheme.as_str(), "notary.x509" | SIGNING_AUTHORITY) {
             return Err(SignatureProblem::Malformed {
                 detail: format!("signing scheme {:?} is not supported", env.scheme),
             });
         }
+        digital_signature_usage(leaf)?;
         // Binding: sigil's rule, at every level.
         let target = env.target_digest().map_err(SignatureProblem::from)?;
         let mut logged = Vec::new();
@@ -374,10 +453,33 @@ impl NotationCheck {
             NotationLevel::Permissive => (true, false, false),
             NotationLevel::Audit => (false, false, false),
         };
+        // notation-go validates each scheme only against its own store type.
+        let authority = env.scheme == SIGNING_AUTHORITY;
+        let store_fits = match self.store {
+            NotationStoreType::Ca => !authority,
+            NotationStoreType::SigningAuthority => authority,
+        };
         let at = env.signing_time.unwrap_or(now);
-        if let Err(e) = x509::verify_chain(leaf, &env.certs[1..], &self.roots, at, Eku::IfPresent) {
+        if !store_fits {
+            let (need, have) = if authority {
+                ("signingAuthority", "ca")
+            } else {
+                ("ca", "signingAuthority")
+            };
+            enforce(
+                authenticity,
+                SignatureProblem::ChainInvalid {
+                    detail: format!(
+                        "a {} signature is verified only by a trust store of type {need}; these trustRoots are of type {have} (trustStoreType)",
+                        env.scheme
+                    ),
+                },
+            )?;
+        } else if let Err(e) =
+            x509::verify_chain(leaf, &env.certs[1..], &self.roots, at, Eku::IfPresent)
+        {
             enforce(authenticity, e.into())?;
-        } else if env.scheme == "notary.x509" {
+        } else if !authority {
             // Without a timestamp countersignature, the signing time is only a
             // claim: the chain must still be valid now.
             if let Err(detail) =
@@ -392,7 +494,7 @@ impl NotationCheck {
             }
         }
         if let Some(exp) = env.expiry
-            && exp < now
+            && now >= exp
         {
             enforce(
                 expiry,
@@ -409,166 +511,4 @@ impl NotationCheck {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const ENVELOPE: &[u8] = include_bytes!(
-        "../tests/vectors/notation/sse-secure-systems/testimage/blobs/sha256_929a0a249c4614eb8bef5a914308896e7c8c5422d508eaddfd98dfe61683e556.json"
-    );
-    const ROOT: &str = include_str!("../tests/vectors/derived/notation-trust-root.crt");
-    const WRONG: &str = include_str!("../tests/vectors/derived/notation-wrong-trust-root.crt");
-    const DIGEST: &str = "sha256:a136cc4e785798e5e8483047cf621cf0a0300a93d47703a3f066c340c070f5cf";
-    const NOW: i64 = 1_795_000_000;
-
-    fn check(
-        level: NotationLevel,
-        root: &str,
-        digest: &str,
-    ) -> Result<Vec<String>, SignatureProblem> {
-        let env = Envelope::from_jws(ENVELOPE).unwrap();
-        NotationCheck {
-            roots: x509::certs_from_pem(root),
-            level,
-        }
-        .check(&env, digest, NOW)
-    }
-
-    #[test]
-    fn real_notation_jws_verifies_under_its_root() {
-        assert_eq!(check(NotationLevel::Strict, ROOT, DIGEST), Ok(vec![]));
-    }
-
-    #[test]
-    fn wrong_root_fails_strict_and_permissive_but_audit_only_logs() {
-        assert!(matches!(
-            check(NotationLevel::Strict, WRONG, DIGEST),
-            Err(SignatureProblem::ChainInvalid { .. })
-        ));
-        assert!(matches!(
-            check(NotationLevel::Permissive, WRONG, DIGEST),
-            Err(SignatureProblem::ChainInvalid { .. })
-        ));
-        let logged = check(NotationLevel::Audit, WRONG, DIGEST).unwrap();
-        assert_eq!(logged.len(), 1, "{logged:?}");
-    }
-
-    #[test]
-    fn other_digest_is_a_mismatch_at_every_level() {
-        let other = "sha256:c51f6b33b43f9f234af90bf310d976ea1bec487ab00ab61bd684b0efbbc15b53";
-        for l in [NotationLevel::Strict, NotationLevel::Audit] {
-            assert!(matches!(
-                check(l, ROOT, other),
-                Err(SignatureProblem::DigestMismatch { .. })
-            ));
-        }
-    }
-
-    #[test]
-    fn tampered_payload_fails_integrity() {
-        let mut v: Value = serde_json::from_slice(ENVELOPE).unwrap();
-        let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        let other = url.encode(br#"{"targetArtifact":{"digest":"sha256:c51f6b33b43f9f234af90bf310d976ea1bec487ab00ab61bd684b0efbbc15b53","mediaType":"x","size":1}}"#);
-        v["payload"] = Value::String(other);
-        let env = Envelope::from_jws(&serde_json::to_vec(&v).unwrap()).unwrap();
-        let r = NotationCheck {
-            roots: x509::certs_from_pem(ROOT),
-            level: NotationLevel::Audit,
-        }
-        .check(&env, DIGEST, NOW);
-        assert_eq!(r, Err(SignatureProblem::WrongKey));
-    }
-}
-
-#[cfg(test)]
-mod cose_tests {
-    use aws_lc_rs::rand::SystemRandom;
-    use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
-    use coset::{CborSerializable, CoseSign1Builder, HeaderBuilder, TaggedCborSerializable, iana};
-
-    use super::*;
-
-    const DIGEST: &str = "sha256:a136cc4e785798e5e8483047cf621cf0a0300a93d47703a3f066c340c070f5cf";
-
-    /// A COSE envelope as notation writes it (`--signature-format cose`),
-    /// signed ES256 by a self-signed code-signing certificate.
-    fn envelope(target: &str, tamper: bool) -> (Vec<u8>, Vec<u8>) {
-        let rng = SystemRandom::new();
-        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
-        let key =
-            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref()).unwrap();
-        let rk = rcgen::KeyPair::try_from(pkcs8.as_ref()).unwrap();
-        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        p.distinguished_name
-            .push(rcgen::DnType::CommonName, "cose-signer");
-        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::CodeSigning];
-        let cert = p.self_signed(&rk).unwrap().der().to_vec();
-        let payload = format!(
-            r#"{{"targetArtifact":{{"digest":"{target}","mediaType":"application/vnd.oci.image.manifest.v1+json","size":1}}}}"#
-        );
-        let protected = HeaderBuilder::new()
-            .algorithm(iana::Algorithm::ES256)
-            .content_type(PAYLOAD_CTY.into())
-            .add_critical_label(coset::RegisteredLabel::Text(SCHEME.into()))
-            .text_value(SCHEME.into(), ciborium::Value::Text("notary.x509".into()))
-            .text_value(
-                SIGNING_TIME.into(),
-                ciborium::Value::Tag(1, Box::new(ciborium::Value::Integer(1_700_000_000.into()))),
-            )
-            .build();
-        let unprotected = HeaderBuilder::new()
-            .value(
-                33,
-                ciborium::Value::Array(vec![ciborium::Value::Bytes(cert.clone())]),
-            )
-            .build();
-        let mut sign1 = CoseSign1Builder::new()
-            .protected(protected)
-            .unprotected(unprotected)
-            .payload(payload.into_bytes())
-            .create_signature(b"", |m| key.sign(&rng, m).unwrap().as_ref().to_vec())
-            .build();
-        if tamper {
-            sign1.payload = Some(br#"{"targetArtifact":{"digest":"sha256:00"}}"#.to_vec());
-        }
-        (sign1.to_tagged_vec().unwrap(), cert)
-    }
-
-    #[test]
-    fn cose_envelope_verifies_and_binds_to_the_digest() {
-        let (bytes, cert) = envelope(DIGEST, false);
-        let env = Envelope::parse(COSE_MEDIA_TYPE, &bytes).unwrap();
-        assert_eq!(env.alg, "ES256");
-        assert_eq!(env.signing_time, Some(1_700_000_000));
-        let check = NotationCheck {
-            roots: vec![cert],
-            level: NotationLevel::Strict,
-        };
-        assert_eq!(check.check(&env, DIGEST, 1_795_000_000), Ok(vec![]));
-        let other = "sha256:c51f6b33b43f9f234af90bf310d976ea1bec487ab00ab61bd684b0efbbc15b53";
-        assert!(matches!(
-            check.check(&env, other, 1_795_000_000),
-            Err(SignatureProblem::DigestMismatch { .. })
-        ));
-    }
-
-    #[test]
-    fn tampered_cose_payload_fails_integrity_and_untagged_form_reads() {
-        let (bytes, cert) = envelope(DIGEST, true);
-        let env = Envelope::parse(COSE_MEDIA_TYPE, &bytes).unwrap();
-        let check = NotationCheck {
-            roots: vec![cert],
-            level: NotationLevel::Audit,
-        };
-        assert_eq!(
-            check.check(&env, DIGEST, 1_795_000_000),
-            Err(SignatureProblem::WrongKey)
-        );
-        let (bytes, _) = envelope(DIGEST, false);
-        let untagged = coset::CoseSign1::from_tagged_slice(&bytes)
-            .unwrap()
-            .to_vec()
-            .unwrap();
-        assert!(Envelope::from_cose(&untagged).is_ok());
-        assert!(Envelope::from_cose(b"\xa0garbage").is_err());
-    }
-}
+mod tests;

@@ -1,0 +1,420 @@
+//! Runs what we ship, as shipped: each kustomization in `deploy/` is
+//! rendered with `kubectl kustomize`, applied to the kube-apiserver stand-in
+//! (which enforces RBAC for ServiceAccount tokens from the rendered Roles and
+//! bindings), and the sigil container is started as a kubelet would start
+//! it — exactly its `args` and its `env` (literal values, and `fieldRef`s
+//! resolved as the downward API does), its ConfigMap, Secret and emptyDir
+//! volumes written where it mounts them, its ServiceAccount's token.
+//!
+//! What a loopback test must change, and nothing else: listen addresses
+//! (`127.0.0.1` and free ports instead of `0.0.0.0`), mount paths (under a
+//! temporary root instead of `/etc/…`), the webhook URL and serving-cert SAN
+//! (`SIGIL_WEBHOOK_URL`, `SIGIL_EXTRA_SANS`: the stand-in calls
+//! `https://127.0.0.1:PORT`, not the Service), the kubeconfig (the stand-in's
+//! address with the ServiceAccount's token), and the test registry's CA
+//! (`SSL_CERT_FILE`). sigil must become Ready and do everything the manifest
+//! turns on, with no request refused by RBAC.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use crate::deploy::{env_of, render};
+use crate::support::kube::FakeKube;
+use crate::support::registry::{Mode, TestRegistry, free_port, test_ca};
+use crate::support::review::{pod, review};
+use crate::support::sigil::Sigil;
+
+const POD_NAME: &str = "sigil-5d8f7c9b6-x2k4q";
+const CIPS: &str = "/apis/sigil.dev/v1alpha1/clusterimagepolicies";
+
+/// A started shipment: keep it alive while checking.
+struct Shipped {
+    sigil: Sigil,
+    kube: FakeKube,
+    _registry: TestRegistry,
+    _root: tempfile::TempDir,
+}
+
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("the manifests have no {kind}/{name}"))
+}
+
+/// cert-manager's part: every Certificate's Secret, signed by a fresh CA,
+/// for the Certificate's dnsNames (and 127.0.0.1, which the stand-in calls).
+fn issue_certificates(kube: &FakeKube, objects: &[Value]) {
+    for c in objects.iter().filter(|o| o["kind"] == "Certificate") {
+        let ns = c["metadata"]["namespace"].as_str().unwrap();
+        let secret = c["spec"]["secretName"].as_str().unwrap();
+        let (ca, cert, key) = test_ca();
+        kube.insert(
+            &format!("/api/v1/namespaces/{ns}/secrets"),
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                   "metadata": {"name": secret, "namespace": ns},
+                   "data": {"tls.crt": b64(&cert), "tls.key": b64(&key), "ca.crt": b64(&ca)}}),
+        );
+    }
+}
+
+/// The kubelet's part for volumes: writes each mounted volume under `root`
+/// and returns (mountPath, host path), longest mount first.
+fn mount_volumes(kube: &FakeKube, ns: &str, pod: &Value, root: &Path) -> Vec<(String, PathBuf)> {
+    let container = &pod["containers"][0];
+    let mut mounts = Vec::new();
+    for m in container["volumeMounts"].as_array().into_iter().flatten() {
+        let path = m["mountPath"].as_str().unwrap();
+        let host = root.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(&host).unwrap();
+        let vol = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == m["name"])
+            .expect("every mount names a volume");
+        let files: BTreeMap<String, Vec<u8>> = if let Some(cm) = vol["configMap"]["name"].as_str() {
+            let o = kube
+                .get(&format!("/api/v1/namespaces/{ns}/configmaps"), cm)
+                .unwrap_or_else(|| panic!("ConfigMap {cm} is not in the manifests"));
+            o["data"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().as_bytes().to_vec()))
+                .collect()
+        } else if let Some(s) = vol["secret"]["secretName"].as_str() {
+            let o = kube
+                .get(&format!("/api/v1/namespaces/{ns}/secrets"), s)
+                .unwrap_or_else(|| panic!("Secret {s} does not exist"));
+            o["data"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| {
+                    let d = base64::engine::general_purpose::STANDARD
+                        .decode(v.as_str().unwrap())
+                        .unwrap();
+                    (k.clone(), d)
+                })
+                .collect()
+        } else if vol["emptyDir"].is_object() {
+            BTreeMap::new()
+        } else {
+            panic!("volume kind the test cannot mount: {vol}");
+        };
+        for (k, v) in files {
+            std::fs::write(host.join(k), v).unwrap();
+        }
+        mounts.push((path.to_owned(), host));
+    }
+    mounts.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+    mounts
+}
+
+/// A path inside a mount, as seen from the host.
+fn remap(value: &str, mounts: &[(String, PathBuf)]) -> String {
+    for (path, host) in mounts {
+        if let Some(rest) = value.strip_prefix(path.as_str())
+            && (rest.is_empty() || rest.starts_with('/'))
+        {
+            return format!("{}{rest}", host.display());
+        }
+    }
+    value.to_owned()
+}
+
+/// Applies rendered `objects` and starts sigil from their Deployment as
+/// shipped. `Err` says what went wrong.
+async fn start_shipped(objects: &[Value]) -> Result<Shipped, String> {
+    let kube = FakeKube::start().await;
+    kube.apply(objects);
+    issue_certificates(&kube, objects);
+    let d = find(objects, "Deployment", "sigil").clone();
+    let ns = d["metadata"]["namespace"].as_str().unwrap().to_owned();
+    let pod = &d["spec"]["template"]["spec"];
+    let container = pod["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "sigil")
+        .expect("a container named sigil")
+        .clone();
+    let root = tempfile::tempdir().unwrap();
+    let mounts = mount_volumes(&kube, &ns, pod, root.path());
+    let registry = TestRegistry::start(Mode::Tls).await;
+    let ca_file = root.path().join("registry-ca.pem");
+    std::fs::write(&ca_file, registry.ca_pem.clone().unwrap()).unwrap();
+
+    let (port, admin) = (free_port(), free_port());
+    let mut args = Vec::new();
+    for a in container["args"].as_array().unwrap() {
+        let a = a.as_str().unwrap();
+        args.push(match a.split_once('=') {
+            Some(("--listen", _)) => format!("--listen=127.0.0.1:{port}"),
+            Some(("--admin-listen", _)) => format!("--admin-listen=127.0.0.1:{admin}"),
+            Some((flag, value)) => format!("{flag}={}", remap(value, &mounts)),
+            None => a.to_owned(),
+        });
+    }
+    for flag in ["--listen=", "--admin-listen="] {
+        if !args.iter().any(|a| a.starts_with(flag)) {
+            return Err(format!("the Deployment does not set {flag} explicitly"));
+        }
+    }
+    let mut env = Vec::new();
+    for e in container["env"].as_array().into_iter().flatten() {
+        let name = e["name"].as_str().unwrap().to_owned();
+        let value = if let Some(v) = e["value"].as_str() {
+            remap(v, &mounts)
+        } else {
+            match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                Some("metadata.namespace") => ns.clone(),
+                Some("metadata.name") => POD_NAME.to_owned(),
+                other => return Err(format!("env {name}: valueFrom {other:?} is not emulated")),
+            }
+        };
+        env.push((name, value));
+    }
+    let sa = pod["serviceAccountName"].as_str().unwrap_or("default");
+    let url = format!("https://127.0.0.1:{port}/mutate");
+    env.extend([
+        ("HOSTNAME".to_owned(), POD_NAME.to_owned()),
+        ("TMPDIR".to_owned(), remap("/tmp", &mounts)),
+        (
+            "KUBECONFIG".to_owned(),
+            kube.service_account_kubeconfig(&ns, sa)
+                .display()
+                .to_string(),
+        ),
+        ("SIGIL_WEBHOOK_URL".to_owned(), url),
+        (
+            "SIGIL_EXTRA_SANS".to_owned(),
+            "127.0.0.1,localhost".to_owned(),
+        ),
+        ("SSL_CERT_FILE".to_owned(), ca_file.display().to_string()),
+    ]);
+    let mut sigil = Sigil::spawn_exact(&args, &env)?;
+    sigil.try_wait_ready(Duration::from_secs(30)).await?;
+    Ok(Shipped {
+        sigil,
+        kube,
+        _registry: registry,
+        _root: root,
+    })
+}
+
+async fn wait_for<T>(
+    limit: Duration,
+    what: &str,
+    mut f: impl AsyncFnMut() -> Option<T>,
+) -> Result<T, String> {
+    let until = Instant::now() + limit;
+    loop {
+        if let Some(v) = f().await {
+            return Ok(v);
+        }
+        if Instant::now() > until {
+            return Err(format!("timed out waiting for {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Everything the Deployment turns on works, with no request refused.
+async fn check_shipped(s: &Shipped, objects_env: &BTreeMap<String, String>) -> Result<(), String> {
+    let on = |k: &str| objects_env.get(k).is_some_and(|v| v == "true");
+    let ns = "sigil-system";
+    let kube = &s.kube;
+    let image = format!("{}/shop/app:1.0", s._registry.host());
+    let digest = s._registry.push_image("shop/app", "1.0").await;
+    kube.insert(
+        "/api/v1/namespaces",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
+    );
+    if on("SIGIL_REGISTER") {
+        let c = wait_for(
+            Duration::from_secs(15),
+            "the webhook configuration",
+            async || {
+                kube.webhook_configuration("sigil")
+                    .filter(|c| c["webhooks"][0]["clientConfig"]["caBundle"].is_string())
+            },
+        )
+        .await?;
+        let w = &c["webhooks"][0];
+        if w["failurePolicy"] != objects_env["SIGIL_FAILURE_POLICY"].as_str() {
+            return Err(format!("registered failurePolicy {} ", w["failurePolicy"]));
+        }
+        if w["timeoutSeconds"].to_string() != objects_env["SIGIL_WEBHOOK_TIMEOUT"] {
+            return Err(format!("registered timeoutSeconds {}", w["timeoutSeconds"]));
+        }
+        // The API server's call, trusting exactly the registered caBundle: pinned.
+        let api = kube.webhook_client("sigil");
+        let got = api
+            .admit(
+                &review("CREATE", "shop", pod("web", &[&image])),
+                Duration::from_secs(10),
+            )
+            .await;
+        let pinned = got.object["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap_or_default();
+        if !got.allowed || pinned != format!("{image}@{digest}") {
+            return Err(format!("the webhook did not pin {image}: {got:?}"));
+        }
+    }
+    if on("SIGIL_SELF_MANAGED_CERTS")
+        && kube
+            .get(&format!("/api/v1/namespaces/{ns}/secrets"), "sigil-tls")
+            .is_none()
+    {
+        return Err("no certificate Secret sigil-tls".into());
+    }
+    if on("SIGIL_PULL_SECRETS") {
+        for r in ["secrets", "serviceaccounts"] {
+            let watched = kube
+                .requests()
+                .iter()
+                .any(|(m, p, c)| m == "GET" && p == &format!("/api/v1/{r}") && *c == 200);
+            if !watched {
+                return Err(format!("the pull-secret watch never listed {r}"));
+            }
+        }
+    }
+    if on("SIGIL_WATCH_POLICIES") {
+        kube.insert(
+            CIPS,
+            json!({"apiVersion": "sigil.dev/v1alpha1", "kind": "ClusterImagePolicy",
+                   "metadata": {"name": "shipped"},
+                   "spec": {"rules": [{"name": "shop", "match": ["**/shop/**"], "mode": "warn"}]}}),
+        );
+        wait_for(
+            Duration::from_secs(15),
+            "the policy object's status",
+            async || {
+                kube.get(CIPS, "shipped")
+                    .filter(|o| o["status"]["conditions"][0]["status"] == "True")
+            },
+        )
+        .await?;
+    }
+    if objects_env
+        .get("SIGIL_AUDIT_INTERVAL")
+        .is_some_and(|v| v != "0" && v != "0s")
+    {
+        let admin = s.sigil.admin;
+        wait_for(
+            Duration::from_secs(20),
+            "an audit report at /audit",
+            async || {
+                let r = reqwest::get(format!("http://{admin}/audit")).await.ok()?;
+                (r.status() == 200).then_some(())
+            },
+        )
+        .await?;
+        let lease = kube
+            .get(
+                "/apis/coordination.k8s.io/v1/namespaces/sigil-system/leases",
+                "sigil-audit",
+            )
+            .ok_or("no audit Lease")?;
+        if !lease["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with(POD_NAME)
+        {
+            return Err(format!("the audit Lease is not held by this pod: {lease}"));
+        }
+    }
+    let denied = kube.denied();
+    if !denied.is_empty() {
+        return Err(format!(
+            "RBAC refused requests the base needs:\n{}",
+            denied.join("\n")
+        ));
+    }
+    let unauthorized: Vec<_> = kube
+        .requests()
+        .into_iter()
+        .filter(|(_, _, c)| *c == 401)
+        .collect();
+    if !unauthorized.is_empty() {
+        return Err(format!("requests were not authenticated: {unauthorized:?}"));
+    }
+    Ok(())
+}
+
+/// Renders `overlay`, lets `edit` change the rendered objects (to prove the
+/// test catches a broken manifest), starts sigil from them and checks it.
+async fn run_shipped(overlay: &str, edit: impl FnOnce(&mut Vec<Value>)) -> Result<(), String> {
+    let mut objects = render(overlay);
+    edit(&mut objects);
+    let env = env_of(find(&objects, "Deployment", "sigil"));
+    let s = start_shipped(&objects).await?;
+    check_shipped(&s, &env)
+        .await
+        .map_err(|e| format!("{e}\nsigil's logs:\n{}", s.sigil.logs()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_base_runs_as_shipped_with_its_own_rbac() {
+    run_shipped("base", |_| {}).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fail_open_overlay_runs_as_shipped() {
+    run_shipped("overlays/fail-open", |_| {}).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cert_manager_overlay_runs_as_shipped() {
+    run_shipped("overlays/cert-manager", |_| {}).await.unwrap();
+}
+
+/// The test fails when an env value is one sigil refuses (as
+/// `SIGIL_FAILURE_POLICY=Fail` was refused before the flag took Kubernetes'
+/// spelling, and every replica crash-looped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_what_we_ship_catches_an_env_value_sigil_refuses() {
+    let err = run_shipped("base", |objects| {
+        let d = objects
+            .iter_mut()
+            .find(|o| o["kind"] == "Deployment")
+            .unwrap();
+        for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array_mut()
+            .unwrap()
+        {
+            if e["name"] == "SIGIL_FAILURE_POLICY" {
+                e["value"] = json!("FailClosed");
+            }
+        }
+    })
+    .await
+    .unwrap_err();
+    assert!(err.contains("invalid value 'FailClosed'"), "{err}");
+}
+
+/// The test fails when the base's RBAC lacks a verb sigil needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_what_we_ship_catches_a_removed_rbac_verb() {
+    let err = run_shipped("base", |objects| {
+        let role = objects
+            .iter_mut()
+            .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "sigil-pull-secrets")
+            .unwrap();
+        role["rules"][0]["verbs"] = json!(["list"]);
+    })
+    .await
+    .unwrap_err();
+    assert!(err.contains("cannot watch resource"), "{err}");
+}
