@@ -9,7 +9,7 @@
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use sigil_core::verify::{NotationLevel, TlogPolicy};
+use sigil_core::verify::{NotationLevel, NotationStoreType, TlogPolicy};
 use sigil_verify::bundle::{Artifact, Requirements, Signer};
 use sigil_verify::checkpoint::Checkpoint;
 use sigil_verify::cosign::{CosignCheck, Item, Matcher};
@@ -48,6 +48,7 @@ fn checks() -> &'static (CosignCheck, NotationCheck) {
             NotationCheck {
                 roots: sigil_verify::x509::certs_from_pem(ROOT),
                 level: NotationLevel::Permissive,
+                store: NotationStoreType::Ca,
             },
         )
     })

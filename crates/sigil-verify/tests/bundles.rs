@@ -189,3 +189,177 @@ fn every_tampered_part_is_refused() {
     *b.pointer_mut(ts).unwrap() = json!(b64(&s.timestamp(&sig, SIGNED_AT, true, None)));
     assert!(check(&s, &b, Requirements::default()).is_ok());
 }
+
+/// `check` with the trusted root changed by `edit` first.
+fn check_root(
+    s: &Sigstore,
+    bundle: &Value,
+    edit: impl FnOnce(&mut Value),
+) -> Result<sigil_verify::bundle::Verified, SignatureProblem> {
+    let mut root = s.trusted_root();
+    edit(&mut root);
+    let trust = TrustedRoot::from_json(&root.to_string()).unwrap();
+    let (san, iss) = (
+        Matcher::Exact(SUBJECT.into()),
+        Matcher::Exact(ISSUER.into()),
+    );
+    verify(
+        bundle.to_string().as_bytes(),
+        &digest(),
+        Who::Identity {
+            san: &san,
+            issuer: &iss,
+        },
+        Requirements::default(),
+        &trust,
+    )
+}
+
+/// The Rekor v2 log is the trusted root's second tlog.
+const V2_VALIDITY: &str = "/tlogs/1/publicKey/validFor";
+
+fn rfc3339(t: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(t)
+        .unwrap()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap()
+}
+
+#[test]
+fn a_log_outside_its_validity_does_not_verify_an_entry_by_inclusion_proof() {
+    let s = Sigstore::new();
+    let b = bundle(&s);
+    // The log's key expired before the entry's verified (timestamp) time.
+    let ended = check_root(&s, &b, |r| {
+        *r.pointer_mut(V2_VALIDITY).unwrap() =
+            json!({"start": "2020-01-01T00:00:00Z", "end": rfc3339(SIGNED_AT - 3600)});
+    })
+    .unwrap_err();
+    assert!(
+        ended.to_string().contains("not valid at the entry's time"),
+        "{ended}"
+    );
+    // …or starts after it.
+    let later = check_root(&s, &b, |r| {
+        *r.pointer_mut(V2_VALIDITY).unwrap() = json!({"start": rfc3339(SIGNED_AT + 3600)});
+    })
+    .unwrap_err();
+    assert!(
+        later.to_string().contains("not valid at the entry's time"),
+        "{later}"
+    );
+    // A log without a validity start is never trusted.
+    let no_start = check_root(&s, &b, |r| {
+        *r.pointer_mut(V2_VALIDITY).unwrap() = json!({});
+    })
+    .unwrap_err();
+    assert!(
+        no_start.to_string().contains("no validity start"),
+        "{no_start}"
+    );
+    // Inside its validity (end inclusive) it verifies.
+    assert!(
+        check_root(&s, &b, |r| {
+            *r.pointer_mut(V2_VALIDITY).unwrap() =
+                json!({"start": "2020-01-01T00:00:00Z", "end": rfc3339(SIGNED_AT)});
+        })
+        .is_ok()
+    );
+}
+
+#[test]
+fn a_timestamp_authority_without_validity_start_is_not_trusted() {
+    let s = Sigstore::new();
+    let err = check_root(&s, &bundle(&s), |r| {
+        r["timestampAuthorities"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("validFor");
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("no validity start"), "{err}");
+}
+
+#[test]
+fn a_timestamp_whose_signing_certificate_attribute_names_another_certificate_is_refused() {
+    let s = Sigstore::new();
+    let good = bundle(&s);
+    let sig = base64::engine::general_purpose::STANDARD
+        .decode(
+            good["dsseEnvelope"]["signatures"][0]["sig"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+    let ts = "/verificationMaterial/timestampVerificationData/rfc3161Timestamps/0/signedTimestamp";
+    let other = Sigstore::new();
+    let mut b = good.clone();
+    *b.pointer_mut(ts).unwrap() = json!(b64(&s.timestamp_naming(
+        &sig,
+        SIGNED_AT,
+        false,
+        None,
+        Some(&other.tsa_cert)
+    )));
+    let err = check(&s, &b, Requirements::default()).unwrap_err();
+    assert!(
+        err.to_string().contains("names another certificate"),
+        "{err}"
+    );
+    let mut b = good.clone();
+    *b.pointer_mut(ts).unwrap() =
+        json!(b64(&s.timestamp_naming(&sig, SIGNED_AT, false, None, None)));
+    let err = check(&s, &b, Requirements::default()).unwrap_err();
+    assert!(err.to_string().contains("ESSCertID"), "{err}");
+}
+
+#[test]
+fn a_checkpoint_from_another_origin_is_refused() {
+    let s = Sigstore::new();
+    let err = check_root(&s, &bundle(&s), |r| {
+        r["tlogs"][1]["baseUrl"] = json!("https://log2099.rekor.example");
+    })
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("not from the log's origin"),
+        "{err}"
+    );
+}
+
+/// `content` is a oneof: a bundle carrying a valid messageSignature and a
+/// DSSE statement with a garbage signature once verified the first and
+/// trusted the second's statement.
+#[test]
+fn a_bundle_with_both_message_signature_and_dsse_envelope_is_malformed() {
+    let key = Signer::p256();
+    let mut b: Value =
+        serde_json::from_slice(&sigil_testkit::signing::dsse_bundle(&key, DIGEST)).unwrap();
+    b["messageSignature"] = json!({
+        "messageDigest": {"algorithm": "SHA2_256", "digest": b64(&[0u8; 32])},
+        "signature": b64(&key.sign(b"x")),
+    });
+    let err =
+        sigil_verify::cosign::Item::from_bundle(&serde_json::to_vec(&b).unwrap()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("both messageSignature and dsseEnvelope"),
+        "{err}"
+    );
+    let pk = sigil_verify::keys::PublicKey::from_spki(&key.spki()).unwrap();
+    let err = verify(
+        b.to_string().as_bytes(),
+        &digest(),
+        Who::Key(&pk),
+        Requirements {
+            tlog: TlogPolicy::Optional,
+            ..Requirements::default()
+        },
+        &TrustedRoot::public_good().unwrap(),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("both messageSignature and dsseEnvelope"),
+        "{err}"
+    );
+}

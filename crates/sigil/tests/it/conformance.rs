@@ -119,6 +119,52 @@ fn a_digest_argument_stands_for_the_artifact() {
     assert_eq!(bad.status.code(), Some(2), "bad input is exit 2");
 }
 
+/// The conformance case `happy-path-v0.3` with a `dsseEnvelope` added whose
+/// statement names the artifact (cosign's sign predicate) and whose
+/// signature is garbage: `content` is a oneof, so the bundle is malformed —
+/// it once verified the message signature and trusted the unsigned statement.
+#[test]
+fn a_bundle_with_both_message_signature_and_dsse_envelope_fails_verify_bundle() {
+    use base64::Engine as _;
+    let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(d);
+    let case = suite().join("happy-path-v0.3");
+    let a = std::fs::read(suite().join("a.txt")).unwrap();
+    let hex: String = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &a)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut bundle: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(case.join("bundle.sigstore.json")).unwrap()).unwrap();
+    let statement = serde_json::json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "a.txt", "digest": {"sha256": hex}}],
+        "predicateType": "https://sigstore.dev/cosign/sign/v1",
+        "predicate": {}
+    });
+    bundle["dsseEnvelope"] = serde_json::json!({
+        "payload": b64(statement.to_string().as_bytes()),
+        "payloadType": "application/vnd.in-toto+json",
+        "signatures": [{"sig": b64(b"garbage"), "keyid": ""}]
+    });
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(&case).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("bundle.sigstore.json"),
+        serde_json::to_vec(&bundle).unwrap(),
+    )
+    .unwrap();
+    let (ok, said) = run_case(dir.path(), Some(suite().join("a.txt").to_str().unwrap()));
+    assert!(!ok, "accepted: {said}");
+    assert!(
+        said.contains("both messageSignature and dsseEnvelope"),
+        "{said}"
+    );
+}
+
 /// The webhook accepts a Rekor-v2-style keyless bundle (an RFC 3161
 /// timestamp, an inclusion proof against a signed checkpoint, no SET)
 /// attached through the referrers tag schema, refuses its tampered variants

@@ -254,7 +254,12 @@ async fn check_shipped(s: &Shipped, objects_env: &BTreeMap<String, String>) -> R
         if w["failurePolicy"] != objects_env["SIGIL_FAILURE_POLICY"].as_str() {
             return Err(format!("registered failurePolicy {} ", w["failurePolicy"]));
         }
-        if w["timeoutSeconds"].to_string() != objects_env["SIGIL_WEBHOOK_TIMEOUT"] {
+        if w["timeoutSeconds"]
+            .as_i64()
+            .map(|t| t.to_string())
+            .as_deref()
+            != Some(objects_env["SIGIL_WEBHOOK_TIMEOUT"].as_str())
+        {
             return Err(format!("registered timeoutSeconds {}", w["timeoutSeconds"]));
         }
         // The API server's call, trusting exactly the registered caBundle: pinned.
