@@ -113,6 +113,35 @@ pub struct ServeArgs {
     /// watches), combined with --policy; one replica writes their status.
     #[arg(long, env = "SIGIL_WATCH_POLICIES")]
     watch_policies: bool,
+    /// Concurrent webhook connections at most (lowered to leave descriptors
+    /// free under the open-files limit); more wait in the kernel's queue.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..), env = "SIGIL_MAX_CONNECTIONS")]
+    max_connections: u32,
+    /// Memory all request bodies may hold at once (bytes, or with Ki/Mi/Gi).
+    #[arg(long, default_value = "64Mi", value_parser = parse_bytes, env = "SIGIL_BODY_MEMORY")]
+    body_memory: usize,
+    /// A connection must send its first request (TLS handshake included) within this.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "SIGIL_FIRST_REQUEST_TIMEOUT")]
+    first_request_timeout: Duration,
+    /// A connection with no request in flight for this long is closed (HTTP/2 with GOAWAY).
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration, env = "SIGIL_IDLE_TIMEOUT")]
+    idle_timeout: Duration,
+}
+
+/// `64Mi`, `512Ki`, `1Gi` or a plain number of bytes (Kubernetes' binary suffixes).
+fn parse_bytes(s: &str) -> std::result::Result<usize, String> {
+    let (num, mult) = match s {
+        _ if s.ends_with("Gi") => (&s[..s.len() - 2], 1usize << 30),
+        _ if s.ends_with("Mi") => (&s[..s.len() - 2], 1 << 20),
+        _ if s.ends_with("Ki") => (&s[..s.len() - 2], 1 << 10),
+        _ => (s, 1),
+    };
+    num.trim()
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|n| *n >= 1 << 20)
+        .ok_or_else(|| format!("{s:?} is not a size of at least 1Mi (bytes, or with Ki/Mi/Gi)"))
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -349,6 +378,12 @@ async fn configure(
         ready_gates,
         audit: latest,
         combiner,
+        limits: sigil::server::Limits {
+            max_connections: args.max_connections as usize,
+            body_memory: args.body_memory,
+            first_request: args.first_request_timeout,
+            idle: args.idle_timeout,
+        },
     };
     Ok((config, webhook, metrics, leaders))
 }

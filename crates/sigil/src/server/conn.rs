@@ -1,14 +1,16 @@
-//! The webhook port: accepting TCP ourselves, the TLS handshake under a
-//! timeout in its own task, HTTP/1.1 and HTTP/2 with a header-read timeout
-//! and a body limit, and `POST /mutate`.
+//! The webhook port: accepting TCP ourselves (no more connections than
+//! [`super::limits::Limits`] allow, with back-pressure), the TLS handshake under a timeout
+//! in its own task, HTTP/1.1 and HTTP/2 with explicit limits, and
+//! `POST /mutate` with the whole request — headers, body and decision —
+//! inside the admission's deadline.
 //!
-//! Every connection is watched by hyper-util's graceful shutdown, so the
-//! drain closes each one cleanly (in-flight requests finish) and waits for
-//! them without polling. HTTP/2 connections opened before the drain get
-//! GOAWAY [`H2_SETTLE`] after it starts, so their clients move to a ready
-//! replica while this one still answers; everything else is closed when the
-//! listener stops. HTTP/1.1 responses carry `Connection: close` during the
-//! drain.
+//! Each connection is driven here, not by a generic graceful-shutdown
+//! helper, so one select loop can close it for every reason: no first
+//! request in time, idle too long, the drain. HTTP/2 connections opened
+//! before the drain get GOAWAY [`H2_SETTLE`] after it starts, so their
+//! clients move to a ready replica while this one still answers; everything
+//! else is closed gracefully when the listener stops. HTTP/1.1 responses
+//! carry `Connection: close` during the drain.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -22,22 +24,33 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use sigil_registry::Registry;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
 use super::Phase;
 use super::health::Health;
+use super::limits::{Activity, Conns};
 use crate::admission::{MAX_BODY_BYTES, Webhook, deadline_for, timeout_from_query};
 use crate::metrics::Metrics;
 
-/// How long a client may take to finish the TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client may take to send request headers.
 pub(super) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection told to close may take to finish what is in
+/// flight before it is dropped (a drain waits longer: `FINISH_TIMEOUT`).
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// HTTP/2 limits: streams per connection, header list size, and the reset
+/// budgets that stop rapid-reset floods (CVE-2023-44487 and its kin).
+const H2_MAX_STREAMS: u32 = 256;
+const H2_MAX_HEADER_LIST: u32 = 64 << 10;
+const H2_MAX_PENDING_RESETS: usize = 20;
+const H2_MAX_LOCAL_RESETS: usize = 1024;
+/// HTTP/2 keep-alive: a ping this often; no answer within the timeout closes.
+const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
+/// HTTP/1 read buffer (headers must fit; the body is read in chunks).
+const H1_MAX_BUF: usize = 64 << 10;
 /// How long after the drain starts HTTP/2 connections get GOAWAY: a GOAWAY
 /// during the h2 handshake would close a connection under a request
 /// already sent, and every connection watched for it is at least this old.
@@ -102,39 +115,30 @@ pub(super) struct Shared {
     pub(super) health: Arc<Health>,
     pub(super) webhook: Arc<Webhook<Registry>>,
     pub(super) metrics: Arc<Metrics>,
+    pub(super) conns: Arc<Conns>,
 }
 
-/// What the drain waits for once the listener is closed.
-pub(super) struct Open {
-    /// Every connection not handed GOAWAY at drain start.
-    pub(super) rest: GracefulShutdown,
-    /// The HTTP/2 connections handed GOAWAY at drain start, finishing.
-    pub(super) early: Option<JoinHandle<()>>,
-}
-
-/// Accepts connections until the phase is [`Phase::Stopping`].
+/// Accepts connections until the phase is [`Phase::Stopping`], never more
+/// at once than the connection cap: while every slot is taken the listener
+/// is not polled (the kernel queues, then refuses), so a flood of idle
+/// connections cannot take the descriptors the admin port needs.
 pub(super) async fn accept_loop(
     listener: TcpListener,
     shared: Shared,
     phase: watch::Receiver<Phase>,
-) -> Open {
-    // HTTP/2 connections accepted while serving: GOAWAY shortly after the drain starts.
-    let mut early = Some(GracefulShutdown::new());
-    let mut early_done = None;
-    let rest = GracefulShutdown::new();
-    let (mut draining, mut stopping) = (phase.clone(), phase);
+) {
+    let mut stopping = phase.clone();
+    let mut full_since: Option<Instant> = None;
     loop {
+        let slot = tokio::select! {
+            s = shared.conns.slot() => s,
+            _ = stopping.wait_for(|p| *p == Phase::Stopping) => break,
+        };
+        if let Some(t) = full_since.take() {
+            tracing::warn!(cap = shared.conns.cap, waited_ms = t.elapsed().as_millis() as u64, "webhook connections were at their cap; accepting again");
+        }
         let conn = tokio::select! {
             c = listener.accept() => c,
-            _ = draining.wait_for(|p| *p != Phase::Serving), if early.is_some() => {
-                if let Some(g) = early.take() {
-                    early_done = Some(tokio::spawn(async move {
-                        tokio::time::sleep(H2_SETTLE).await;
-                        g.shutdown().await;
-                    }));
-                }
-                continue;
-            }
             _ = stopping.wait_for(|p| *p == Phase::Stopping) => break,
         };
         let (tcp, peer) = match conn {
@@ -146,11 +150,11 @@ pub(super) async fn accept_loop(
                 continue;
             }
         };
+        if shared.conns.open() >= shared.conns.cap {
+            full_since = Some(Instant::now());
+        }
         let _ = tcp.set_nodelay(true);
-        let watchers = (
-            early.as_ref().map(GracefulShutdown::watcher),
-            rest.watcher(),
-        );
+        let accepted_serving = *phase.borrow() == Phase::Serving;
         // Re-registered on the serving runtime's own reactor: left on this
         // one, every readiness event would wake this runtime to wake that one.
         let tcp = match tcp.into_std() {
@@ -162,27 +166,37 @@ pub(super) async fn accept_loop(
         };
         let cores = shared.cores.clone();
         let shared = shared.clone();
+        let phase = phase.clone();
         cores.spawn(async move {
+            let _slot = slot;
             match TcpStream::from_std(tcp) {
-                Ok(tcp) => serve_connection(tcp, peer, shared, watchers).await,
+                Ok(tcp) => serve_connection(tcp, peer, shared, phase, accepted_serving).await,
                 Err(e) => tracing::debug!(%peer, error = %e, "could not register the connection"),
             }
         });
     }
-    Open {
-        rest,
-        early: early_done,
-    }
 }
 
-/// TLS handshake, then HTTP until the client or the drain closes it.
+/// Why a connection is being closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closing {
+    Drain,
+    Idle,
+}
+
+/// TLS handshake, then HTTP until the client, a limit or the drain closes it.
 async fn serve_connection(
     tcp: TcpStream,
     peer: SocketAddr,
     shared: Shared,
-    (early, rest): (Option<Watcher>, Watcher),
+    mut phase: watch::Receiver<Phase>,
+    accepted_serving: bool,
 ) {
-    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, shared.acceptor.accept(tcp)).await {
+    let limits = shared.conns.limits;
+    let activity = Activity::new();
+    // The handshake shares the first-request deadline.
+    let handshake = tokio::time::timeout(limits.first_request, shared.acceptor.accept(tcp));
+    let stream = match handshake.await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -198,31 +212,94 @@ async fn serve_connection(
         health,
         webhook,
         metrics,
+        conns,
         ..
     } = shared;
+    let act = activity.clone();
     let svc = service_fn(move |req| {
-        let (webhook, health, metrics) = (webhook.clone(), health.clone(), metrics.clone());
-        async move { Ok::<_, Infallible>(handle_webhook(req, &webhook, &health, &metrics).await) }
+        let (webhook, health, metrics, conns) = (
+            webhook.clone(),
+            health.clone(),
+            metrics.clone(),
+            conns.clone(),
+        );
+        let in_flight = act.begin();
+        async move {
+            let r = handle_webhook(req, &webhook, &health, &metrics, &conns).await;
+            drop(in_flight);
+            Ok::<_, Infallible>(r)
+        }
     });
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(H1_MAX_BUF)
         .keep_alive(true);
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_concurrent_streams(256);
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .max_header_list_size(H2_MAX_HEADER_LIST)
+        .max_pending_accept_reset_streams(H2_MAX_PENDING_RESETS)
+        .max_local_error_reset_streams(H2_MAX_LOCAL_RESETS)
+        .keep_alive_interval(H2_PING_INTERVAL)
+        .keep_alive_timeout(H2_PING_TIMEOUT);
     let conn = builder
         .serve_connection(TokioIo::new(stream), svc)
         .into_owned();
-    let watcher = match early {
-        Some(w) if h2 => w,
-        _ => rest,
+    let mut conn = std::pin::pin!(conn);
+    // HTTP/2 connections opened while serving hear of the drain early.
+    let early = h2 && accepted_serving;
+    let mut closing: Option<(Closing, Instant)> = None;
+    let result = loop {
+        let close_at = if closing.is_some() {
+            None
+        } else {
+            activity.close_at(&limits)
+        };
+        let dropped_at = closing.map(|(_, at)| at + CLOSE_GRACE);
+        tokio::select! {
+            r = conn.as_mut() => break r,
+            draining = async {
+                phase
+                    .wait_for(|p| *p == Phase::Stopping || (early && *p == Phase::Draining))
+                    .await
+                    .is_ok_and(|p| *p == Phase::Draining)
+            }, if closing.is_none() => {
+                if draining {
+                    // A GOAWAY right after the h2 handshake would close a
+                    // connection under a request already sent.
+                    tokio::time::sleep(H2_SETTLE).await;
+                }
+                conn.as_mut().graceful_shutdown();
+                closing = Some((Closing::Drain, Instant::now()));
+            }
+            _ = sleep_until_opt(close_at) => {
+                // Re-checked: a request may have started meanwhile.
+                if activity.close_at(&limits).is_some_and(|t| t <= Instant::now()) {
+                    tracing::debug!(%peer, h2, "closing a connection with no request in time or idle too long");
+                    conn.as_mut().graceful_shutdown();
+                    closing = Some((Closing::Idle, Instant::now()));
+                }
+            }
+            _ = sleep_until_opt(dropped_at.filter(|_| closing.is_some_and(|(c, _)| c == Closing::Idle))) => {
+                tracing::debug!(%peer, "connection did not close in time; dropped");
+                return;
+            }
+        }
     };
-    if let Err(e) = watcher.watch(conn).await {
+    if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with error");
+    }
+}
+
+/// Sleeps until `at`, or forever when there is none.
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -231,8 +308,9 @@ async fn handle_webhook(
     webhook: &Webhook<Registry>,
     health: &Health,
     metrics: &Metrics,
+    conns: &Conns,
 ) -> Response<Body> {
-    let mut resp = webhook_response(req, webhook, metrics).await;
+    let mut resp = webhook_response(req, webhook, metrics, conns).await;
     if health.draining() {
         // HTTP/1.1 clients reconnect (to another replica) for their next request.
         resp.headers_mut().insert(
@@ -247,6 +325,7 @@ async fn webhook_response(
     req: Request<Incoming>,
     webhook: &Webhook<Registry>,
     metrics: &Metrics,
+    conns: &Conns,
 ) -> Response<Body> {
     let start = Instant::now();
     if req.uri().path() != "/mutate" {
@@ -280,22 +359,9 @@ async fn webhook_response(
     let deadline = deadline_for(timeout, start);
     metrics.inflight.inc();
     let _guard = InflightGuard(metrics);
-    let body = match Limited::new(req.into_body(), MAX_BODY_BYTES)
-        .collect()
-        .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
-            let status = if e
-                .downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                StatusCode::PAYLOAD_TOO_LARGE
-            } else {
-                StatusCode::BAD_REQUEST
-            };
-            return text(status, format!("reading request body: {e}\n"));
-        }
+    let body = match read_body(req.into_body(), conns, deadline).await {
+        Ok((b, _budget)) => b,
+        Err(r) => return r,
     };
     match webhook.review(&body, deadline).await {
         Ok((bytes, verdict)) => {
@@ -311,6 +377,64 @@ async fn webhook_response(
             metrics.admission("", "", "bad_request", start.elapsed());
             tracing::warn!(error = %e, "bad admission request");
             text(StatusCode::BAD_REQUEST, format!("{e}\n"))
+        }
+    }
+}
+
+/// Reads a body of at most [`MAX_BODY_BYTES`] before `deadline`, each chunk
+/// paid for from the connections' shared body budget (held until the
+/// request is answered). A body that is too slow is answered 408 and its
+/// connection closed; its memory is freed with the future.
+async fn read_body(
+    body: Incoming,
+    conns: &Conns,
+    deadline: Instant,
+) -> Result<(Bytes, Vec<tokio::sync::OwnedSemaphorePermit>), Response<Body>> {
+    let mut body = Limited::new(body, MAX_BODY_BYTES);
+    let mut buf = bytes::BytesMut::new();
+    let mut budget = Vec::new();
+    let read = async {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                let status = if e
+                    .downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some()
+                {
+                    StatusCode::PAYLOAD_TOO_LARGE
+                } else {
+                    StatusCode::BAD_REQUEST
+                };
+                text(status, format!("reading request body: {e}\n"))
+            })?;
+            if let Ok(data) = frame.into_data() {
+                if buf.len() + data.len() > conns.body_budget() {
+                    return Err(text(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "request body larger than the server's body memory\n",
+                    ));
+                }
+                let permit = conns.body_bytes(data.len()).await.ok_or_else(|| {
+                    text(StatusCode::SERVICE_UNAVAILABLE, "server is shutting down\n")
+                })?;
+                budget.push(permit);
+                buf.extend_from_slice(&data);
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout_at(deadline.into(), read).await {
+        Ok(Ok(())) => Ok((buf.freeze(), budget)),
+        Ok(Err(r)) => Err(r),
+        Err(_) => {
+            let mut r = text(
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive before the admission deadline\n",
+            );
+            r.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
+            Err(r)
         }
     }
 }

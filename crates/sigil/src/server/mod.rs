@@ -11,6 +11,7 @@
 mod admin;
 mod conn;
 mod health;
+pub mod limits;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_rustls::TlsAcceptor;
 
 pub use health::ReadySignal;
+pub use limits::Limits;
 
 use crate::admission::Webhook;
 use crate::error::{Context as _, Result};
@@ -70,6 +72,8 @@ pub struct ServeConfig {
     /// With `--watch-policies`: a reloaded policy file is combined with the
     /// policy objects instead of replacing them.
     pub combiner: Option<Arc<crate::policies::Combiner>>,
+    /// Bounds on the webhook port's connections and bodies.
+    pub limits: Limits,
 }
 
 /// Work that runs beside the server and needs its readiness or the
@@ -146,7 +150,8 @@ pub struct Running {
     health: Arc<health::Health>,
     metrics: Arc<Metrics>,
     phase: tokio::sync::watch::Sender<Phase>,
-    accept: tokio::task::JoinHandle<conn::Open>,
+    accept: tokio::task::JoinHandle<()>,
+    conns: Arc<limits::Conns>,
     shutdown_delay: Duration,
 }
 
@@ -194,12 +199,19 @@ impl Bound {
             ));
         }
         let (phase, phase_rx) = tokio::sync::watch::channel(Phase::Serving);
+        let conns = limits::Conns::new(cfg.limits);
+        tracing::info!(
+            max_connections = conns.cap,
+            body_memory = cfg.limits.body_memory,
+            "webhook connection limits"
+        );
         let shared = conn::Shared {
             cores,
             acceptor,
             health: health.clone(),
             webhook,
             metrics: metrics.clone(),
+            conns: conns.clone(),
         };
         let accept = tokio::spawn(conn::accept_loop(listener, shared, phase_rx));
         tokio::spawn(health::self_check_loop(
@@ -213,6 +225,7 @@ impl Bound {
             metrics,
             phase,
             accept,
+            conns,
             shutdown_delay: cfg.shutdown_delay,
         }
     }
@@ -246,7 +259,7 @@ impl Signals {
 impl Running {
     /// The drain: not ready at once, keep serving for `--shutdown-delay`
     /// (endpoints are removed meanwhile), then close the listener and let
-    /// hyper-util's graceful shutdown finish every connection, for at most
+    /// every connection close gracefully (HTTP/2 with GOAWAY), for at most
     /// `FINISH_TIMEOUT`. A second signal exits at once.
     pub async fn drain(self, signals: &mut Signals) {
         self.health.start_draining(&self.metrics);
@@ -263,21 +276,15 @@ impl Running {
             }
         }
         let _ = self.phase.send(Phase::Stopping);
-        let Ok(open) = self.accept.await else {
+        if self.accept.await.is_err() {
             tracing::warn!("accept loop ended abnormally; exiting");
             return;
-        };
-        let pending = open.rest.count();
+        }
         tracing::info!(
-            connections = pending,
+            connections = self.conns.open(),
             "listener closed; finishing in-flight requests"
         );
-        let finish = async {
-            open.rest.shutdown().await;
-            if let Some(early) = open.early {
-                let _ = early.await;
-            }
-        };
+        let finish = self.conns.all_closed();
         tokio::select! {
             () = finish => tracing::info!("drained; exiting"),
             _ = tokio::time::sleep(FINISH_TIMEOUT) => {
