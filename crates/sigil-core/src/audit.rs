@@ -283,9 +283,10 @@ pub fn audit_object(
 /// The audit reason for a denial (a team policy's by its own reason).
 fn reason_of(d: &Denial) -> Reason {
     match d {
-        Denial::InvalidReference { .. } | Denial::NoRule | Denial::StaticDeny { .. } => {
-            Reason::Denied
-        }
+        Denial::InvalidReference { .. }
+        | Denial::NoRule
+        | Denial::StaticDeny { .. }
+        | Denial::TooManyLookups { .. } => Reason::Denied,
         Denial::Unresolved { .. } => Reason::Unresolvable,
         Denial::Unverified { .. } => Reason::Signature,
         Denial::TeamPolicy { refusal, .. } => reason_of(refusal),

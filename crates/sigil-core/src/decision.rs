@@ -227,6 +227,15 @@ pub enum Denial {
         /// Per-verifier findings.
         report: Arc<VerificationReport>,
     },
+    /// The object names more distinct images to look up than the limit: a
+    /// guard against one request fanning out to thousands of lookups (real
+    /// workloads are far below it). Blocks in either mode.
+    TooManyLookups {
+        /// Distinct lookups the object needs.
+        lookups: usize,
+        /// The limit in force.
+        limit: usize,
+    },
     /// A namespace's ImagePolicy refused what the cluster policy admits.
     TeamPolicy {
         /// `ImagePolicy team-a/signed-only`.
@@ -246,6 +255,7 @@ impl Denial {
             Denial::StaticDeny { .. } => "static_deny",
             Denial::Unresolved { .. } => "unresolved",
             Denial::Unverified { .. } => "unverified",
+            Denial::TooManyLookups { .. } => "too_many_lookups",
             Denial::TeamPolicy { refusal, .. } => refusal.kind(),
         }
     }
@@ -285,6 +295,9 @@ impl Denial {
             Denial::Unverified { target, report, .. } => {
                 format!("failed signature verification of {target}: {report}")
             }
+            Denial::TooManyLookups { lookups, limit } => format!(
+                "was not looked up: the object names {lookups} distinct images to resolve, more than the limit of {limit} per object"
+            ),
             Denial::TeamPolicy { policy, refusal } => match refusal.as_ref() {
                 Denial::NoRule => {
                     format!("is not on the allow-list of {policy} (defaultAction: deny)")
@@ -316,6 +329,9 @@ impl Denial {
                 "use an image the policy allows, or ask the platform team to change the rule"
             }
             Denial::Unresolved { failure, .. } => failure.hint(),
+            Denial::TooManyLookups { .. } => {
+                "split the object into smaller ones, or ask the platform team to raise sigil's --max-lookups-per-object"
+            }
             Denial::TeamPolicy { refusal, .. } => match refusal.as_ref() {
                 Denial::NoRule | Denial::StaticDeny { .. } => {
                     "use an image the namespace's ImagePolicy allows, or ask the namespace's admins to change it (kubectl get imagepolicies)"

@@ -377,6 +377,35 @@ impl ObjectPlan {
         out
     }
 
+    /// The plan with every field that needs a lookup denied
+    /// ([`Denial::TooManyLookups`]) when the object needs more than `limit`
+    /// distinct ones; unchanged otherwise.
+    /// (A lookup is a tag to resolve or a pinned image whose signatures
+    /// must be fetched.)
+    pub fn limit_lookups(mut self, limit: usize) -> ObjectPlan {
+        let ObjectPlan::Fields(f) = &mut self else {
+            return self;
+        };
+        let needs_io =
+            |p: &Plan| p.step == Step::Resolve || (p.step == Step::Keep && p.verify.is_some());
+        let lookups = f
+            .plans
+            .iter()
+            .flatten()
+            .filter(|p| needs_io(p))
+            .map(|p| &p.target)
+            .collect::<std::collections::HashSet<_>>()
+            .len();
+        if lookups > limit {
+            for p in &mut f.plans {
+                if p.as_ref().is_ok_and(needs_io) {
+                    *p = Err(Denial::TooManyLookups { lookups, limit });
+                }
+            }
+        }
+        self
+    }
+
     /// Distinct signature checks, given the lookup answers: each verifying
     /// plan's digest is the one that will run (resolved, or as written).
     pub fn verifications(

@@ -39,7 +39,9 @@ pub(crate) struct HostClient {
     /// most every [`CREDENTIAL_FILE_POLL`], so a rotated Secret takes effect
     /// without a restart and lookups do not read the disk each time.
     loaded: std::sync::Mutex<Option<Loaded>>,
-    permits: Semaphore,
+    /// Concurrent requests to this host (for the default client, the size
+    /// each unlisted host gets: see [`Hosts::permits`]).
+    permits: Arc<Semaphore>,
 }
 
 /// Builds the TLS config: system roots, Mozilla's roots (for minimal images
@@ -124,11 +126,11 @@ impl HostClient {
             http,
             creds: CredentialSource::from_spec(spec.auth.as_ref()),
             loaded: std::sync::Mutex::new(None),
-            permits: Semaphore::new(
+            permits: Arc::new(Semaphore::new(
                 spec.max_concurrent_requests
                     .unwrap_or(DEFAULT_MAX_CONCURRENT)
                     .max(1) as usize,
-            ),
+            )),
         })
     }
 }
@@ -160,6 +162,8 @@ impl HostClient {
 
 pub(crate) struct Lookup<'a> {
     pub(crate) host: &'a HostClient,
+    /// Request slots of the registry host this lookup talks to.
+    pub(crate) permits: Arc<Semaphore>,
     /// The credential this lookup authenticates with (`None`: anonymous).
     pub(crate) credential: Option<&'a Credential>,
     pub(crate) tokens: &'a TokenCache,
@@ -262,7 +266,7 @@ impl Lookup<'_> {
         domain: &str,
         scope: &str,
     ) -> Result<Resp, ResolveFailure> {
-        let _permit = tokio::time::timeout_at(self.deadline.into(), self.host.permits.acquire())
+        let _permit = tokio::time::timeout_at(self.deadline.into(), self.permits.acquire())
             .await
             .map_err(|_| ResolveFailure::Timeout {
                 budget: self.budget,
@@ -312,7 +316,7 @@ impl Lookup<'_> {
                     }) => {
                         let sc = ch_scope.unwrap_or_else(|| scope.to_owned());
                         let token = self
-                            .fetch_token(&realm, service.as_deref(), &sc, self.credential)
+                            .fetch_token(domain, &realm, service.as_deref(), &sc, self.credential)
                             .await?;
                         self.tokens
                             .put(domain, scope, identity, token.0.clone(), token.1);
@@ -399,6 +403,7 @@ impl Lookup<'_> {
 
     async fn fetch_token(
         &self,
+        registry: &str,
         realm: &str,
         service: Option<&str>,
         scope: &str,
@@ -407,6 +412,25 @@ impl Lookup<'_> {
         let mut url = reqwest::Url::parse(realm).map_err(|e| ResolveFailure::BadResponse {
             detail: format!("token realm {realm:?} is not a URL: {e}"),
         })?;
+        // A registry reached over HTTPS must not make sigil send its
+        // credentials in the clear (a challenge names any realm it likes).
+        if creds.is_some() && self.host.scheme == "https" && url.scheme() != "https" {
+            return Err(ResolveFailure::Config {
+                detail: format!(
+                    "registry {registry} named the token realm {realm}, which is not HTTPS; sigil does not send credentials there"
+                ),
+            });
+        }
+        let realm_host = url.host_str().unwrap_or_default();
+        let registry_host = registry.split(':').next().unwrap_or(registry);
+        if realm_host != registry_host && first_sighting(registry, realm_host) {
+            tracing::info!(
+                registry,
+                realm_host,
+                credentials = creds.is_some(),
+                "the registry's token realm is on another host"
+            );
+        }
         {
             let mut q = url.query_pairs_mut();
             if let Some(s) = service {
@@ -520,12 +544,33 @@ fn transport_failure(e: &reqwest::Error, budget: Duration) -> ResolveFailure {
     ResolveFailure::Unreachable { detail }
 }
 
+/// Whether (registry, realm host) is seen for the first time (remembered
+/// for up to 1024 pairs), so the realm's host is logged once, not per token.
+fn first_sighting(registry: &str, realm_host: &str) -> bool {
+    static SEEN: std::sync::Mutex<Option<std::collections::HashSet<String>>> =
+        std::sync::Mutex::new(None);
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let set = seen.get_or_insert_with(Default::default);
+    if set.len() >= 1024 {
+        set.clear();
+    }
+    set.insert(format!("{registry} {realm_host}"))
+}
+
 /// Clients for every configured host plus a default for the rest.
+///
+/// Request slots are per host, also for hosts the policy does not list: one
+/// dark or slow host (any admission request may name one) must not take the
+/// slots of another.
 #[derive(Debug)]
 pub(crate) struct Hosts {
     configured: HashMap<String, HostClient>,
     default: HostClient,
+    unlisted: std::sync::Mutex<HashMap<String, Arc<Semaphore>>>,
 }
+
+/// Unlisted hosts whose slots are remembered; past this, idle ones are forgotten.
+const MAX_UNLISTED_HOSTS: usize = 1024;
 
 impl Hosts {
     pub(crate) fn new(specs: &[RegistrySpec]) -> Result<Hosts, RegistryError> {
@@ -536,7 +581,27 @@ impl Hosts {
         Ok(Hosts {
             configured,
             default: HostClient::new(&RegistrySpec::default())?,
+            unlisted: std::sync::Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The request slots of `domain`: its own client's, or (unlisted) its own
+    /// semaphore of the default size, created on first use.
+    pub(crate) fn permits(&self, domain: &str) -> Arc<Semaphore> {
+        if let Some(h) = self.configured.get(domain) {
+            return h.permits.clone();
+        }
+        let mut map = self.unlisted.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = map.get(domain) {
+            return p.clone();
+        }
+        if map.len() >= MAX_UNLISTED_HOSTS {
+            // Forget hosts with no request in flight (only the map holds them).
+            map.retain(|_, p| Arc::strong_count(p) > 1);
+        }
+        let p = Arc::new(Semaphore::new(DEFAULT_MAX_CONCURRENT as usize));
+        map.insert(domain.to_owned(), p.clone());
+        p
     }
 
     pub(crate) fn get(&self, domain: &str) -> &HostClient {

@@ -236,6 +236,7 @@ impl Registry {
     ) -> client::Lookup<'a> {
         client::Lookup {
             host: self.inner.hosts.get(target.domain()),
+            permits: self.inner.hosts.permits(target.domain()),
             credential,
             tokens: &self.inner.tokens,
             observer: self.inner.observer.as_ref(),

@@ -25,6 +25,11 @@ pub enum Mode {
         realm: String,
         cert_pem: String,
     },
+    /// [`Mode::Token`] with the registry itself on HTTPS (a test CA).
+    TlsToken {
+        realm: String,
+        cert_pem: String,
+    },
 }
 
 pub struct TestRegistry {
@@ -103,20 +108,20 @@ impl TestRegistry {
             let mut ca_pem = None;
             let mut basic = None;
             let mut scheme = "http";
+            if matches!(mode, Mode::Tls | Mode::TlsToken { .. }) {
+                let (ca, cert, key) = test_ca();
+                std::fs::write(dir.path().join("cert.pem"), &cert).unwrap();
+                std::fs::write(dir.path().join("key.pem"), &key).unwrap();
+                http_cfg.push_str(&format!(
+                    "  tls:\n    certificate: {}\n    key: {}\n",
+                    dir.path().join("cert.pem").display(),
+                    dir.path().join("key.pem").display()
+                ));
+                ca_pem = Some(ca);
+                scheme = "https";
+            }
             match &mode {
-                Mode::Plain | Mode::PlainV6 => {}
-                Mode::Tls => {
-                    let (ca, cert, key) = test_ca();
-                    std::fs::write(dir.path().join("cert.pem"), &cert).unwrap();
-                    std::fs::write(dir.path().join("key.pem"), &key).unwrap();
-                    http_cfg.push_str(&format!(
-                        "  tls:\n    certificate: {}\n    key: {}\n",
-                        dir.path().join("cert.pem").display(),
-                        dir.path().join("key.pem").display()
-                    ));
-                    ca_pem = Some(ca);
-                    scheme = "https";
-                }
+                Mode::Plain | Mode::PlainV6 | Mode::Tls => {}
                 Mode::Htpasswd { user, password } => {
                     let out = Command::new("htpasswd")
                         .args(["-Bbn", user, password])
@@ -130,7 +135,7 @@ impl TestRegistry {
                     );
                     basic = Some((user.to_string(), password.to_string()));
                 }
-                Mode::Token { realm, cert_pem } => {
+                Mode::Token { realm, cert_pem } | Mode::TlsToken { realm, cert_pem } => {
                     std::fs::write(dir.path().join("token-root.pem"), cert_pem).unwrap();
                     auth_cfg = format!(
                         "auth:\n  token:\n    realm: {realm}\n    service: {}\n    issuer: {}\n    rootcertbundle: {}\n",

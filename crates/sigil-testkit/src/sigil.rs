@@ -85,9 +85,36 @@ impl Sigil {
         extra: &[&str],
         env: &[(String, String)],
     ) -> Sigil {
+        Sigil::spawn_wrapped(&[], policy, extra, env).await
+    }
+
+    /// [`Sigil::start`] under a lowered open-files limit (`prlimit`), as a
+    /// container runtime may set it.
+    pub async fn start_with_nofile(limit: u64, extra: &[&str]) -> Sigil {
+        let nofile = format!("--nofile={limit}:{limit}");
+        let s = Sigil::spawn_wrapped(&["prlimit", &nofile, "--"], None, extra, &[]).await;
+        s.wait_ready().await;
+        s
+    }
+
+    /// [`Sigil::spawn_env`], run through `wrapper` (a command and its
+    /// arguments that then exec sigil) when one is given.
+    pub async fn spawn_wrapped(
+        wrapper: &[&str],
+        policy: Option<&str>,
+        extra: &[&str],
+        env: &[(String, String)],
+    ) -> Sigil {
         let dir = tempfile::tempdir().unwrap();
         let ca_out = dir.path().join("ca.pem");
-        let mut cmd = Command::new(bin());
+        let mut cmd = match wrapper.split_first() {
+            Some((w, args)) => {
+                let mut c = Command::new(w);
+                c.args(args).arg(bin());
+                c
+            }
+            None => Command::new(bin()),
+        };
         cmd.args(["serve", "--log-format", "json"]);
         if !extra.contains(&"--listen") {
             cmd.args(["--listen", "127.0.0.1:0"]);
@@ -187,6 +214,11 @@ impl Sigil {
             logs,
             _dir: dir,
         })
+    }
+
+    /// The process id (for /proc readings).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Sends SIGTERM, as the kubelet does.

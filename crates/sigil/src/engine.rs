@@ -19,6 +19,9 @@ use sigil_core::{
     VerifyKey, plan_object,
 };
 
+/// Distinct lookups one object may need by default (`--max-lookups-per-object`).
+pub const DEFAULT_MAX_LOOKUPS: usize = 64;
+
 /// A policy plus the resolver and signature verifier that feed it.
 pub struct Engine<R> {
     /// The loaded policy.
@@ -32,6 +35,8 @@ pub struct Engine<R> {
     pub pull_secrets: Option<Arc<dyn PullSecretStore>>,
     /// Namespace labels (kept by a watch), for rules with a `namespaceSelector`.
     pub namespaces: Option<Arc<dyn NamespaceLabels>>,
+    /// Beyond this many distinct lookups an object is denied, unlooked-up.
+    pub max_lookups: usize,
 }
 
 impl<R: std::fmt::Debug> std::fmt::Debug for Engine<R> {
@@ -54,6 +59,7 @@ impl<R: DigestResolver> Engine<R> {
             verifier: None,
             pull_secrets: None,
             namespaces: None,
+            max_lookups: DEFAULT_MAX_LOOKUPS,
         }
     }
 
@@ -92,7 +98,8 @@ impl<R: DigestResolver> Engine<R> {
                 namespace_labels: looked_up.as_ref().or(facts.namespace_labels),
                 ..facts
             },
-        );
+        )
+        .limit_lookups(self.max_lookups);
         let creds = self.cluster_credentials(plan.pull_context());
         let digests = self.resolve_all(plan.lookups(), &creds, deadline).await;
         let reports = self

@@ -35,6 +35,8 @@ pub struct Sources {
     pub pull_secrets: Option<Arc<dyn PullSecretStore>>,
     /// Namespace labels from a watch (`--watch-policies`).
     pub namespaces: Option<Arc<dyn sigil_core::NamespaceLabels>>,
+    /// Distinct lookups one object may need (`--max-lookups-per-object`).
+    pub max_lookups: usize,
 }
 
 impl std::fmt::Debug for Sources {
@@ -95,6 +97,7 @@ pub fn engine_for(
     )?;
     let material = sigil_verify::Material::load(&policy)?;
     let mut engine = Engine::new(policy.clone(), registry.clone());
+    engine.max_lookups = sources.max_lookups;
     if !material.is_empty() {
         let cache = sigil_verify::CacheConfig {
             ttl: policy.cache_ttl,
@@ -175,6 +178,7 @@ pub async fn watch_policy(
                     keychain: current.resolver.keychain().clone(),
                     pull_secrets: current.pull_secrets.clone(),
                     namespaces: current.namespaces.clone(),
+                    max_lookups: current.max_lookups,
                 };
                 match engine_for(Arc::new(policy), Some(&current), &sources, &metrics) {
                     Ok(engine) => {

@@ -18,6 +18,22 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+/// Header carrying [`token`]: with `--client-ca-file` the webhook requires a
+/// client certificate, which the self-check has none of; it proves itself
+/// with a secret that never leaves the process instead.
+pub const TOKEN_HEADER: &str = "x-sigil-self-check";
+
+/// This process's self-check secret (random, made once).
+pub fn token() -> &'static str {
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| {
+        let mut b = [0u8; 24];
+        // Falls back to a value no client can guess from outside only if the
+        // system RNG fails, which aws-lc treats as fatal anyway.
+        let _ = crate::tls::provider().secure_random.fill(&mut b);
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    })
+}
 
 /// Accepts exactly one certificate, byte for byte, with a valid handshake signature.
 #[derive(Debug)]
@@ -117,6 +133,7 @@ async fn check_inner(addr: SocketAddr, leaf: Option<&CertificateDer<'static>>) -
     let req = http::Request::post("/mutate?timeout=2s")
         .header(http::header::HOST, "localhost")
         .header(http::header::CONTENT_TYPE, "application/json")
+        .header(TOKEN_HEADER, token())
         .body(Full::new(Bytes::from(crate::admission::synthetic_review(
             &uid,
         ))))

@@ -24,18 +24,24 @@ pub struct ServingCert {
     pub ca_pem: Option<String>,
 }
 
-/// Loads `--tls-cert` / `--tls-key`.
-pub fn load_files(cert: &std::path::Path, key: &std::path::Path) -> Result<ServingCert> {
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .with_context(|| format!("reading TLS certificate {}", cert.display()))?
+/// Every PEM certificate in a file (at least one).
+fn read_certs(path: &std::path::Path) -> Result<Vec<CertificateDer<'static>>> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .with_context(|| format!("reading certificate {}", path.display()))?
         .collect::<std::result::Result<_, _>>()
-        .with_context(|| format!("parsing TLS certificate {}", cert.display()))?;
-    if chain.is_empty() {
+        .with_context(|| format!("parsing certificate {}", path.display()))?;
+    if certs.is_empty() {
         return Err(Error::Invalid(format!(
             "{} holds no PEM certificate",
-            cert.display()
+            path.display()
         )));
     }
+    Ok(certs)
+}
+
+/// Loads `--tls-cert` / `--tls-key`.
+pub fn load_files(cert: &std::path::Path, key: &std::path::Path) -> Result<ServingCert> {
+    let chain = read_certs(cert)?;
     let key = PrivateKeyDer::from_pem_file(key)
         .with_context(|| format!("reading TLS private key {}", key.display()))?;
     Ok(ServingCert {
@@ -146,12 +152,39 @@ fn file_bytes(c: &std::path::Path, k: &std::path::Path) -> Result<Vec<u8>> {
 }
 
 /// A TLS 1.2+/h2 server config serving whatever `store` holds.
-pub fn server_config(store: Arc<CertStore>) -> Result<Arc<ServerConfig>> {
-    let mut cfg = ServerConfig::builder_with_provider(provider())
+///
+/// With `client_ca` (PEM), client certificates are verified against it: a
+/// client that presents one that does not chain is refused in the
+/// handshake; one that presents none gets through the handshake (so the
+/// readiness self-check can connect) and is refused per request by the
+/// webhook, which requires a verified certificate for `POST /mutate`.
+pub fn server_config(
+    store: Arc<CertStore>,
+    client_ca: Option<&std::path::Path>,
+) -> Result<Arc<ServerConfig>> {
+    let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .context("TLS versions")?
-        .with_no_client_auth()
-        .with_cert_resolver(store);
+        .context("TLS versions")?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(path) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in read_certs(path)? {
+                roots
+                    .add(c)
+                    .with_context(|| format!("client CA {}", path.display()))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider(),
+            )
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| Error::Invalid(format!("client CA {}: {e}", path.display())))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut cfg = builder.with_cert_resolver(store);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
 }
@@ -181,7 +214,7 @@ mod tests {
     #[test]
     fn self_signed_chain_verifies_with_its_ca() {
         let c = self_signed(&default_names()).unwrap();
-        let cfg = server_config(CertStore::new(&c, None).unwrap()).unwrap();
+        let cfg = server_config(CertStore::new(&c, None).unwrap(), None).unwrap();
         assert!(cfg.alpn_protocols.contains(&b"h2".to_vec()));
         let ca = c.ca_pem.unwrap();
         let mut roots = rustls::RootCertStore::empty();

@@ -394,3 +394,38 @@ fn offline_decisions_report_a_team_key_as_needing_a_lookup() {
     let v = decide_in("team-z", &format!("registry.example.com/app@{D}"), &offline);
     assert_eq!(v.label(), "unchanged");
 }
+
+/// One object may not fan out to more lookups than the limit: every field
+/// that needed one is denied naming the limit, in enforce as in warn mode,
+/// and nothing is left to look up; at the limit nothing changes.
+#[test]
+fn an_object_needing_more_lookups_than_the_limit_is_denied_unlooked_up() {
+    let p = policy();
+    let containers: Vec<serde_json::Value> = (0..5)
+        .map(|i| serde_json::json!({"name": format!("c{i}"), "image": format!("nginx:{i}")}))
+        .collect();
+    let o = summarize_value(
+        &serde_json::json!({"kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"template": {"spec": {"containers": containers}}}}),
+    );
+    let at_limit = plan_object(&p, facts(Operation::Create, Some("shop"), &o)).limit_lookups(5);
+    assert_eq!(at_limit.lookups().len(), 5);
+    let over = plan_object(&p, facts(Operation::Create, Some("shop"), &o)).limit_lookups(4);
+    assert!(over.lookups().is_empty(), "nothing is looked up");
+    let v = over.decide(&Answers::default());
+    assert!(v.denied());
+    for f in &v.fields {
+        let Outcome::Failed(finding) = &f.outcome else {
+            panic!("{:?}", f.outcome)
+        };
+        assert_eq!(finding.mode, Mode::Enforce);
+        assert_eq!(
+            finding.denial,
+            Denial::TooManyLookups {
+                lookups: 5,
+                limit: 4
+            }
+        );
+        assert!(finding.denial.why().contains("limit of 4"));
+    }
+}

@@ -14,8 +14,11 @@ pub fn echo_server() {
         .expect("addr");
     let dir = std::path::PathBuf::from(std::env::var("ECHO_DIR").expect("ECHO_DIR"));
     let cert = sigil::tls::self_signed(&["localhost".into()]).expect("cert");
-    let cfg = sigil::tls::server_config(sigil::tls::CertStore::new(&cert, None).expect("store"))
-        .expect("tls");
+    let cfg = sigil::tls::server_config(
+        sigil::tls::CertStore::new(&cert, None).expect("store"),
+        None,
+    )
+    .expect("tls");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

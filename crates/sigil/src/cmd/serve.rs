@@ -123,6 +123,15 @@ pub struct ServeArgs {
     /// A connection must send its first request (TLS handshake included) within this.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "SIGIL_FIRST_REQUEST_TIMEOUT")]
     first_request_timeout: Duration,
+    /// Require the API server to authenticate with a client certificate
+    /// issued by this CA (PEM), as Kubernetes documents for webhooks
+    /// (AdmissionConfiguration + kubeconfig: docs/operations.md, "Hardening").
+    #[arg(long, env = "SIGIL_CLIENT_CA_FILE")]
+    client_ca_file: Option<PathBuf>,
+    /// Distinct registry lookups one object may need; an object needing more
+    /// is denied naming the limit, with no lookup made.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=10_000), env = "SIGIL_MAX_LOOKUPS_PER_OBJECT")]
+    max_lookups_per_object: u32,
     /// A connection with no request in flight for this long is closed (HTTP/2 with GOAWAY).
     #[arg(long, default_value = "120s", value_parser = humantime::parse_duration, env = "SIGIL_IDLE_TIMEOUT")]
     idle_timeout: Duration,
@@ -291,6 +300,7 @@ async fn configure(
     );
     let metrics = Arc::new(Metrics::default());
     let mut sources = args.creds.sources()?;
+    sources.max_lookups = args.max_lookups_per_object as usize;
     let mut ready_gates = Vec::new();
     if let (true, Some(client)) = (args.pull_secrets, &client) {
         let (store, synced) = sigil::pullsecrets::start(
@@ -378,6 +388,7 @@ async fn configure(
         ready_gates,
         audit: latest,
         combiner,
+        client_ca: args.client_ca_file.clone(),
         limits: sigil::server::Limits {
             max_connections: args.max_connections as usize,
             body_memory: args.body_memory,

@@ -112,6 +112,8 @@ impl Cores {
 pub(super) struct Shared {
     pub(super) cores: Arc<Cores>,
     pub(super) acceptor: TlsAcceptor,
+    /// `--client-ca-file`: `POST /mutate` needs a verified client certificate.
+    pub(super) client_auth: bool,
     pub(super) health: Arc<Health>,
     pub(super) webhook: Arc<Webhook<Registry>>,
     pub(super) metrics: Arc<Metrics>,
@@ -135,7 +137,11 @@ pub(super) async fn accept_loop(
             _ = stopping.wait_for(|p| *p == Phase::Stopping) => break,
         };
         if let Some(t) = full_since.take() {
-            tracing::warn!(cap = shared.conns.cap, waited_ms = t.elapsed().as_millis() as u64, "webhook connections were at their cap; accepting again");
+            tracing::warn!(
+                cap = shared.conns.cap,
+                waited_ms = t.elapsed().as_millis() as u64,
+                "webhook connections were at their cap; accepting again"
+            );
         }
         let conn = tokio::select! {
             c = listener.accept() => c,
@@ -208,6 +214,13 @@ async fn serve_connection(
         }
     };
     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+    // rustls records peer certificates only once they verified.
+    let unauthenticated = shared.client_auth
+        && stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .is_none_or(|c| c.is_empty());
     let Shared {
         health,
         webhook,
@@ -225,7 +238,14 @@ async fn serve_connection(
         );
         let in_flight = act.begin();
         async move {
-            let r = handle_webhook(req, &webhook, &health, &metrics, &conns).await;
+            let r = if unauthenticated && !is_self_check(&req) {
+                text(
+                    StatusCode::UNAUTHORIZED,
+                    "a client certificate issued by the --client-ca-file CA is required\n",
+                )
+            } else {
+                handle_webhook(req, &webhook, &health, &metrics, &conns).await
+            };
             drop(in_flight);
             Ok::<_, Infallible>(r)
         }
@@ -293,6 +313,13 @@ async fn serve_connection(
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with error");
     }
+}
+
+/// Whether a request carries this process's self-check secret.
+fn is_self_check(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get(crate::selfcheck::TOKEN_HEADER)
+        .is_some_and(|v| v.as_bytes() == crate::selfcheck::token().as_bytes())
 }
 
 /// Sleeps until `at`, or forever when there is none.

@@ -74,6 +74,8 @@ pub struct ServeConfig {
     pub combiner: Option<Arc<crate::policies::Combiner>>,
     /// Bounds on the webhook port's connections and bodies.
     pub limits: Limits,
+    /// Require API-server client certificates issued by this CA (PEM).
+    pub client_ca: Option<std::path::PathBuf>,
 }
 
 /// Work that runs beside the server and needs its readiness or the
@@ -132,7 +134,10 @@ pub async fn bind(cfg: ServeConfig) -> Result<Bound> {
     tracing::info!(%addr, "webhook listening (HTTPS, POST /mutate)");
     tracing::info!(addr = %admin_addr, "admin listening (HTTP, /livez /readyz /metrics)");
     let store = CertStore::new(&cfg.cert, cfg.cert_files.clone())?;
-    let acceptor = TlsAcceptor::from(crate::tls::server_config(store.clone())?);
+    let acceptor = TlsAcceptor::from(crate::tls::server_config(
+        store.clone(),
+        cfg.client_ca.as_deref(),
+    )?);
     let cores = Arc::new(conn::Cores::per_cpu().context("starting the connection threads")?);
     Ok(Bound {
         listener,
@@ -208,6 +213,7 @@ impl Bound {
         let shared = conn::Shared {
             cores,
             acceptor,
+            client_auth: cfg.client_ca.is_some(),
             health: health.clone(),
             webhook,
             metrics: metrics.clone(),

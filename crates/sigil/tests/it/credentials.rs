@@ -536,3 +536,45 @@ async fn a_watch_refused_by_rbac_keeps_sigil_unready_and_names_the_permission() 
     assert!(r.text().await.unwrap().contains("pull-secret watches"));
     assert!(s.logs().contains("grant list and watch on secrets"));
 }
+
+/// An HTTPS registry whose Bearer challenge names a plain-HTTP realm: sigil
+/// never sends the credentials there (the token service sees no request),
+/// and the denial says why.
+#[tokio::test]
+async fn basic_credentials_are_never_sent_to_a_plain_http_realm_of_an_https_registry() {
+    use crate::support::registry::{Mode, TestRegistry};
+    use crate::support::token::TokenServer;
+    let ts = TokenServer::start("robot", "t0ken-pa55").await;
+    let mut reg = TestRegistry::start(Mode::TlsToken {
+        realm: format!("http://{}/token", ts.addr),
+        cert_pem: ts.cert_pem.clone(),
+    })
+    .await;
+    reg.bearer = Some(ts.push_token("tok/app"));
+    let host = reg.host();
+    reg.push_image("tok/app", "v1").await;
+    let hits_before = ts.hits.load(std::sync::atomic::Ordering::SeqCst);
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, pw) = (dir.path().join("ca.pem"), dir.path().join("password"));
+    std::fs::write(&ca, reg.ca_pem.clone().unwrap()).unwrap();
+    std::fs::write(&pw, "t0ken-pa55").unwrap();
+    let policy = format!(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  registries:\n    - host: \"{host}\"\n      ca: {}\n      auth: {{username: robot, passwordFile: {}}}\n  rules:\n    - {{name: all, match: [\"**\"], mode: enforce}}\n",
+        ca.display(),
+        pw.display()
+    );
+    let s = Sigil::start(Some(&policy), &[]).await;
+    let a = admit(&s, &pod("shop", &format!("{host}/tok/app:v1"), &[])).await;
+    assert!(!a.allowed);
+    assert!(
+        a.message
+            .contains("is not HTTPS; sigil does not send credentials there"),
+        "{}",
+        a.message
+    );
+    assert_eq!(
+        ts.hits.load(std::sync::atomic::Ordering::SeqCst),
+        hits_before,
+        "the token service was called"
+    );
+}

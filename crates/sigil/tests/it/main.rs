@@ -10,6 +10,7 @@ mod conformance;
 mod credentials;
 mod deploy;
 mod drain;
+mod hardening;
 mod pin;
 mod policies;
 mod shipped;
