@@ -1,7 +1,9 @@
 //! `sigil pin`'s in-place editor never panics, and whatever it writes parses
 //! back to the same documents with exactly the image values replaced; and
 //! wherever the fast event-stream parser answers, it agrees with
-//! serde-saphyr's (values, lines, spans) and accepts nothing serde-saphyr refuses.
+//! serde-saphyr's (values, lines, spans) and accepts nothing serde-saphyr refuses;
+//! and `sigil krm`'s output for any single-document input with results
+//! always parses back to that document plus its results.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -19,6 +21,23 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let Ok(docs) = parse_stream(text) else { return };
+    if let [doc] = docs.as_slice()
+        && doc.value.is_object()
+    {
+        let out = sigil::krm::with_results(text, doc, &[sigil::krm::KrmResult::warning("w")]);
+        let back = parse_stream(&out).expect("krm output must parse");
+        assert_eq!(back.len(), 1, "krm output is one document: {out}");
+        assert_eq!(back[0].value["results"][0]["message"], "w");
+        let mut without = back[0].value.clone();
+        if let Some(m) = without.as_object_mut() {
+            m.remove("results");
+        }
+        let mut orig = doc.value.clone();
+        if let Some(m) = orig.as_object_mut() {
+            m.remove("results");
+        }
+        assert_eq!(without, orig, "krm output changed the list");
+    }
     let mut edits = Vec::new();
     let mut want = Vec::new();
     for d in &docs {

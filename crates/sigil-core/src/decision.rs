@@ -420,25 +420,29 @@ pub struct Finding {
 impl Finding {
     /// The one rendering of a denial: what, where, why, how to fix.
     pub fn message(&self, object: &ObjectRef) -> String {
-        format!(
+        // Names and registry answers come from outside: a denial kubectl
+        // prints must not carry terminal escapes (see `crate::text`).
+        crate::text::escape_controls(&format!(
             "image {:?} in {} of {}: {}; to fix: {}",
             self.image,
             self.field.describe(),
             object,
             self.denial.why(),
             self.denial.hint()
-        )
+        ))
+        .into_owned()
     }
 
     /// A shorter form for admission warnings (kept near the 256-character
     /// limit kubectl shows), without the object, which the user just applied.
     pub fn warning(&self) -> String {
-        let mut s = format!(
+        let mut s = crate::text::escape_controls(&format!(
             "sigil: image {:?} in {} {} (admitted unchanged: warn mode)",
             self.image,
             self.field.describe(),
             self.denial.why()
-        );
+        ))
+        .into_owned();
         if s.len() > 480 {
             let mut cut = 477;
             while !s.is_char_boundary(cut) {

@@ -26,8 +26,10 @@ pub mod patch;
 pub mod pattern;
 pub mod policy;
 pub mod reference;
+pub mod text;
 pub mod verify;
 pub mod walker;
+pub mod yaml;
 
 pub use credentials::PullCredentials;
 pub use decision::{Denial, Finding, Mode, ObjectRef, Outcome, ResolveFailure};

@@ -482,7 +482,7 @@ fn check_cosign(rule: &str, name: &str, c: &CosignSpec) -> Result<(), String> {
                         ));
                     }
                     (None, Some(r)) => {
-                        regex::Regex::new(r).map_err(|e| {
+                        identity_regex(r).map_err(|e| {
                             format!("rule {rule:?}: verifier {name:?}: {what}Regex: {e}")
                         })?;
                     }
@@ -495,6 +495,29 @@ fn check_cosign(rule: &str, name: &str, c: &CosignSpec) -> Result<(), String> {
             "rule {rule:?}: verifier {name:?}: cosign needs exactly one of key or keyless"
         )),
     }
+}
+
+/// Longest identity regex accepted (`subjectRegex`, `issuerRegex`): real
+/// ones are tens of bytes; a megabyte one cost seconds and gigabytes to
+/// compile on every reload before it was refused.
+pub const MAX_REGEX_BYTES: usize = 4096;
+/// Compiled size limit of an identity regex (the regex crate's own limits).
+const MAX_REGEX_COMPILED: usize = 1 << 20;
+
+/// Compiles an identity regex within [`MAX_REGEX_BYTES`] and a bounded
+/// compiled size, refusing anything larger up front with a clear error.
+pub fn identity_regex(pattern: &str) -> Result<regex::Regex, String> {
+    if pattern.len() > MAX_REGEX_BYTES {
+        return Err(format!(
+            "the pattern is {} bytes; at most {MAX_REGEX_BYTES} are allowed",
+            pattern.len()
+        ));
+    }
+    regex::RegexBuilder::new(pattern)
+        .size_limit(MAX_REGEX_COMPILED)
+        .dfa_size_limit(MAX_REGEX_COMPILED)
+        .build()
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

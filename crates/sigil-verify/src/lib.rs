@@ -29,7 +29,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use moka::Expiry;
 use moka::future::Cache;
-use regex::Regex;
 pub use sigil_core::CacheConfig;
 use sigil_core::verify::{TlogPolicy, VerifierSpec};
 use sigil_core::{
@@ -141,9 +140,12 @@ pub struct Material {
 fn matcher(exact: &Option<String>, re: &Option<String>) -> Result<Matcher, VerifyError> {
     match (exact, re) {
         (Some(e), _) => Ok(Matcher::Exact(e.clone())),
-        (None, Some(r)) => Regex::new(r)
+        (None, Some(r)) => sigil_core::verify::identity_regex(r)
             .map(Matcher::Regex)
-            .map_err(|e| VerifyError::Identity(format!("regex {r:?}: {e}"))),
+            .map_err(|e| {
+                let shown: String = r.chars().take(64).collect();
+                VerifyError::Identity(format!("regex {shown:?}…: {e}"))
+            }),
         // Policy validation refuses this; never match anything if it slips through.
         (None, None) => Ok(Matcher::Exact(String::from("\u{0}unset"))),
     }

@@ -1,9 +1,14 @@
-//! Writing files so that a crash or a full disk never leaves half of one.
+//! Writing files so that a crash, a full disk or a hostile neighbour never
+//! leaves half of one or another file changed.
 //!
 //! Owns the one way sigil replaces a file (CA bundles, manifests edited by
-//! `sigil pin --write`): write a sibling temporary file, flush it to disk,
-//! keep the old file's permissions, rename over the original, then flush the
-//! directory. Readers see the old bytes or the new bytes, never a mix.
+//! `sigil pin --write`): create a temporary file in the target's directory
+//! with an unpredictable name, exclusively and without following links
+//! (`tempfile`: `O_CREAT|O_EXCL`), with the final permissions from the
+//! start (the old file's, else 0644), write and optionally flush it, rename
+//! it over the original, then flush the directory. Readers see the old
+//! bytes or the new bytes, never a mix; a link planted where the temporary
+//! file will be cannot redirect the write.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -24,44 +29,62 @@ pub enum Durability {
     RenameOnly,
 }
 
-/// Replaces `path` with `contents` atomically (see the module docs).
-pub fn write_atomic(path: &Path, contents: &[u8], durability: Durability) -> Result<()> {
-    let synced = durability == Durability::Synced;
-    let dir = path
-        .parent()
+/// The directory a file lives in (`.` for a bare name).
+pub fn dir_of(path: &Path) -> &Path {
+    path.parent()
         .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+        .unwrap_or(Path::new("."))
+}
+
+/// Replaces `path` with `contents` atomically (see the module docs). A
+/// `path` that is a symlink is replaced by a regular file: callers that
+/// mean to write through a link resolve it first.
+pub fn write_atomic(path: &Path, contents: &[u8], durability: Durability) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let synced = durability == Durability::Synced;
+    let dir = dir_of(path);
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".into());
-    let tmp = dir.join(format!(".{name}.sigil-{}.tmp", std::process::id()));
-    let result = (|| -> Result<()> {
-        let mut f =
-            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        f.write_all(contents)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        if let Ok(meta) = std::fs::metadata(path) {
-            f.set_permissions(meta.permissions())
-                .with_context(|| format!("copying permissions of {}", path.display()))?;
-        }
-        if synced {
-            f.sync_all()
-                .with_context(|| format!("flushing {}", tmp.display()))?;
-        }
-        drop(f);
-        std::fs::rename(&tmp, path)
-            .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-        // Best effort: some filesystems refuse to open or sync a directory.
-        if synced && let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let mode = std::fs::metadata(path)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o644);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".sigil.tmp")
+        .permissions(std::fs::Permissions::from_mode(mode))
+        .tempfile_in(dir)
+        .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
+    // Created with `mode` less the umask; made exact on our own descriptor.
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("setting the mode of {}", tmp.path().display()))?;
+    tmp.write_all(contents)
+        .with_context(|| format!("writing {}", tmp.path().display()))?;
+    if synced {
+        tmp.as_file()
+            .sync_all()
+            .with_context(|| format!("flushing {}", tmp.path().display()))?;
     }
-    result
+    // On failure the temporary file is removed with `tmp`.
+    tmp.persist(path).map_err(|e| crate::error::Error::Io {
+        context: format!("renaming the temporary file to {}", path.display()),
+        source: e.error,
+    })?;
+    // Best effort: some filesystems refuse to open or sync a directory.
+    if synced && let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Whether a file can be created in `dir` (by creating and removing an
+/// unnamed one): checked before `--write` changes anything.
+pub fn dir_writable(dir: &Path) -> Result<()> {
+    tempfile::tempfile_in(dir)
+        .map(drop)
+        .with_context(|| format!("{} is not writable", dir.display()))
 }
 
 #[cfg(test)]
@@ -89,5 +112,47 @@ mod tests {
         let p = dir.path().join("missing-dir").join("a.yaml");
         assert!(write_atomic(&p, b"new", Durability::RenameOnly).is_err());
         assert!(!p.exists());
+    }
+
+    /// A link planted at a predictable temporary name once redirected the
+    /// write to another file (and changed its mode): names are now random and
+    /// created exclusively, so a planted link is never followed.
+    #[test]
+    fn a_planted_symlink_never_redirects_the_write() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let victim = dir.path().join("victim.txt");
+        std::fs::write(&victim, "secret").expect("write");
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let target = dir.path().join("a.yaml");
+        std::fs::write(&target, "old").expect("write");
+        // Every name the old scheme could have used, and a few guesses.
+        for name in [
+            format!(".a.yaml.sigil-{}.tmp", std::process::id()),
+            ".a.yaml.sigil.tmp".to_owned(),
+        ] {
+            std::os::unix::fs::symlink(&victim, dir.path().join(name)).expect("symlink");
+        }
+        write_atomic(&target, b"new", Durability::RenameOnly).expect("write");
+        assert_eq!(std::fs::read_to_string(&target).expect("read"), "new");
+        assert_eq!(std::fs::read_to_string(&victim).expect("read"), "secret");
+        let mode = std::fs::metadata(&victim)
+            .expect("meta")
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn a_new_file_gets_0644_and_no_temporary_is_ever_world_writable() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("ca.pem");
+        write_atomic(&p, b"pem", Durability::RenameOnly).expect("write");
+        let mode = std::fs::metadata(&p).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644);
+        assert!(dir_writable(dir.path()).is_ok());
+        assert!(dir_writable(&dir.path().join("missing")).is_err());
     }
 }

@@ -166,7 +166,7 @@ pub struct KrmOutput {
 /// One entry of `results`, as the KRM Functions Specification defines it.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-struct KrmResult {
+pub struct KrmResult {
     message: String,
     severity: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -175,6 +175,19 @@ struct KrmResult {
     field: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     file: Option<Value>,
+}
+
+impl KrmResult {
+    /// A result of severity `warning` with only a message.
+    pub fn warning(message: impl Into<String>) -> KrmResult {
+        KrmResult {
+            message: message.into(),
+            severity: "warning",
+            resource_ref: None,
+            field: None,
+            file: None,
+        }
+    }
 }
 
 fn annotation<'a>(obj: &'a Value, keys: &[&str]) -> Option<&'a str> {
@@ -234,11 +247,20 @@ fn result_for(r: &ImageReport, items: &[Value]) -> Option<KrmResult> {
 }
 
 /// Adds `results` to the list. A block-style list gets one `results:` line
-/// appended (JSON flow inside, which is YAML), leaving the rest byte-exact;
-/// anything else (flow style, an existing `results`, a `...` end marker) is
-/// re-serialized as JSON, which every orchestrator reads as YAML.
-fn with_results(text: &str, doc: &Document, results: &[KrmResult]) -> String {
+/// appended (JSON flow inside, which is YAML), leaving the rest byte-exact —
+/// but only when the result parses back to exactly the list plus its
+/// results; anything else (a flow or indented root, a `---` with nothing
+/// after it, an existing `results`, a `...` end marker) is re-serialized as
+/// JSON, which every orchestrator reads as YAML. The output always parses.
+pub fn with_results(text: &str, doc: &Document, results: &[KrmResult]) -> String {
     let results_json = serde_json::to_string(results).unwrap_or_else(|_| "[]".into());
+    let mut expected = doc.value.clone();
+    if let Some(m) = expected.as_object_mut() {
+        m.insert(
+            "results".into(),
+            serde_json::from_str(&results_json).unwrap_or(Value::Null),
+        );
+    }
     let first = text
         .lines()
         .map(str::trim_start)
@@ -254,17 +276,70 @@ fn with_results(text: &str, doc: &Document, results: &[KrmResult]) -> String {
         out.push_str("results: ");
         out.push_str(&results_json);
         out.push('\n');
-        out
-    } else {
-        let mut v = doc.value.clone();
-        if let Some(m) = v.as_object_mut() {
-            m.insert(
-                "results".into(),
-                serde_json::from_str(&results_json).unwrap_or(Value::Null),
-            );
+        let same = manifest::parse_stream(&out)
+            .is_ok_and(|docs| docs.len() == 1 && docs[0].value == expected);
+        if same {
+            return out;
         }
-        let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
-        s.push('\n');
-        s
+    }
+    let mut s = serde_json::to_string_pretty(&expected).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Appends a warning result and requires the output to parse as one
+    /// document: the list unchanged plus the result.
+    fn round_trips(text: &str) {
+        let Ok(docs) = manifest::parse_stream(text) else {
+            return;
+        };
+        let [doc] = docs.as_slice() else { return };
+        if !doc.value.is_object() {
+            return;
+        }
+        let out = with_results(text, doc, &[KrmResult::warning("w")]);
+        let back = manifest::parse_stream(&out)
+            .unwrap_or_else(|e| panic!("output does not parse ({e}):\n{out}"));
+        assert_eq!(back.len(), 1, "{out}");
+        let mut want = doc.value.clone();
+        want["results"] = serde_json::json!([{"message": "w", "severity": "warning"}]);
+        assert_eq!(back[0].value, want, "{out}");
+    }
+
+    /// Only-warning results once produced invalid YAML with exit 0 for a
+    /// flow-mapping root, an indented root mapping, and a trailing `--- `.
+    #[test]
+    fn results_are_added_so_that_the_output_always_parses() {
+        for text in [
+            "--- {apiVersion: config.kubernetes.io/v1, kind: ResourceList, items: []}\n",
+            "  apiVersion: config.kubernetes.io/v1\n  kind: ResourceList\n  items: []\n",
+            "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\n--- ",
+            "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\n",
+            "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\n...\n",
+        ] {
+            round_trips(text);
+        }
+    }
+
+    /// Every fixture and fuzz seed of the repository.
+    #[test]
+    fn every_fixture_and_seed_round_trips() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        for dir in [
+            root.join("tests/fixtures/krm"),
+            root.join("tests/fixtures/pin"),
+            root.join("../../fuzz/seeds/manifest"),
+        ] {
+            for e in std::fs::read_dir(&dir).expect("fixtures") {
+                let p = e.expect("entry").path();
+                if let Ok(text) = std::fs::read_to_string(&p) {
+                    round_trips(&text);
+                }
+            }
+        }
     }
 }

@@ -47,15 +47,24 @@ pub(super) fn parse(text: &str) -> Option<Vec<Tree>> {
     }
     let mut docs = Vec::new();
     let mut stack: Vec<Frame> = Vec::new();
+    // The general path's budget grows with the input (`crate::yaml`); this
+    // path's caps follow it, so large inputs stay on the fast path.
+    let budget = crate::yaml::budget(text.len());
+    // Below the general path's own limits, so this path never accepts what
+    // serde-saphyr would refuse (events ≥ nodes; half its event budget).
+    let (max_events, max_documents) = (
+        MAX_EVENTS.max(budget.max_events / 2),
+        MAX_DOCUMENTS.max(budget.max_documents - budget.max_documents / 40),
+    );
     for (n, item) in Parser::new_from_str(text).enumerate() {
-        if n > MAX_EVENTS {
+        if n > max_events {
             return None;
         }
         let (event, span) = item.ok()?;
         let done = match event {
             Event::StreamStart | Event::DocumentEnd | Event::Comment(..) => None,
             Event::DocumentStart(_, version) => {
-                if version.is_some() || docs.len() >= MAX_DOCUMENTS {
+                if version.is_some() || docs.len() >= max_documents {
                     return None;
                 }
                 None

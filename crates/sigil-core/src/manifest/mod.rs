@@ -487,3 +487,52 @@ mod tests {
         ));
     }
 }
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    /// A real ResourceList of 40,000 Pods once failed at ~14,000 items
+    /// ("Nodes 250001"): the budget now grows with the input.
+    fn pods(n: usize) -> String {
+        let mut text =
+            String::from("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n");
+        for i in 0..n {
+            text.push_str(&format!(
+                "  - apiVersion: v1\n    kind: Pod\n    metadata:\n      name: p{i}\n      namespace: shop\n      labels: {{app: web, tier: fe}}\n    spec:\n      containers:\n        - name: app\n          image: registry.example.com/shop/web:1.{i}\n          ports: [{{containerPort: 8080}}]\n"
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn a_resource_list_of_40000_pods_parses() {
+        let docs = parse_stream(&pods(40_000)).expect("parses");
+        assert_eq!(
+            docs[0].value["items"].as_array().map(Vec::len),
+            Some(40_000)
+        );
+        // The general path (serde-saphyr), past its default 250,000 nodes.
+        let (_, slow) = parse_both_paths(&pods(16_000));
+        let items = slow.expect("serde-saphyr parses")[0].value["items"]
+            .as_array()
+            .map(Vec::len);
+        assert_eq!(items, Some(16_000));
+    }
+
+    /// The bomb guards stay: exponential aliases and deep nesting are refused.
+    #[test]
+    fn billion_laughs_and_deep_nesting_are_still_refused() {
+        let mut bomb = String::from(
+            "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+        );
+        let mut prev = 'a';
+        for c in 'b'..='j' {
+            bomb.push_str(&format!("{c}: &{c} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"));
+            prev = c;
+        }
+        assert!(parse_stream(&bomb).is_err(), "billion laughs parsed");
+        let deep = format!("{}1{}", "[".repeat(10_000), "]".repeat(10_000));
+        assert!(parse_stream(&deep).is_err(), "deep nesting parsed");
+    }
+}

@@ -16,7 +16,8 @@ use super::{ManifestError, Node, Pos, Tree};
 /// Parses every document of `text` (empty and null documents skipped).
 pub(super) fn parse(text: &str) -> Result<Vec<Tree>, ManifestError> {
     let roots: Vec<Spanned<SNode>> =
-        serde_saphyr::from_multiple(text).map_err(|e| ManifestError::Syntax(e.to_string()))?;
+        serde_saphyr::from_multiple_with_options(text, crate::yaml::options(text))
+            .map_err(|e| ManifestError::Syntax(e.to_string()))?;
     Ok(roots.into_iter().map(tree).collect())
 }
 

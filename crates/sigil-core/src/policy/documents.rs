@@ -67,8 +67,9 @@ impl Policy {
         let mut cluster: Vec<Policy> = Vec::new();
         let mut teams: Vec<NamespacePolicy> = Vec::new();
         for (line, doc) in documents(text) {
-            let head: serde_json::Value = serde_saphyr::from_str(&doc)
-                .map_err(|e| shift(PolicyError::Syntax(e.to_string()), line))?;
+            let head: serde_json::Value =
+                serde_saphyr::from_str_with_options(&doc, crate::yaml::options(&doc))
+                    .map_err(|e| shift(PolicyError::Syntax(e.to_string()), line))?;
             let kind = head["kind"].as_str().unwrap_or_default();
             let namespace = head["metadata"]["namespace"].as_str().unwrap_or_default();
             match kind {

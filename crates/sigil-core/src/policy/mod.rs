@@ -309,7 +309,8 @@ impl Policy {
     /// Parses and validates a policy document.
     pub fn from_yaml(text: &str) -> Result<Policy, PolicyError> {
         let doc: ImagePolicyDoc =
-            serde_saphyr::from_str(text).map_err(|e| PolicyError::Syntax(e.to_string()))?;
+            serde_saphyr::from_str_with_options(text, crate::yaml::options(text))
+                .map_err(|e| PolicyError::Syntax(e.to_string()))?;
         Policy::compile(doc)
     }
 

@@ -134,8 +134,8 @@ impl NamespacePolicy {
 
     /// Compiles one namespaced ImagePolicy from YAML.
     pub fn from_yaml(text: &str) -> Result<NamespacePolicy, PolicyError> {
-        let doc: Doc =
-            serde_saphyr::from_str(text).map_err(|e| PolicyError::Syntax(e.to_string()))?;
+        let doc: Doc = serde_saphyr::from_str_with_options(text, crate::yaml::options(text))
+            .map_err(|e| PolicyError::Syntax(e.to_string()))?;
         NamespacePolicy::compile(doc)
     }
 

@@ -375,3 +375,40 @@ fn namespace_selectors_limit_a_rule_and_win_ties_where_they_apply() {
     let err = Policy::from_yaml(bad).unwrap_err().to_string();
     assert!(err.contains("operator \"Near\""), "{err}");
 }
+
+/// A policy with 60,000 rules once hit the YAML node cap; the budget now
+/// grows with the input.
+#[test]
+fn a_policy_with_60000_rules_parses() {
+    let mut text =
+        String::from("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n");
+    for i in 0..60_000 {
+        text.push_str(&format!(
+            "    - {{name: r{i}, match: [\"registry.example.com/team{i}/**\"], mode: warn}}\n"
+        ));
+    }
+    let p = Policy::from_documents(&text).expect("parses");
+    assert_eq!(p.rules.len(), 60_000);
+}
+
+/// A megabyte-long identity regex cost seconds and gigabytes to compile on
+/// every reload before it was refused: now it is refused up front.
+#[test]
+fn an_oversized_identity_regex_is_refused_up_front() {
+    let big = "a".repeat(1_400_000);
+    let text = format!(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n    - name: r\n      match: [\"**\"]\n      verify:\n        - name: k\n          cosign:\n            keyless: {{issuer: https://i, subjectRegex: \"{big}\"}}\n"
+    );
+    let e = Policy::from_documents(&text)
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.contains("subjectRegex") && e.contains("at most 4096"),
+        "{}",
+        &e[..e.len().min(300)]
+    );
+    assert!(e.len() < 1000, "the error does not echo the pattern");
+    // A pattern within the length limit that compiles too large is refused too.
+    let wide = format!("({})", "\\w{100}".repeat(40));
+    assert!(crate::verify::identity_regex(&wide).is_err());
+}

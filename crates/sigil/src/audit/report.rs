@@ -272,6 +272,7 @@ impl Report {
     /// The table: per namespace a count line, then one line per violation,
     /// `namespace kind/name container image: reason (detail) → fix`; then the totals.
     pub fn table(&self) -> String {
+        use sigil_core::text::push_line;
         let mut s = String::new();
         for ns in &self.namespaces {
             let name = if ns.name.is_empty() {
@@ -279,10 +280,12 @@ impl Report {
             } else {
                 &ns.name
             };
-            let _ = writeln!(
-                s,
-                "{name}: {} objects, {} violating, {} violations",
-                ns.objects, ns.violating, ns.violations
+            push_line(
+                &mut s,
+                format_args!(
+                    "{name}: {} objects, {} violating, {} violations",
+                    ns.objects, ns.violating, ns.violations
+                ),
             );
             for o in self.objects.iter().filter(|o| o.namespace == ns.name) {
                 for (f, v) in o.violations() {
@@ -291,15 +294,18 @@ impl Report {
                         sigil_core::Mode::Enforce => "",
                         sigil_core::Mode::Warn => " [warn]",
                     };
-                    let _ = writeln!(
-                        s,
-                        "  {name} {}/{} {container} {}: {}{mode} ({}) → {}",
-                        o.kind,
-                        o.name,
-                        f.image,
-                        label(v.reason),
-                        v.detail,
-                        v.fix
+                    // Names, images and details come from the cluster and registries.
+                    push_line(
+                        &mut s,
+                        format_args!(
+                            "  {name} {}/{} {container} {}: {}{mode} ({}) → {}",
+                            o.kind,
+                            o.name,
+                            f.image,
+                            label(v.reason),
+                            v.detail,
+                            v.fix
+                        ),
                     );
                 }
             }
@@ -333,7 +339,7 @@ impl Report {
             self.summary.registry_requests,
         );
         for e in &self.errors {
-            let _ = writeln!(s, "error: {e}");
+            push_line(&mut s, format_args!("error: {e}"));
         }
         s
     }

@@ -1,8 +1,10 @@
 //! `sigil pin`: files, stdin, stdout, exit codes.
 //!
 //! Owns what the user sees of client-side pinning: which files are read, what
-//! goes to stdout and what to stderr, the progress bar, `--write` (atomic, all
-//! or nothing), `--check`, and the exit codes documented in `docs/pin.md`.
+//! goes to stdout and what to stderr, the progress bar, `--write` (atomic per
+//! file, every directory checked first, links written through — see
+//! `sigil::pin::files`), `--check`, and the exit codes documented in
+//! `docs/pin.md`.
 //! Deciding and editing live in `sigil::pin` (which calls the one
 //! per-object decision in sigil-core).
 
@@ -12,7 +14,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use futures_util::StreamExt as _;
-use sigil::files::{Durability, write_atomic};
+use sigil::pin::files::{Change, Walk, write_all};
 use sigil::pin::report::Report;
 use sigil::pin::{Pinned, pin_text};
 
@@ -52,42 +54,6 @@ struct Input {
     text: String,
 }
 
-/// Expands PATHs: files as given, directories recursively (sorted, hidden
-/// entries skipped, only `*.yaml`/`*.yml`).
-fn collect(paths: &[PathBuf], out: &mut Vec<PathBuf>) -> Result<()> {
-    for p in paths {
-        let meta = std::fs::metadata(p).with_context(|| format!("{}", p.display()))?;
-        if !meta.is_dir() {
-            out.push(p.clone());
-            continue;
-        }
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
-            .with_context(|| format!("listing {}", p.display()))?
-            .map(|e| e.map(|e| e.path()))
-            .collect::<Result<_, _>>()
-            .with_context(|| format!("listing {}", p.display()))?;
-        entries.sort();
-        let mut files = Vec::new();
-        let mut dirs = Vec::new();
-        for e in entries {
-            let hidden = e
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with('.'));
-            if hidden {
-                continue;
-            }
-            if e.is_dir() {
-                dirs.push(e);
-            } else if e.extension().is_some_and(|x| x == "yaml" || x == "yml") {
-                files.push(e);
-            }
-        }
-        out.extend(files);
-        collect(&dirs, out)?;
-    }
-    Ok(())
-}
-
 fn read_inputs(paths: &[PathBuf]) -> Result<Vec<Input>> {
     if paths.is_empty() || paths.iter().all(|p| p.as_os_str() == "-") {
         return Ok(vec![Input {
@@ -99,9 +65,11 @@ fn read_inputs(paths: &[PathBuf]) -> Result<Vec<Input>> {
     if paths.iter().any(|p| p.as_os_str() == "-") {
         bail!("`-` (stdin) cannot be mixed with file paths");
     }
-    let mut files = Vec::new();
-    collect(paths, &mut files)?;
-    files
+    let walk = Walk::of(paths)?;
+    for n in &walk.notes {
+        eprintln!("sigil pin: note: {}", sigil_core::text::escape_controls(n));
+    }
+    walk.files
         .into_iter()
         .map(|p| {
             let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
@@ -180,12 +148,24 @@ pub fn run(args: PinArgs) -> Result<ExitCode> {
         stdout.flush()?;
     }
     if args.write && report.errors == 0 {
-        for (input, result) in inputs.iter().zip(&results) {
-            if let (Some(path), Ok(p)) = (&input.path, result)
-                && p.changed
-            {
-                write_atomic(path, p.text.as_bytes(), Durability::RenameOnly)?;
-                report.written += 1;
+        let changes: Vec<Change<'_>> = inputs
+            .iter()
+            .zip(&results)
+            .filter_map(|(input, result)| match (&input.path, result) {
+                (Some(path), Ok(p)) if p.changed => Some(Change {
+                    path,
+                    text: &p.text,
+                }),
+                _ => None,
+            })
+            .collect();
+        let written = write_all(&changes).context("sigil pin --write")?;
+        report.written = written.files.len();
+        for (link, target) in written.through_links {
+            let name = link.display().to_string();
+            if let Some(f) = report.files.iter_mut().find(|f| f.path == name) {
+                f.notes
+                    .push(format!("written through the link to {}", target.display()));
             }
         }
     }

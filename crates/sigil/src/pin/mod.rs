@@ -25,6 +25,7 @@ use sigil_core::{
 
 use crate::engine::Engine;
 
+pub mod files;
 pub mod report;
 
 /// How to decide.

@@ -2,6 +2,8 @@
 //! and its two renderings — the text lines (`file:line:column: …`) and the
 //! stable JSON document `--output json` prints (docs/pin.md).
 
+use sigil_core::text::push_line;
+
 use super::{ImageReport, Pinned, Status};
 
 #[derive(Debug, Default, serde::Serialize)]
@@ -86,10 +88,10 @@ impl Report {
         let mut s = String::new();
         for f in &self.files {
             if let Some(e) = &f.error {
-                let _ = writeln!(s, "{}: error: {e}", f.path);
+                push_line(&mut s, format_args!("{}: error: {e}", f.path));
             }
             for n in &f.notes {
-                let _ = writeln!(s, "{}: note: {n}", f.path);
+                push_line(&mut s, format_args!("{}: note: {n}", f.path));
             }
             for i in &f.images {
                 let loc = format!("{}:{}:{}", f.path, i.line, i.column);
@@ -103,7 +105,10 @@ impl Report {
                             (Status::Pinned, false) => "pinned",
                             _ => "rewritten",
                         };
-                        let _ = writeln!(s, "{loc}: {verb}: {what}: {} -> {new}", i.image);
+                        push_line(
+                            &mut s,
+                            format_args!("{loc}: {verb}: {what}: {} -> {new}", i.image),
+                        );
                     }
                     (Status::Pinned | Status::Rewritten, _, _) => {}
                     (status, _, msg) => {
@@ -112,8 +117,10 @@ impl Report {
                             Status::Warning => "warning",
                             _ => "needs registry",
                         };
-                        let _ =
-                            writeln!(s, "{loc}: {label}: {}", msg.as_deref().unwrap_or_default());
+                        push_line(
+                            &mut s,
+                            format_args!("{loc}: {label}: {}", msg.as_deref().unwrap_or_default()),
+                        );
                     }
                 }
             }

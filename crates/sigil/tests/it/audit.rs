@@ -802,3 +802,33 @@ async fn audit_pulls_with_the_workloads_own_secrets() {
         .unwrap();
     assert!(detail.contains("401"), "{detail}");
 }
+
+/// Object names and images come from the cluster: a Pod named with terminal
+/// escapes (and a newline) is shown escaped in the table; JSON stays exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_table_escapes_control_characters_from_the_cluster() {
+    let w = World::start().await;
+    let h = w.reg.host();
+    let evil = "x\u{1b}]0;pwned\u{7}\u{1b}[2J\nFAKE";
+    w.kube
+        .insert(PODS, pod("shop", evil, &format!("{h}/tag/app:v1"), None));
+    let (_, table, _) = w.audit(&["-n", "shop"]);
+    assert!(
+        !table.contains('\u{1b}') && !table.contains('\u{7}'),
+        "{table:?}"
+    );
+    assert!(
+        table.contains("x\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\nFAKE"),
+        "{table}"
+    );
+    assert!(!table.lines().any(|l| l.starts_with("FAKE")), "{table}");
+    let (_, json) = w.audit_json(&["-n", "shop"]);
+    assert!(
+        json["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["name"] == evil),
+        "JSON carries the name exactly"
+    );
+}

@@ -12,6 +12,7 @@ mod deploy;
 mod drain;
 mod hardening;
 mod pin;
+mod pin_files;
 mod policies;
 mod shipped;
 use sigil_testkit as support;

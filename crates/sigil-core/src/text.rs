@@ -1,0 +1,63 @@
+//! Text for people, made of values from outside (file names, object names,
+//! image strings, registry and cluster answers): control characters — C0,
+//! DEL, C1 — and the bidirectional overrides that reorder what a terminal
+//! shows are escaped, so a value can neither drive the terminal (`ESC[…`,
+//! `ESC]0;…`) nor forge a line of its own (`\n`). JSON and YAML outputs do
+//! not use this: they carry values exactly.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// Whether `c` must not reach a terminal as itself.
+fn dangerous(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` with every dangerous character escaped (`\n`, `\r`, `\t`,
+/// otherwise `\u{…}`); borrowed when there is none.
+pub fn escape_controls(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(dangerous) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if dangerous(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Appends one line to `out`: the formatted text with dangerous characters
+/// escaped, then a newline (so a value can never start a line of its own).
+pub fn push_line(out: &mut String, line: std::fmt::Arguments<'_>) {
+    let line = line.to_string();
+    out.push_str(&escape_controls(&line));
+    out.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_escapes_newlines_and_bidi_overrides_are_escaped() {
+        assert!(matches!(escape_controls("nginx:1.27"), Cow::Borrowed(_)));
+        assert_eq!(
+            escape_controls("a\u{1b}[31mred\u{1b}]0;title\u{7}\nfake line"),
+            "a\\u{1b}[31mred\\u{1b}]0;title\\u{7}\\nfake line"
+        );
+        assert_eq!(escape_controls("x\u{202e}y\u{9b}z"), "x\\u{202e}y\\u{9b}z");
+        assert_eq!(escape_controls("tab\there"), "tab\\there");
+        let mut s = String::new();
+        push_line(&mut s, format_args!("{}: {}", "f\nile", "ok"));
+        assert_eq!(s, "f\\nile: ok\n");
+    }
+}

@@ -1,0 +1,264 @@
+//! Which files `sigil pin` reads and how `--write` changes them: the walk
+//! (directories recursively, `*.yaml`/`*.yml`, hidden entries skipped,
+//! directory links not followed, every file once however many paths reach
+//! it, cycles impossible), and the write plan (links written through to
+//! their target, every directory checked writable before the first write,
+//! and on a failure mid-way exactly what was written). It decides nothing
+//! about images.
+
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Context as _, Error, Result};
+use crate::files::{Durability, dir_of, dir_writable, write_atomic};
+
+/// The files to read, and what the walk passed over (said to the user).
+#[derive(Debug, Default)]
+pub struct Walk {
+    /// Files in order: each explicit path, then each directory's files
+    /// (sorted) before its subdirectories.
+    pub files: Vec<PathBuf>,
+    /// Directory links not followed, and files reached twice.
+    pub notes: Vec<String>,
+    seen_files: HashSet<(u64, u64)>,
+    seen_dirs: HashSet<(u64, u64)>,
+}
+
+fn is_yaml(p: &Path) -> bool {
+    p.extension().is_some_and(|x| x == "yaml" || x == "yml")
+}
+
+impl Walk {
+    /// Expands `paths`: files as given (a link to a file is read through),
+    /// directories recursively. A path given explicitly is followed even if
+    /// it is a link to a directory; links found inside a walk are not.
+    pub fn of(paths: &[PathBuf]) -> Result<Walk> {
+        let mut w = Walk::default();
+        for p in paths {
+            let meta = std::fs::metadata(p).with_context(|| format!("{}", p.display()))?;
+            if meta.is_dir() {
+                w.dir(p, &meta)?;
+            } else {
+                w.file(p, &meta);
+            }
+        }
+        Ok(w)
+    }
+
+    fn file(&mut self, p: &Path, meta: &std::fs::Metadata) {
+        if self.seen_files.insert((meta.dev(), meta.ino())) {
+            self.files.push(p.to_owned());
+        } else {
+            self.notes.push(format!(
+                "{}: skipped: the same file was already read through another path",
+                p.display()
+            ));
+        }
+    }
+
+    fn dir(&mut self, dir: &Path, meta: &std::fs::Metadata) -> Result<()> {
+        if !self.seen_dirs.insert((meta.dev(), meta.ino())) {
+            return Ok(());
+        }
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("listing {}", dir.display()))?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<std::result::Result<_, _>>()
+            .with_context(|| format!("listing {}", dir.display()))?;
+        entries.sort();
+        let mut dirs = Vec::new();
+        for e in entries {
+            let hidden = e
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+            if hidden {
+                continue;
+            }
+            let own = std::fs::symlink_metadata(&e).with_context(|| format!("{}", e.display()))?;
+            // Where a link points (a dangling link is left alone).
+            let Ok(target) = std::fs::metadata(&e) else {
+                continue;
+            };
+            if target.is_dir() {
+                if own.file_type().is_symlink() {
+                    self.notes.push(format!(
+                        "{}: directory link not followed (name its target to pin it)",
+                        e.display()
+                    ));
+                } else {
+                    dirs.push((e, target));
+                }
+            } else if is_yaml(&e) {
+                self.file(&e, &target);
+            }
+        }
+        for (d, meta) in dirs {
+            self.dir(&d, &meta)?;
+        }
+        Ok(())
+    }
+}
+
+/// One file `--write` will replace.
+#[derive(Debug)]
+pub struct Change<'a> {
+    /// As the user named it.
+    pub path: &'a Path,
+    /// The new contents.
+    pub text: &'a str,
+}
+
+/// What `--write` did.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// Files replaced, as named.
+    pub files: Vec<PathBuf>,
+    /// Links written through to their target: (link, target).
+    pub through_links: Vec<(PathBuf, PathBuf)>,
+}
+
+/// Writes every change, or none when one cannot be made: links resolve to
+/// their target (the link stays), every target directory must accept a new
+/// file first. A failure after that (a full disk) names what was written.
+pub fn write_all(changes: &[Change<'_>]) -> Result<Written> {
+    let mut targets = Vec::with_capacity(changes.len());
+    for c in changes {
+        let link = std::fs::symlink_metadata(c.path)
+            .with_context(|| format!("{}", c.path.display()))?
+            .file_type()
+            .is_symlink();
+        let target = if link {
+            std::fs::canonicalize(c.path)
+                .with_context(|| format!("resolving the link {}", c.path.display()))?
+        } else {
+            c.path.to_owned()
+        };
+        targets.push((link, target));
+    }
+    let dirs: HashSet<&Path> = targets.iter().map(|(_, t)| dir_of(t)).collect();
+    let mut refused: Vec<String> = Vec::new();
+    for d in dirs {
+        if let Err(e) = dir_writable(d) {
+            refused.push(e.to_string());
+        }
+    }
+    if !refused.is_empty() {
+        refused.sort();
+        return Err(Error::Invalid(format!(
+            "nothing was written: {}",
+            refused.join("; ")
+        )));
+    }
+    let mut done = Written::default();
+    for (c, (link, target)) in changes.iter().zip(&targets) {
+        if let Err(e) = write_atomic(target, c.text.as_bytes(), Durability::RenameOnly) {
+            let wrote: Vec<String> = done.files.iter().map(|p| p.display().to_string()).collect();
+            return Err(Error::Invalid(format!(
+                "{e}; written before the failure ({} of {} file(s)): {}",
+                wrote.len(),
+                changes.len(),
+                if wrote.is_empty() {
+                    "none".to_owned()
+                } else {
+                    wrote.join(", ")
+                }
+            )));
+        }
+        if *link {
+            done.through_links.push((c.path.to_owned(), target.clone()));
+        }
+        done.files.push(c.path.to_owned());
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(p: &Path) {
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, "a: 1\n").expect("write");
+    }
+
+    /// `ln -s . d/loop1` once made the same file processed 41 times, and two
+    /// such links made the walk never end.
+    #[test]
+    fn directory_link_loops_are_not_followed_and_no_file_is_read_twice() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let root = d.path().join("d");
+        touch(&root.join("a.yaml"));
+        touch(&root.join("sub/b.yml"));
+        std::os::unix::fs::symlink(".", root.join("loop1")).expect("link");
+        std::os::unix::fs::symlink("..", root.join("sub/loop2")).expect("link");
+        std::os::unix::fs::symlink("a.yaml", root.join("alias.yaml")).expect("link");
+        let w = Walk::of(&[root.clone(), root.join("a.yaml")]).expect("walk");
+        assert_eq!(w.files, vec![root.join("a.yaml"), root.join("sub/b.yml")]);
+        assert!(
+            w.notes
+                .iter()
+                .any(|n| n.contains("loop1: directory link not followed")),
+            "{:?}",
+            w.notes
+        );
+        assert!(
+            w.notes.iter().any(|n| n.contains("alias.yaml: skipped")),
+            "{:?}",
+            w.notes
+        );
+    }
+
+    #[test]
+    fn writes_go_through_links_and_nothing_is_written_when_a_directory_refuses() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = tempfile::tempdir().expect("tempdir");
+        let real = d.path().join("real.yaml");
+        touch(&real);
+        let link = d.path().join("link.yaml");
+        std::os::unix::fs::symlink(&real, &link).expect("link");
+        let w = write_all(&[Change {
+            path: &link,
+            text: "b: 2\n",
+        }])
+        .expect("write");
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .expect("meta")
+                .file_type()
+                .is_symlink(),
+            "the link stays"
+        );
+        assert_eq!(std::fs::read_to_string(&real).expect("read"), "b: 2\n");
+        assert_eq!(w.through_links.len(), 1);
+
+        let a = d.path().join("a/m.yaml");
+        let b = d.path().join("b/m.yaml");
+        touch(&a);
+        touch(&b);
+        std::fs::set_permissions(d.path().join("b"), std::fs::Permissions::from_mode(0o555))
+            .expect("chmod");
+        // Root ignores directory permissions: only check when they bite.
+        if dir_writable(&d.path().join("b")).is_err() {
+            let e = write_all(&[
+                Change {
+                    path: &a,
+                    text: "x: 1\n",
+                },
+                Change {
+                    path: &b,
+                    text: "x: 1\n",
+                },
+            ])
+            .expect_err("b/ is not writable");
+            assert!(e.to_string().starts_with("nothing was written"), "{e}");
+            assert_eq!(
+                std::fs::read_to_string(&a).expect("read"),
+                "a: 1\n",
+                "a/ unchanged"
+            );
+        }
+        std::fs::set_permissions(d.path().join("b"), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+    }
+}
