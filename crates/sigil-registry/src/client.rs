@@ -6,7 +6,6 @@
 //! fits the deadline, and digest verification when a body is fetched. It does
 //! not cache or coalesce; `lib.rs` wraps it for that.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,7 +25,7 @@ use crate::{Observer, RegistryError};
 pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
 /// Largest manifest body sigil reads (the distribution spec suggests 4 MiB).
 pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
-const DEFAULT_MAX_CONCURRENT: u32 = 32;
+pub(crate) const DEFAULT_MAX_CONCURRENT: u32 = 32;
 const USER_AGENT: &str = concat!("sigil/", env!("CARGO_PKG_VERSION"));
 
 /// Connection settings for one registry host.
@@ -41,7 +40,7 @@ pub(crate) struct HostClient {
     loaded: std::sync::Mutex<Option<Loaded>>,
     /// Concurrent requests to this host (for the default client, the size
     /// each unlisted host gets: see [`Hosts::permits`]).
-    permits: Arc<Semaphore>,
+    pub(crate) permits: Arc<Semaphore>,
 }
 
 /// Builds the TLS config: system roots, Mozilla's roots (for minimal images
@@ -555,56 +554,4 @@ fn first_sighting(registry: &str, realm_host: &str) -> bool {
         set.clear();
     }
     set.insert(format!("{registry} {realm_host}"))
-}
-
-/// Clients for every configured host plus a default for the rest.
-///
-/// Request slots are per host, also for hosts the policy does not list: one
-/// dark or slow host (any admission request may name one) must not take the
-/// slots of another.
-#[derive(Debug)]
-pub(crate) struct Hosts {
-    configured: HashMap<String, HostClient>,
-    default: HostClient,
-    unlisted: std::sync::Mutex<HashMap<String, Arc<Semaphore>>>,
-}
-
-/// Unlisted hosts whose slots are remembered; past this, idle ones are forgotten.
-const MAX_UNLISTED_HOSTS: usize = 1024;
-
-impl Hosts {
-    pub(crate) fn new(specs: &[RegistrySpec]) -> Result<Hosts, RegistryError> {
-        let mut configured = HashMap::new();
-        for s in specs {
-            configured.insert(s.host.clone(), HostClient::new(s)?);
-        }
-        Ok(Hosts {
-            configured,
-            default: HostClient::new(&RegistrySpec::default())?,
-            unlisted: std::sync::Mutex::new(HashMap::new()),
-        })
-    }
-
-    /// The request slots of `domain`: its own client's, or (unlisted) its own
-    /// semaphore of the default size, created on first use.
-    pub(crate) fn permits(&self, domain: &str) -> Arc<Semaphore> {
-        if let Some(h) = self.configured.get(domain) {
-            return h.permits.clone();
-        }
-        let mut map = self.unlisted.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = map.get(domain) {
-            return p.clone();
-        }
-        if map.len() >= MAX_UNLISTED_HOSTS {
-            // Forget hosts with no request in flight (only the map holds them).
-            map.retain(|_, p| Arc::strong_count(p) > 1);
-        }
-        let p = Arc::new(Semaphore::new(DEFAULT_MAX_CONCURRENT as usize));
-        map.insert(domain.to_owned(), p.clone());
-        p
-    }
-
-    pub(crate) fn get(&self, domain: &str) -> &HostClient {
-        self.configured.get(domain).unwrap_or(&self.default)
-    }
 }

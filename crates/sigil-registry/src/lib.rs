@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod client;
 pub mod helper;
+mod hosts;
 pub mod keychain;
 pub mod provider;
 mod response;
@@ -162,7 +163,7 @@ pub struct Registry {
 }
 
 struct Inner {
-    hosts: client::Hosts,
+    hosts: hosts::Hosts,
     keychain: Arc<keychain::Keychain>,
     tokens: auth::TokenCache,
     cache: Cache<Key, Answer>,
@@ -198,7 +199,7 @@ impl Registry {
     ) -> Result<Registry, RegistryError> {
         Ok(Registry {
             inner: Arc::new(Inner {
-                hosts: client::Hosts::new(specs)?,
+                hosts: hosts::Hosts::new(specs)?,
                 keychain,
                 tokens: auth::TokenCache::default(),
                 cache: Cache::builder()

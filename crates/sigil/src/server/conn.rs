@@ -273,6 +273,9 @@ async fn serve_connection(
     // HTTP/2 connections opened while serving hear of the drain early.
     let early = h2 && accepted_serving;
     let mut closing: Option<(Closing, Instant)> = None;
+    // When an early HTTP/2 connection gets its GOAWAY (the connection keeps
+    // being served meanwhile).
+    let mut goaway_at: Option<Instant> = None;
     let result = loop {
         let close_at = if closing.is_some() {
             None
@@ -287,12 +290,17 @@ async fn serve_connection(
                     .wait_for(|p| *p == Phase::Stopping || (early && *p == Phase::Draining))
                     .await
                     .is_ok_and(|p| *p == Phase::Draining)
-            }, if closing.is_none() => {
+            }, if closing.is_none() && goaway_at.is_none() => {
                 if draining {
                     // A GOAWAY right after the h2 handshake would close a
                     // connection under a request already sent.
-                    tokio::time::sleep(H2_SETTLE).await;
+                    goaway_at = Some(Instant::now() + H2_SETTLE);
+                } else {
+                    conn.as_mut().graceful_shutdown();
+                    closing = Some((Closing::Drain, Instant::now()));
                 }
+            }
+            _ = sleep_until_opt(goaway_at), if closing.is_none() => {
                 conn.as_mut().graceful_shutdown();
                 closing = Some((Closing::Drain, Instant::now()));
             }

@@ -19,13 +19,15 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 use sigil_core::SignatureProblem;
 use sigil_core::verify::TlogPolicy;
 
-use crate::checkpoint::Checkpoint;
 use crate::cosign::Matcher;
 use crate::keys::{PublicKey, SigEncoding};
-use crate::rekor::{Entry, Expected, check_body};
+use crate::rekor::Expected;
 use crate::trust::TrustedRoot;
 use crate::x509::{self, Eku};
 use crate::{ArtifactError, sha256};
+
+mod tlog;
+use tlog::log_entry;
 
 /// What was signed.
 #[derive(Debug, Clone)]
@@ -501,117 +503,6 @@ fn chain_at(
         }
     }
     Err(ArtifactError::Chain(last))
-}
-
-/// One log entry: returns its verified time (from a SET) and whether an
-/// inclusion proof was verified.
-fn log_entry<'t>(
-    e: &Value,
-    ver: u8,
-    trust: &'t TrustedRoot,
-    expect: &Expected<'_>,
-) -> Result<(Option<i64>, bool, &'t crate::trust::Log), ArtifactError> {
-    let std = base64::engine::general_purpose::STANDARD;
-    let log_index = int(e, "logIndex").ok_or_else(|| malformed("log entry has no logIndex"))?;
-    if log_index < 0 {
-        return Err(malformed("log entry has a negative logIndex"));
-    }
-    let key_id = e
-        .pointer("/logId/keyId")
-        .and_then(Value::as_str)
-        .and_then(|k| std.decode(k).ok())
-        .ok_or_else(|| malformed("log entry has no logId"))?;
-    let id = crate::trust::hex(&key_id);
-    let log = trust.log_by_id(&id).ok_or_else(|| {
-        ArtifactError::Log(format!(
-            "log {} is not in the trusted root",
-            &id[..id.len().min(12)]
-        ))
-    })?;
-    let body = b64(e, "/canonicalizedBody")?;
-    check_body(&body, expect)?;
-    let rekor_v2 = e.pointer("/kindVersion/version").and_then(Value::as_str) == Some("0.0.2");
-    // Inclusion proof against a signed checkpoint.
-    let proven = match e.get("inclusionProof") {
-        Some(p) => {
-            let index =
-                int(p, "logIndex").ok_or_else(|| malformed("inclusion proof has no logIndex"))?;
-            let size =
-                int(p, "treeSize").ok_or_else(|| malformed("inclusion proof has no treeSize"))?;
-            let (Ok(index), Ok(size)) = (u64::try_from(index), u64::try_from(size)) else {
-                return Err(malformed("inclusion proof has a negative index or size"));
-            };
-            let root = b64(p, "/rootHash")?;
-            let hashes = p
-                .get("hashes")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .map(|h| {
-                            h.as_str()
-                                .and_then(|h| std.decode(h).ok())
-                                .and_then(|h| <[u8; 32]>::try_from(h).ok())
-                                .ok_or_else(|| {
-                                    malformed("inclusion proof hash is not 32 bytes of base64")
-                                })
-                        })
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .transpose()?
-                .unwrap_or_default();
-            let computed = crate::merkle::root_from_proof(
-                index,
-                size,
-                crate::merkle::leaf_hash(&body),
-                &hashes,
-            )
-            .map_err(ArtifactError::Log)?;
-            if computed.as_slice() != root.as_slice() {
-                return Err(ArtifactError::Log(
-                    "inclusion proof does not lead to its root hash".into(),
-                ));
-            }
-            let envelope = p
-                .pointer("/checkpoint/envelope")
-                .and_then(Value::as_str)
-                .ok_or_else(|| ArtifactError::Log("inclusion proof has no checkpoint".into()))?;
-            let cp = Checkpoint::parse(envelope).map_err(ArtifactError::Log)?;
-            if cp.root != computed || cp.size != size {
-                return Err(ArtifactError::Log(
-                    "the checkpoint is not for the proof's tree".into(),
-                ));
-            }
-            cp.verify(log).map_err(ArtifactError::Log)?;
-            true
-        }
-        None if rekor_v2 || ver >= 2 => {
-            return Err(ArtifactError::Log(
-                "log entry has no inclusion proof".into(),
-            ));
-        }
-        None => false,
-    };
-    // The SET, when present: a promise with a time.
-    let time = match e.pointer("/inclusionPromise/signedEntryTimestamp") {
-        Some(_) => {
-            let entry = Entry {
-                body,
-                integrated_time: int(e, "integratedTime")
-                    .ok_or_else(|| malformed("log entry has no integratedTime"))?,
-                log_index,
-                log_id: id,
-                set: b64(e, "/inclusionPromise/signedEntryTimestamp")?,
-            };
-            Some(entry.verify(trust, expect)?)
-        }
-        None if !proven => {
-            return Err(ArtifactError::Log(
-                "log entry has neither an inclusion proof nor a SET".into(),
-            ));
-        }
-        None => None,
-    };
-    Ok((time, proven, log))
 }
 
 /// The current time, Unix seconds.
