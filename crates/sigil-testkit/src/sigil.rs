@@ -318,6 +318,36 @@ impl Sigil {
         self.logs.lock().unwrap().join("\n")
     }
 
+    /// The logs once every admission counted in the metrics has its
+    /// decision line (those are batched and may be written up to 20 ms
+    /// after the answer): for checks that something is *absent* from the
+    /// logs, which must not pass by reading them too early.
+    pub async fn settled_logs(&self) -> String {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            let decided = self.counter("sigil_admission_requests_total", &[]).await
+                - self
+                    .counter(
+                        "sigil_admission_requests_total",
+                        &[("decision", "bad_request")],
+                    )
+                    .await;
+            let logs = self.logs();
+            let logged = logs
+                .lines()
+                .filter(|l| l.contains("\"message\":\"admission\""))
+                .count();
+            if logged as f64 >= decided {
+                return logs;
+            }
+            assert!(
+                Instant::now() < until,
+                "{decided} admissions counted, {logged} decision lines logged"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     pub fn api(&self, ca_pem: &str) -> ApiServer {
         let client = reqwest::Client::builder()
             .tls_certs_only([reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap()])

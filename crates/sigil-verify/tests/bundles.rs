@@ -33,7 +33,19 @@ fn check(
     bundle: &Value,
     req: Requirements,
 ) -> Result<sigil_verify::bundle::Verified, SignatureProblem> {
-    let trust = TrustedRoot::from_json(&s.trusted_root().to_string()).unwrap();
+    check_with(s, bundle, req, |_| {})
+}
+
+/// [`check`] with the trusted root changed by `edit` first.
+fn check_with(
+    s: &Sigstore,
+    bundle: &Value,
+    req: Requirements,
+    edit: impl FnOnce(&mut Value),
+) -> Result<sigil_verify::bundle::Verified, SignatureProblem> {
+    let mut root = s.trusted_root();
+    edit(&mut root);
+    let trust = TrustedRoot::from_json(&root.to_string()).unwrap();
     let (san, iss) = (
         Matcher::Exact(SUBJECT.into()),
         Matcher::Exact(ISSUER.into()),
@@ -48,6 +60,17 @@ fn check(
         req,
         &trust,
     )
+}
+
+/// Where a bundle's first RFC 3161 timestamp is.
+const TIMESTAMP: &str =
+    "/verificationMaterial/timestampVerificationData/rfc3161Timestamps/0/signedTimestamp";
+
+/// The signature bytes of a bundle's DSSE envelope (what timestamps cover).
+fn dsse_signature(b: &Value) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(b["dsseEnvelope"]["signatures"][0]["sig"].as_str().unwrap())
+        .unwrap()
 }
 
 fn bundle(s: &Sigstore) -> Value {
@@ -129,14 +152,8 @@ fn every_tampered_part_is_refused() {
         .remove("timestampVerificationData");
     cases.push(("no timestamp (Rekor v2 has no SET: no signing time)", b));
 
-    let sig = base64::engine::general_purpose::STANDARD
-        .decode(
-            good["dsseEnvelope"]["signatures"][0]["sig"]
-                .as_str()
-                .unwrap(),
-        )
-        .unwrap();
-    let ts = "/verificationMaterial/timestampVerificationData/rfc3161Timestamps/0/signedTimestamp";
+    let sig = dsse_signature(&good);
+    let ts = TIMESTAMP;
     let mut b = good.clone();
     *b.pointer_mut(ts).unwrap() = json!(b64(&s.timestamp(
         b"another signature",
@@ -190,29 +207,12 @@ fn every_tampered_part_is_refused() {
     assert!(check(&s, &b, Requirements::default()).is_ok());
 }
 
-/// `check` with the trusted root changed by `edit` first.
 fn check_root(
     s: &Sigstore,
     bundle: &Value,
     edit: impl FnOnce(&mut Value),
 ) -> Result<sigil_verify::bundle::Verified, SignatureProblem> {
-    let mut root = s.trusted_root();
-    edit(&mut root);
-    let trust = TrustedRoot::from_json(&root.to_string()).unwrap();
-    let (san, iss) = (
-        Matcher::Exact(SUBJECT.into()),
-        Matcher::Exact(ISSUER.into()),
-    );
-    verify(
-        bundle.to_string().as_bytes(),
-        &digest(),
-        Who::Identity {
-            san: &san,
-            issuer: &iss,
-        },
-        Requirements::default(),
-        &trust,
-    )
+    check_with(s, bundle, Requirements::default(), edit)
 }
 
 /// The Rekor v2 log is the trusted root's second tlog.
@@ -284,14 +284,8 @@ fn a_timestamp_authority_without_validity_start_is_not_trusted() {
 fn a_timestamp_whose_signing_certificate_attribute_names_another_certificate_is_refused() {
     let s = Sigstore::new();
     let good = bundle(&s);
-    let sig = base64::engine::general_purpose::STANDARD
-        .decode(
-            good["dsseEnvelope"]["signatures"][0]["sig"]
-                .as_str()
-                .unwrap(),
-        )
-        .unwrap();
-    let ts = "/verificationMaterial/timestampVerificationData/rfc3161Timestamps/0/signedTimestamp";
+    let sig = dsse_signature(&good);
+    let ts = TIMESTAMP;
     let other = Sigstore::new();
     let mut b = good.clone();
     *b.pointer_mut(ts).unwrap() = json!(b64(&s.timestamp_naming(

@@ -136,7 +136,6 @@ impl ResourceList {
             .iter()
             .filter_map(|r| result_for(r, items))
             .collect();
-        let failed = results.iter().any(|r| r.severity == "error");
         let text = if results.is_empty() {
             pinned.text
         } else {
@@ -150,6 +149,8 @@ impl ResourceList {
                 }
             }
         };
+        // An error result — a denial, or the list could not be written back.
+        let failed = results.iter().any(|r| r.severity == "error") || has_error(&text);
         KrmOutput { text, failed }
     }
 }
@@ -249,9 +250,12 @@ fn result_for(r: &ImageReport, items: &[Value]) -> Option<KrmResult> {
 /// Adds `results` to the list. A block-style list gets one `results:` line
 /// appended (JSON flow inside, which is YAML), leaving the rest byte-exact —
 /// but only when the result parses back to exactly the list plus its
-/// results; anything else (a flow or indented root, a `---` with nothing
-/// after it, an existing `results`, a `...` end marker) is re-serialized as
-/// JSON, which every orchestrator reads as YAML. The output always parses.
+/// results; otherwise (a flow or indented root, a `---` with nothing after
+/// it, an existing `results`, a `...` end marker) the list is written again
+/// as block YAML, else as JSON, whichever parses back to it first. If none
+/// does (a key longer than YAML's 1,024-character simple-key limit once
+/// escaped), the output is a ResourceList carrying only the results and an
+/// error saying why: it always parses, and the orchestrator fails.
 pub fn with_results(text: &str, doc: &Document, results: &[KrmResult]) -> String {
     let results_json = serde_json::to_string(results).unwrap_or_else(|_| "[]".into());
     let mut expected = doc.value.clone();
@@ -261,6 +265,9 @@ pub fn with_results(text: &str, doc: &Document, results: &[KrmResult]) -> String
             serde_json::from_str(&results_json).unwrap_or(Value::Null),
         );
     }
+    let parses_back = |out: &str| {
+        manifest::parse_stream(out).is_ok_and(|docs| docs.len() == 1 && docs[0].value == expected)
+    };
     let first = text
         .lines()
         .map(str::trim_start)
@@ -276,15 +283,45 @@ pub fn with_results(text: &str, doc: &Document, results: &[KrmResult]) -> String
         out.push_str("results: ");
         out.push_str(&results_json);
         out.push('\n');
-        let same = manifest::parse_stream(&out)
-            .is_ok_and(|docs| docs.len() == 1 && docs[0].value == expected);
-        if same {
+        if parses_back(&out) {
             return out;
         }
     }
-    let mut s = serde_json::to_string_pretty(&expected).unwrap_or_default();
+    let yaml = serde_saphyr::to_string(&expected).ok();
+    let json = serde_json::to_string_pretty(&expected).ok().map(|mut s| {
+        s.push('\n');
+        s
+    });
+    for out in [yaml, json].into_iter().flatten() {
+        if parses_back(&out) {
+            return out;
+        }
+    }
+    let mut all: Vec<Value> = serde_json::from_str(&results_json).unwrap_or_default();
+    all.push(serde_json::json!({
+        "message": "sigil cannot write this ResourceList back as YAML that parses (a key longer than YAML allows once escaped); nothing was changed",
+        "severity": "error",
+    }));
+    let minimal = serde_json::json!({
+        "apiVersion": "config.kubernetes.io/v1",
+        "kind": "ResourceList",
+        "items": [],
+        "results": all,
+    });
+    let mut s = serde_json::to_string_pretty(&minimal).unwrap_or_default();
     s.push('\n');
     s
+}
+
+/// Whether `out` carries an error result (the orchestrator then fails).
+fn has_error(out: &str) -> bool {
+    manifest::parse_stream(out).is_ok_and(|docs| {
+        docs.first()
+            .and_then(|d| d.value["results"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .any(|r| r["severity"] == "error")
+    })
 }
 
 #[cfg(test)]
@@ -308,6 +345,24 @@ mod tests {
         let mut want = doc.value.clone();
         want["results"] = serde_json::json!([{"message": "w", "severity": "warning"}]);
         assert_eq!(back[0].value, want, "{out}");
+    }
+
+    /// Found by the `manifest` fuzz target: a ~1,000-character key full of
+    /// tabs parses as written, but not once JSON escapes it past YAML's
+    /// 1,024-character simple-key limit. The output still parses, as block
+    /// YAML or, failing that, a list with an error result.
+    #[test]
+    fn a_key_too_long_once_escaped_still_gives_output_that_parses() {
+        let key = format!("k{}", "\t".repeat(600));
+        let text = format!("{key}: v\nkind: ResourceList\n");
+        let Ok(docs) = manifest::parse_stream(&text) else {
+            return;
+        };
+        let out = with_results(&text, &docs[0], &[KrmResult::warning("w")]);
+        let back = manifest::parse_stream(&out).expect("output parses");
+        assert_eq!(back.len(), 1);
+        let results = back[0].value["results"].as_array().expect("results");
+        assert!(results.iter().any(|r| r["message"] == "w"), "{out}");
     }
 
     /// Only-warning results once produced invalid YAML with exit 0 for a

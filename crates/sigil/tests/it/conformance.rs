@@ -21,6 +21,16 @@ fn read_trimmed(p: &Path) -> Option<String> {
     std::fs::read_to_string(p).ok().map(|s| s.trim().to_owned())
 }
 
+/// Hex SHA-256 of the suite's default artifact `a.txt`.
+fn a_txt_sha256() -> String {
+    let a = std::fs::read(suite().join("a.txt")).unwrap();
+    aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &a)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// Runs one case; returns (passed as expected, what sigil said).
 fn run_case(dir: &Path, artifact_override: Option<&str>) -> (bool, String) {
     let root = suite();
@@ -95,12 +105,7 @@ fn every_conformance_case_in_the_repository_passes_through_sigil_verify_bundle()
 #[test]
 fn a_digest_argument_stands_for_the_artifact() {
     let dir = suite().join("happy-path-v0.3");
-    let a = std::fs::read(suite().join("a.txt")).unwrap();
-    let hex: String = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &a)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex = a_txt_sha256();
     let (ok, said) = run_case(&dir, Some(&format!("sha256:{hex}")));
     assert!(ok, "{said}");
     let (ok, _) = run_case(&dir, Some(&format!("sha256:{}", "0".repeat(64))));
@@ -128,12 +133,7 @@ fn a_bundle_with_both_message_signature_and_dsse_envelope_fails_verify_bundle() 
     use base64::Engine as _;
     let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(d);
     let case = suite().join("happy-path-v0.3");
-    let a = std::fs::read(suite().join("a.txt")).unwrap();
-    let hex: String = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &a)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex = a_txt_sha256();
     let mut bundle: serde_json::Value =
         serde_json::from_slice(&std::fs::read(case.join("bundle.sigstore.json")).unwrap()).unwrap();
     let statement = serde_json::json!({

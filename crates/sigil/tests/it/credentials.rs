@@ -187,11 +187,9 @@ async fn pods_templates_and_service_accounts_pull_with_their_own_secrets() {
         "{}",
         a.message
     );
-    assert!(!a.message.contains("old-password") && !s.logs().contains("old-password"));
-    assert!(
-        !s.logs().contains(PASSWORD),
-        "a credential reached the logs"
-    );
+    let logs = s.settled_logs().await;
+    assert!(!a.message.contains("old-password") && !logs.contains("old-password"));
+    assert!(!logs.contains(PASSWORD), "a credential reached the logs");
     assert!(
         s.counter(
             "sigil_registry_credential_lookups_total",

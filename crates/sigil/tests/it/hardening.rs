@@ -34,6 +34,18 @@ fn tls_client(ca_pem: &str, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
 
 use rustls::pki_types::pem::PemObject as _;
 
+/// The attack is over and sigil still answers an admission.
+async fn still_serving(s: &Sigil) {
+    let a = s
+        .apiserver()
+        .create_pod(
+            "shop",
+            &["busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000"],
+        )
+        .await;
+    assert!(a.allowed, "{}", a.message);
+}
+
 /// Listens on 127.0.0.1, accepts and never answers; counts connections.
 async fn black_hole() -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -120,14 +132,7 @@ async fn stalled_bodies_are_answered_at_the_deadline_within_the_body_memory() {
         "RSS grew by {grown_mib} MiB (idle {idle} KiB, peak {peak} KiB)"
     );
     // Still serving.
-    let a = s
-        .apiserver()
-        .create_pod(
-            "shop",
-            &["busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000"],
-        )
-        .await;
-    assert!(a.allowed, "{}", a.message);
+    still_serving(&s).await;
 }
 
 /// Under an open-files limit of 400, 1,000 connections that never send a
@@ -173,14 +178,7 @@ async fn idle_connections_are_closed_and_readyz_answers_under_a_descriptor_limit
     let logs = s.logs();
     assert!(!logs.contains("Too many open files"), "{logs}");
     assert!(logs.contains("\"max_connections\":272"), "{logs}");
-    let a = s
-        .apiserver()
-        .create_pod(
-            "shop",
-            &["busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000"],
-        )
-        .await;
-    assert!(a.allowed, "{}", a.message);
+    still_serving(&s).await;
 }
 
 fn many_images(ns: &str, images: &[String]) -> Value {
@@ -322,14 +320,7 @@ async fn rapid_http2_stream_resets_do_not_grow_memory() {
         after < before + 16 * 1024,
         "RSS grew from {before} KiB to {after} KiB over {sent} resets"
     );
-    let a = s
-        .apiserver()
-        .create_pod(
-            "shop",
-            &["busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000"],
-        )
-        .await;
-    assert!(a.allowed, "{}", a.message);
+    still_serving(&s).await;
 }
 
 /// `--client-ca-file`: a request without a client certificate is refused

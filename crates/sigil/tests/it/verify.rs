@@ -958,5 +958,5 @@ async fn signatures_behind_htpasswd_are_fetched_with_the_policy_credentials() {
     let a = pod(&sigil, &format!("{h}/private/app:v1")).await;
     assert!(a.allowed, "{}", a.message);
     assert_eq!(image_of(&a), format!("{h}/private/app:v1@{d}"));
-    assert!(!sigil.logs().contains("s3cr3t-pa55"));
+    assert!(!sigil.settled_logs().await.contains("s3cr3t-pa55"));
 }

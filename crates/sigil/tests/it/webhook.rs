@@ -447,7 +447,7 @@ async fn htpasswd_registry_needs_the_policy_credentials_and_secrets_stay_out_of_
         "{}",
         got.message
     );
-    let logs = s.logs();
+    let logs = s.settled_logs().await;
     assert!(
         !logs.contains("s3cr3t-pa55") && !logs.contains(&auth),
         "a secret reached the logs"
@@ -491,7 +491,7 @@ async fn bearer_token_registry_is_resolved_through_the_token_service() {
         hits,
         "token is reused until it expires"
     );
-    assert!(!s.logs().contains("t0ken-pa55"));
+    assert!(!s.settled_logs().await.contains("t0ken-pa55"));
 }
 
 #[tokio::test]
