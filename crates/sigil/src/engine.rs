@@ -5,19 +5,26 @@
 //! all concurrently under one deadline — and handing the answers back to
 //! sigil-core, which makes the decision. It decides nothing itself, does not
 //! know whether the object came from an AdmissionReview, a YAML file or a
-//! cluster listing, and renders nothing.
+//! cluster listing, and renders nothing. It also builds the engine a policy
+//! needs ([`engine_for`]: registry clients and digest cache kept when the
+//! policy's registry settings and cache TTL did not change, so editing a
+//! rule does not cool the cache; trust material loaded up front).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures_util::future::join_all;
+use futures_util::future::{BoxFuture, join_all};
 use sigil_core::credentials::{PullContext, PullSecretStore};
 use sigil_core::{
     Answers, Digest, DigestResolver, NamespaceLabels, ObjectFacts, ObjectVerdict, Policy,
     PullCredentials, Reference, ResolveFailure, SignatureVerifier, VerificationReport, VerifyJob,
     VerifyKey, plan_object,
 };
+use sigil_registry::keychain::Keychain;
+use sigil_registry::{CacheConfig, Registry, RegistryError};
+
+use crate::metrics::Metrics;
 
 /// Distinct lookups one object may need by default (`--max-lookups-per-object`).
 pub const DEFAULT_MAX_LOOKUPS: usize = 64;
@@ -195,6 +202,111 @@ impl<R: DigestResolver> Engine<R> {
         .await;
         targets.into_iter().cloned().zip(answers).collect()
     }
+}
+
+impl<R: DigestResolver> sigil_kube::Decide for Engine<R> {
+    fn policy(&self) -> &Arc<Policy> {
+        &self.policy
+    }
+
+    fn decide<'a>(
+        &'a self,
+        facts: ObjectFacts<'a>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, ObjectVerdict> {
+        Box::pin(Engine::decide(self, facts, deadline))
+    }
+}
+
+/// Where credentials come from besides the policy: set once from flags and
+/// kept across policy reloads.
+#[derive(Clone, Default)]
+pub struct Sources {
+    /// `--docker-config`, credential helpers, credential-provider plugins.
+    pub keychain: Arc<Keychain>,
+    /// Pull secrets and ServiceAccounts from watches (`--pull-secrets`).
+    pub pull_secrets: Option<Arc<dyn PullSecretStore>>,
+    /// Namespace labels from a watch (`--watch-policies`).
+    pub namespaces: Option<Arc<dyn sigil_core::NamespaceLabels>>,
+    /// Distinct lookups one object may need (`--max-lookups-per-object`).
+    pub max_lookups: usize,
+}
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sources")
+            .field("keychain", &self.keychain)
+            .field("pull_secrets", &self.pull_secrets.is_some())
+            .finish()
+    }
+}
+
+/// The registry client a policy needs, reusing `current` when nothing it
+/// depends on changed.
+pub fn registry_for(
+    policy: &Policy,
+    current: Option<(&Policy, &Registry)>,
+    keychain: &Arc<Keychain>,
+    metrics: &Arc<Metrics>,
+) -> Result<Registry, RegistryError> {
+    if let Some((old, reg)) = current
+        && old.registries == policy.registries
+        && old.cache_ttl == policy.cache_ttl
+    {
+        return Ok(reg.clone());
+    }
+    let cache = CacheConfig {
+        ttl: policy.cache_ttl,
+        ..CacheConfig::default()
+    };
+    Registry::new(&policy.registries, cache, metrics.clone(), keychain.clone())
+}
+
+/// Why a policy could not be put in force.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Its registry settings cannot be used.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// A key, certificate or trust root it names cannot be loaded.
+    #[error("signature verification: {0}")]
+    Verify(#[from] sigil_verify::VerifyError),
+}
+
+/// Builds the engine for a policy: registry clients (reused from `current`
+/// when unchanged) and, if any rule verifies, the signature verifier with its
+/// trust material loaded now, so a bad key file fails the load, not a request.
+pub fn engine_for(
+    policy: Arc<Policy>,
+    current: Option<&Engine<Registry>>,
+    sources: &Sources,
+    metrics: &Arc<Metrics>,
+) -> Result<Engine<Registry>, EngineError> {
+    let registry = registry_for(
+        &policy,
+        current.map(|e| (e.policy.as_ref(), &e.resolver)),
+        &sources.keychain,
+        metrics,
+    )?;
+    let material = sigil_verify::Material::load(&policy)?;
+    let mut engine = Engine::new(policy.clone(), registry.clone());
+    engine.max_lookups = sources.max_lookups;
+    if !material.is_empty() {
+        let cache = sigil_verify::CacheConfig {
+            ttl: policy.cache_ttl,
+            capacity: sigil_verify::DEFAULT_CAPACITY,
+            ..Default::default()
+        };
+        let verifier = sigil_verify::Verifier::new(registry, material, cache, metrics.clone());
+        engine = engine.with_verifier(Arc::new(verifier));
+    }
+    if let Some(store) = &sources.pull_secrets {
+        engine = engine.with_pull_secrets(store.clone());
+    }
+    if let Some(store) = &sources.namespaces {
+        engine = engine.with_namespaces(store.clone());
+    }
+    Ok(engine)
 }
 
 /// One object's cluster credentials, looked up per image.

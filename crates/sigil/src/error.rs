@@ -1,6 +1,7 @@
 //! The binary crate's one error type: what can go wrong while wiring sigil
-//! up — files, sockets, TLS material, the Kubernetes API — each variant
-//! keeping its source, with the operation that failed in front of it.
+//! up — files, sockets, TLS material, the engine a policy needs, and (as
+//! sigil-kube's error) the Kubernetes API — each variant keeping its source,
+//! with the operation that failed in front of it.
 //!
 //! Library modules of this crate return [`Error`]; only `main.rs` and
 //! `cmd/` turn errors into `anyhow` for the user. Admission decisions never
@@ -19,15 +20,6 @@ pub enum Error {
         /// The operating system's answer.
         #[source]
         source: io::Error,
-    },
-    /// The Kubernetes API refused or failed a call.
-    #[error("{context}: {source}")]
-    Kube {
-        /// What sigil was doing.
-        context: String,
-        /// kube-rs' error (the API server's Status, or the transport's).
-        #[source]
-        source: Box<kube::Error>,
     },
     /// rustls refused the TLS material or settings.
     #[error("{context}: {source}")]
@@ -56,61 +48,15 @@ pub enum Error {
         #[source]
         source: hyper::Error,
     },
-    /// A certificate or key could not be minted or encoded.
-    #[error("{context}: {source}")]
-    Mint {
-        /// What sigil was doing.
-        context: String,
-        /// rcgen's reason.
-        #[source]
-        source: rcgen::Error,
-    },
     /// Something sigil read (a certificate, a Secret, an answer) is unusable.
     #[error("{0}")]
     Invalid(String),
-    /// A flag needs the Kubernetes API, and there is none to talk to.
-    #[error(
-        "{flag} needs access to the Kubernetes API, but no cluster is configured ({detail}); run sigil in a pod with a service account, or set KUBECONFIG"
-    )]
-    NoCluster {
-        /// The flag or command that needs it.
-        flag: String,
-        /// kube-rs' reason.
-        detail: String,
-    },
-    /// The policy's signature material could not be loaded.
+    /// The policy's registry settings or signature material cannot be used.
     #[error(transparent)]
-    Engine(#[from] crate::reload::EngineError),
-}
-
-impl Error {
-    /// One line for a log: an API server's refusal as its message and
-    /// reason (not the Status in Debug form, which `Display` of kube-rs'
-    /// error carries), anything else as `Display` gives it.
-    pub fn brief(&self) -> String {
-        match self {
-            Error::Kube { context, source } => match source.as_ref() {
-                kube::Error::Api(s) => {
-                    format!("{context}: {} ({} {})", s.message, s.code, s.reason)
-                }
-                other => format!("{context}: {other}"),
-            },
-            other => other.to_string(),
-        }
-    }
-
-    /// The namespace the API server says does not exist, if that is the error
-    /// (a create in a namespace that is not there: 404 with `details.kind: namespaces`).
-    pub fn missing_namespace(&self) -> Option<&str> {
-        let Error::Kube { source, .. } = self else {
-            return None;
-        };
-        let kube::Error::Api(s) = source.as_ref() else {
-            return None;
-        };
-        let d = s.details.as_ref()?;
-        (s.code == 404 && d.kind == "namespaces").then_some(d.name.as_str())
-    }
+    Engine(#[from] crate::engine::EngineError),
+    /// The Kubernetes API, or material kept there, failed (sigil-kube).
+    #[error(transparent)]
+    Kube(#[from] sigil_kube::Error),
 }
 
 /// `Result` with [`Error`].
@@ -144,8 +90,6 @@ macro_rules! context_for {
 }
 
 context_for!(io::Error, Io, std::convert::identity);
-context_for!(kube::Error, Kube, Box::new);
 context_for!(rustls::Error, Tls, std::convert::identity);
-context_for!(rcgen::Error, Mint, std::convert::identity);
 context_for!(rustls::pki_types::pem::Error, Pem, std::convert::identity);
 context_for!(hyper::Error, Http, std::convert::identity);

@@ -1,9 +1,12 @@
 //! Prometheus metrics served on the admin port's `/metrics`.
 //!
-//! Owns every metric sigil exports and their label sets; the webhook, the
-//! registry client (through [`sigil_registry::Observer`]) and the server
-//! record into it. It does not serve HTTP itself.
+//! Owns the registry `/metrics` encodes and the families of the serving
+//! side — admission requests, images, the registry client and the verifier
+//! (through their `Observer` traits), the server's state; the cluster side's
+//! families are sigil-kube's, registered into the same registry
+//! ([`Metrics::kube`]). It does not serve HTTP itself.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -67,41 +70,15 @@ pub struct Metrics {
     pub draining: Gauge,
     /// 1 while `/readyz` answers 200.
     pub ready: Gauge,
-    cluster_writes: Family<ClusterLabels, Counter>,
-    /// 1 while a break-glass marker stops this replica from registering.
-    pub break_glass: Gauge,
     /// Unix time at which the served certificate expires.
     pub cert_not_after: Gauge,
     verifications: Family<VerifierLabels, Counter>,
     verification_cache: Family<CacheLabels, Counter>,
     credential_lookups: Family<SourceLabels, Counter>,
-    /// Pull secrets and ServiceAccounts held by the watches, by kind.
-    pub pull_secrets_objects: Family<Vec<(String, String)>, Gauge>,
-    /// 1 once every pull-secret watch has listed once.
-    pub pull_secrets_synced: Gauge,
-    /// 1 while this replica holds the audit Lease.
-    pub audit_leader: Gauge,
-    audit_violations: Family<AuditLabels, Gauge>,
-    audit_objects: Family<ResultLabels, Gauge>,
-    audit_last_success: Gauge,
-    audit_duration: Gauge<f64, AtomicU64>,
-    audit_runs: Family<ResultLabels, Counter>,
-    audit_events: Family<ResultLabels, Counter>,
     /// Registry requests made by this process (an audit reports its own share).
     registry_requests_total: AtomicU64,
-    policies: Family<PolicyLabels, Gauge>,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PolicyLabels {
-    kind: &'static str,
-    ready: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct AuditLabels {
-    namespace: String,
-    reason: &'static str,
+    /// The cluster side's families (sigil-kube's own), in the same registry.
+    pub kube: Arc<sigil_kube::Metrics>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -113,12 +90,6 @@ struct SourceLabels {
 struct VerifierLabels {
     verifier: String,
     result: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ClusterLabels {
-    object: &'static str,
-    result: &'static str,
 }
 
 fn latency_histogram() -> Histogram {
@@ -141,39 +112,18 @@ impl Default for Metrics {
             inflight: Gauge::default(),
             draining: Gauge::default(),
             ready: Gauge::default(),
-            cluster_writes: Family::default(),
-            break_glass: Gauge::default(),
             cert_not_after: Gauge::default(),
             verifications: Family::default(),
             verification_cache: Family::default(),
             credential_lookups: Family::default(),
-            pull_secrets_objects: Family::default(),
-            pull_secrets_synced: Gauge::default(),
-            audit_leader: Gauge::default(),
-            audit_violations: Family::default(),
-            audit_objects: Family::default(),
-            audit_last_success: Gauge::default(),
-            audit_duration: Gauge::default(),
-            audit_runs: Family::default(),
-            audit_events: Family::default(),
             registry_requests_total: AtomicU64::new(0),
-            policies: Family::default(),
             registry: Registry::default(),
+            kube: Arc::default(),
         };
         registry.register(
             "registry_credential_lookups",
             "Registry lookups answered, by the kind of credential that was accepted (secret, serviceaccount, policy, docker-config, helper, provider, anonymous)",
             m.credential_lookups.clone(),
-        );
-        registry.register(
-            "pull_secrets_objects",
-            "Pull secrets (by type) and ServiceAccounts held in memory by the --pull-secrets watches",
-            m.pull_secrets_objects.clone(),
-        );
-        registry.register(
-            "pull_secrets_synced",
-            "1 once every --pull-secrets watch has listed once",
-            m.pull_secrets_synced.clone(),
         );
         registry.register(
             "signature_verifications",
@@ -237,61 +187,16 @@ impl Default for Metrics {
         );
         registry.register("ready", "1 while /readyz answers 200", m.ready.clone());
         registry.register(
-            "cluster_reconciles",
-            "Reconciles of cluster objects (webhook configuration, certificate Secret) by result (unchanged, created, updated, deleted, paused, error)",
-            m.cluster_writes.clone(),
-        );
-        registry.register(
-            "break_glass",
-            "1 while a break-glass marker keeps this replica from registering its webhook",
-            m.break_glass.clone(),
-        );
-        registry.register(
             "serving_certificate_expiry_timestamp_seconds",
             "Unix time at which the served TLS certificate expires",
             m.cert_not_after.clone(),
         );
-        registry.register(
-            "audit_leader",
-            "1 while this replica holds the audit Lease (exactly one replica should)",
-            m.audit_leader.clone(),
-        );
-        registry.register(
-            "audit_violations",
-            "Violations found by the last audit, by namespace and reason (denied, signature, unresolvable, not_mirrored, not_pinned, drift); exported by the audit leader only",
-            m.audit_violations.clone(),
-        );
-        registry.register(
-            "audit_objects",
-            "Objects in the last audit by result (compliant, violating, exempt)",
-            m.audit_objects.clone(),
-        );
-        registry.register(
-            "audit_last_success_timestamp_seconds",
-            "Unix time at which the last complete audit finished",
-            m.audit_last_success.clone(),
-        );
-        registry.register(
-            "audit_duration_seconds",
-            "How long the last audit took",
-            m.audit_duration.clone(),
-        );
-        registry.register(
-            "audit_runs",
-            "Audits by result (ok; error: a kind could not be listed)",
-            m.audit_runs.clone(),
-        );
-        registry.register(
-            "audit_events",
-            "Audit Events by result (published, deduplicated, rate_limited, error)",
-            m.audit_events.clone(),
-        );
-        registry.register(
-            "policies",
-            "Policy objects (ClusterImagePolicy, ImagePolicy) by kind and whether they are Ready",
-            m.policies.clone(),
-        );
-        Metrics { registry, ..m }
+        let kube = Arc::new(sigil_kube::Metrics::register(&mut registry));
+        Metrics {
+            registry,
+            kube,
+            ..m
+        }
     }
 }
 
@@ -326,89 +231,9 @@ impl Metrics {
             .inc();
     }
 
-    /// Records one reconcile of a cluster object.
-    pub fn cluster(&self, object: &'static str, result: &'static str) {
-        self.cluster_writes
-            .get_or_create(&ClusterLabels { object, result })
-            .inc();
-    }
-
     /// Registry requests made so far by this process.
     pub fn registry_requests_total(&self) -> u64 {
         self.registry_requests_total.load(Ordering::Relaxed)
-    }
-
-    /// Publishes an audit's counts (the leader's only).
-    pub fn audit_report(&self, report: &crate::audit::Report, complete: bool) {
-        self.audit_violations.clear();
-        for ns in &report.namespaces {
-            for (reason, n) in &ns.by_reason {
-                self.audit_violations
-                    .get_or_create(&AuditLabels {
-                        namespace: ns.name.clone(),
-                        reason,
-                    })
-                    .set(i64::try_from(*n).unwrap_or(i64::MAX));
-            }
-        }
-        self.audit_objects.clear();
-        let s = &report.summary;
-        for (result, n) in [
-            ("compliant", s.compliant),
-            ("violating", s.violating),
-            ("exempt", s.exempt),
-        ] {
-            self.audit_objects
-                .get_or_create(&ResultLabels { result })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
-        }
-        self.audit_duration.set(report.duration_seconds);
-        if complete {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_secs();
-            self.audit_last_success
-                .set(i64::try_from(now).unwrap_or(i64::MAX));
-        }
-        self.audit_runs
-            .get_or_create(&ResultLabels {
-                result: if complete { "ok" } else { "error" },
-            })
-            .inc();
-    }
-
-    /// Counts policy objects by kind and readiness.
-    pub fn set_policies(&self, objects: impl Iterator<Item = (&'static str, bool)>) {
-        self.policies.clear();
-        for kind in ["ClusterImagePolicy", "ImagePolicy"] {
-            for ready in ["true", "false"] {
-                self.policies
-                    .get_or_create(&PolicyLabels { kind, ready })
-                    .set(0);
-            }
-        }
-        for (kind, ready) in objects {
-            self.policies
-                .get_or_create(&PolicyLabels {
-                    kind,
-                    ready: if ready { "true" } else { "false" },
-                })
-                .inc();
-        }
-    }
-
-    /// Withdraws the audit gauges (this replica no longer leads).
-    pub fn clear_audit(&self) {
-        self.audit_violations.clear();
-        self.audit_objects.clear();
-    }
-
-    /// Counts one audit Event outcome.
-    pub fn audit_event(&self, result: &'static str) {
-        self.audit_events
-            .get_or_create(&ResultLabels { result })
-            .inc();
     }
 
     /// Prometheus text exposition.

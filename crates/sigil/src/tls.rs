@@ -12,17 +12,7 @@ use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
-
-/// A serving certificate chain and key, plus the CA bundle clients must trust.
-#[derive(Debug)]
-pub struct ServingCert {
-    /// Leaf first.
-    pub chain: Vec<CertificateDer<'static>>,
-    /// Private key of the leaf.
-    pub key: PrivateKeyDer<'static>,
-    /// PEM of the CA that issued the leaf (the webhook's caBundle), when known.
-    pub ca_pem: Option<String>,
-}
+use sigil_kube::certs::ServingCert;
 
 /// Every PEM certificate in a file (at least one).
 fn read_certs(path: &std::path::Path) -> Result<Vec<CertificateDer<'static>>> {
@@ -56,7 +46,7 @@ pub fn load_files(cert: &std::path::Path, key: &std::path::Path) -> Result<Servi
 /// separate from the leaf because rustls clients refuse a self-signed
 /// certificate used as its own CA.
 pub fn self_signed(names: &[String]) -> Result<ServingCert> {
-    crate::certs::in_memory(names)
+    Ok(sigil_kube::certs::in_memory(names)?)
 }
 
 /// Unix time a certificate expires (0 if it cannot be parsed).

@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, Result, bail};
 use clap::ValueEnum;
-use sigil::audit::{Options, Progress};
 use sigil::metrics::Metrics;
+use sigil_kube::audit::{Options, Progress};
 
 use super::{CredentialArgs, EXIT_ERROR, EXIT_FINDINGS, load_policy};
 
@@ -64,7 +64,7 @@ pub struct AuditArgs {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
     concurrency: u32,
     /// Objects per list page.
-    #[arg(long, default_value_t = sigil::audit::DEFAULT_PAGE, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, default_value_t = sigil_kube::audit::DEFAULT_PAGE, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     page_size: u32,
     /// Time allowed for one object's registry lookups.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
@@ -88,7 +88,7 @@ const PULL_SECRET_WAIT: Duration = Duration::from_secs(15);
 
 /// Runs `sigil audit`: exit 0 compliant, 1 violations, 2 error.
 pub fn run(args: AuditArgs) -> Result<ExitCode> {
-    let kinds = sigil::audit::kinds::parse(&args.kinds)?;
+    let kinds = sigil_kube::audit::kinds::parse(&args.kinds)?;
     let mut policy = load_policy(args.policy.as_deref())?;
     if args.no_verify {
         policy = policy.without_verification();
@@ -97,11 +97,11 @@ pub fn run(args: AuditArgs) -> Result<ExitCode> {
     let since = args
         .since
         .as_deref()
-        .map(|s| sigil::audit::parse_since(s, now))
+        .map(|s| sigil_kube::audit::parse_since(s, now))
         .transpose()?;
     let mut sources = args.creds.sources()?;
     super::runtime()?.block_on(async {
-        let client = sigil::cluster::connect("sigil audit").await?;
+        let client = sigil_kube::cluster::connect("sigil audit").await?;
         let namespace = match (&args.namespace, args.all_namespaces) {
             (_, true) => None,
             (Some(n), false) => Some(n.clone()),
@@ -114,7 +114,7 @@ pub fn run(args: AuditArgs) -> Result<ExitCode> {
                 state_configmap: args.state_configmap.clone(),
             }
             .settings(args.sigil_namespace.clone());
-            Some(sigil::audit::since_break_glass(&client, &s).await?)
+            Some(sigil_kube::audit::since_break_glass(&client, &s).await?)
         } else {
             since
         };
@@ -122,7 +122,7 @@ pub fn run(args: AuditArgs) -> Result<ExitCode> {
         if args.pull_secrets {
             let scope: Vec<String> = namespace.iter().cloned().collect();
             let (store, mut synced) =
-                sigil::pullsecrets::start(client.clone(), &scope, metrics.clone());
+                sigil_kube::pullsecrets::start(client.clone(), &scope, metrics.kube.clone());
             let waited =
                 tokio::time::timeout(PULL_SECRET_WAIT, synced.wait_for(|s| *s)).await;
             if !matches!(waited, Ok(Ok(_))) {
@@ -136,24 +136,14 @@ pub fn run(args: AuditArgs) -> Result<ExitCode> {
         }
         if policy.has_namespace_selectors() {
             // Rules limited to some namespaces need their labels: list once.
-            match kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-                .list(&Default::default())
-                .await
-            {
-                Ok(list) => {
-                    let labels = list
-                        .items
-                        .into_iter()
-                        .filter_map(|n| Some((n.metadata.name?, n.metadata.labels.unwrap_or_default())))
-                        .collect();
-                    sources.namespaces = Some(Arc::new(sigil::audit::KnownNamespaces(labels)));
-                }
+            match sigil_kube::audit::KnownNamespaces::list(&client).await {
+                Ok(known) => sources.namespaces = Some(Arc::new(known)),
                 Err(e) => eprintln!(
-                    "warning: cannot list namespaces ({e}); rules with a namespaceSelector see only kubernetes.io/metadata.name"
+                    "warning: {e}; rules with a namespaceSelector see only kubernetes.io/metadata.name"
                 ),
             }
         }
-        let engine = sigil::reload::engine_for(Arc::new(policy), None, &sources, &metrics)
+        let engine = sigil::engine::engine_for(Arc::new(policy), None, &sources, &metrics)
             .context("putting the policy in force")?;
         let opts = Options {
             namespace,
@@ -165,7 +155,7 @@ pub fn run(args: AuditArgs) -> Result<ExitCode> {
             timeout: args.timeout,
         };
         let bar = Bar::new();
-        let report = sigil::audit::run(
+        let report = sigil_kube::audit::run(
             &client,
             Arc::new(engine),
             &opts,

@@ -1,6 +1,6 @@
 //! `sigil break-glass [--reason …] | --end`: the emergency switch, as the
 //! operator sees it. The procedure (marker first, then delete, then make sure
-//! it stays deleted) is `sigil::cluster::break_glass`; this prints what
+//! it stays deleted) is `sigil_kube::cluster::break_glass`; this prints what
 //! happened and what to do next.
 
 use std::process::ExitCode;
@@ -28,14 +28,14 @@ pub fn run(args: BreakGlassArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting runtime")?;
-    let namespace = sigil::cluster::own_namespace(args.cluster.namespace.clone());
+    let namespace = sigil_kube::cluster::own_namespace(args.cluster.namespace.clone());
     let settings = args.cluster.settings(namespace.clone());
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let cm = format!("{namespace}/{}", settings.state_configmap);
     rt.block_on(async {
-        let client = sigil::cluster::connect("sigil break-glass").await?;
+        let client = sigil_kube::cluster::connect("sigil break-glass").await?;
         if args.end {
-            match sigil::cluster::break_glass::end(&client, &settings, &now).await? {
+            match sigil_kube::cluster::break_glass::end(&client, &settings, &now).await? {
                 Some(p) => println!(
                     "break-glass ended ({p}; ended={now}).\n\
                      Running sigil replicas re-register the webhook within one reconcile interval (default 30s).\n\
@@ -54,7 +54,7 @@ pub fn run(args: BreakGlassArgs) -> Result<ExitCode> {
         let reason = args.reason.unwrap_or_else(|| "unspecified".into());
         let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
         let marker = format!("since={now}; by={user}; reason={reason}");
-        let begun = sigil::cluster::break_glass::begin(&client, &settings, marker, &now).await?;
+        let begun = sigil_kube::cluster::break_glass::begin(&client, &settings, marker, &now).await?;
         if let Some(p) = &begun.previous {
             println!("note: break-glass was already active ({p}); replaced.");
         }
@@ -70,7 +70,7 @@ pub fn run(args: BreakGlassArgs) -> Result<ExitCode> {
             } else {
                 begun.deleted.join(", ")
             },
-            sigil::cluster::BREAK_GLASS_ANNOTATION,
+            sigil_kube::cluster::BREAK_GLASS_ANNOTATION,
         );
         Ok(ExitCode::SUCCESS)
     })

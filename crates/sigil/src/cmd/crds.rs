@@ -8,6 +8,6 @@ use anyhow::{Context as _, Result};
 
 /// Runs `sigil crds`.
 pub fn run() -> Result<ExitCode> {
-    print!("{}", sigil::crd::yaml().context("rendering the CRDs")?);
+    print!("{}", sigil_kube::crd::yaml().context("rendering the CRDs")?);
     Ok(ExitCode::SUCCESS)
 }

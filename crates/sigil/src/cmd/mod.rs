@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use sigil::cluster::{FailurePolicy, Settings};
 use sigil::engine::Engine;
+use sigil::engine::Sources;
 use sigil::metrics::Metrics;
-use sigil::reload::Sources;
 use sigil_core::Policy;
+use sigil_kube::cluster::{FailurePolicy, Settings};
 use sigil_registry::Registry;
 use sigil_registry::keychain::Keychain;
 
@@ -56,7 +56,7 @@ pub fn load_policy(path: Option<&Path>) -> Result<Policy> {
 /// The engine a client-side command decides with (its metrics are not served).
 pub fn engine_for(policy: Policy, sources: &Sources) -> Result<Engine<Registry>> {
     let metrics = Arc::new(Metrics::default());
-    sigil::reload::engine_for(Arc::new(policy), None, sources, &metrics)
+    sigil::engine::engine_for(Arc::new(policy), None, sources, &metrics)
         .context("putting the policy in force")
 }
 

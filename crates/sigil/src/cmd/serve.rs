@@ -14,10 +14,12 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 use sigil::admission::Webhook;
-use sigil::cluster::{CaSource, FailurePolicy};
 use sigil::metrics::Metrics;
+use sigil::reload::Live;
 use sigil::server::{ServeConfig, Signals, Task, Tasks};
 use sigil_core::Policy;
+use sigil_kube::cluster::{self, CaSource, FailurePolicy, lease};
+use sigil_kube::{audit, certs, policies};
 
 use super::ClusterArgs;
 
@@ -203,11 +205,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let (policy, policy_bytes) = super::load_policy_bytes(args.policy.as_deref())?;
     let file_policy = args.policy.is_some().then(|| policy.clone());
     super::runtime()?.block_on(async {
-        let (config, webhook, metrics, leaders) =
-            configure(&args, policy, policy_bytes, file_policy).await?;
+        let (config, live, leaders) = configure(&args, policy, policy_bytes, file_policy).await?;
         let bound = sigil::server::bind(config).await?;
         let mut signals = Signals::install()?;
-        let running = bound.spawn(webhook, metrics);
+        let running = bound.spawn(live);
         signals.recv().await;
         // Hand the audit and the policy status over first: another replica
         // takes their Leases at its next try while this one drains.
@@ -223,13 +224,8 @@ async fn configure(
     policy: Policy,
     policy_bytes: Option<Vec<u8>>,
     file_policy: Option<Policy>,
-) -> Result<(
-    ServeConfig,
-    Arc<Webhook<sigil_registry::Registry>>,
-    Arc<Metrics>,
-    Vec<sigil::cluster::lease::Shutdown>,
-)> {
-    let namespace = sigil::cluster::own_namespace(args.cluster.namespace.clone());
+) -> Result<(ServeConfig, Arc<Live>, Vec<lease::Shutdown>)> {
+    let namespace = cluster::own_namespace(args.cluster.namespace.clone());
     // The API server is contacted only when a flag asks for it.
     let flag = if args.register {
         Some("--register")
@@ -245,14 +241,14 @@ async fn configure(
         None
     };
     let client = match flag {
-        Some(flag) => Some(sigil::cluster::connect(flag).await?),
+        Some(flag) => Some(cluster::connect(flag).await?),
         None => None,
     };
-    let cert_settings = sigil::certs::CertSettings {
+    let cert_settings = certs::CertSettings {
         secret: args.cert_secret.clone(),
         ca_validity: args.ca_validity,
         cert_validity: args.cert_validity,
-        names: sigil::certs::service_names(&args.service_name, &namespace, &args.extra_sans),
+        names: certs::service_names(&args.service_name, &namespace, &args.extra_sans),
         interval: args.reconcile_interval,
         settle: args.reconcile_interval * 2,
     };
@@ -262,7 +258,7 @@ async fn configure(
             args.ca_bundle.clone().map(CaSource::File),
         ),
         (_, _, Some(client)) if args.self_managed_certs => {
-            let m = sigil::certs::initial(
+            let m = certs::initial(
                 client,
                 &namespace,
                 &args.cluster.webhook_name,
@@ -303,10 +299,10 @@ async fn configure(
     sources.max_lookups = args.max_lookups_per_object as usize;
     let mut ready_gates = Vec::new();
     if let (true, Some(client)) = (args.pull_secrets, &client) {
-        let (store, synced) = sigil::pullsecrets::start(
+        let (store, synced) = sigil_kube::pullsecrets::start(
             client.clone(),
             &args.pull_secrets_namespaces,
-            metrics.clone(),
+            metrics.kube.clone(),
         );
         sources.pull_secrets = Some(store);
         ready_gates.push((
@@ -316,16 +312,20 @@ async fn configure(
         ));
     }
     if let (true, Some(client)) = (args.watch_policies, &client) {
-        let (namespaces, listed) = sigil::policies::watch_namespaces(client.clone());
+        let (namespaces, listed) = policies::watch_namespaces(client.clone());
         sources.namespaces = Some(namespaces);
         ready_gates.push((
             "waiting for the namespace watch to list namespaces once".to_owned(),
             listed,
         ));
     }
-    let engine = sigil::reload::engine_for(Arc::new(policy), None, &sources, &metrics)
+    let engine = sigil::engine::engine_for(Arc::new(policy), None, &sources, &metrics)
         .context("putting the policy in force")?;
-    let webhook = Arc::new(Webhook::new(engine, metrics.clone()));
+    let live = Arc::new(Live {
+        webhook: Arc::new(Webhook::new(engine, metrics.clone())),
+        sources,
+        metrics: metrics.clone(),
+    });
     // Leaders to stop (and whose Leases to release) on drain.
     let mut leaders = Vec::new();
     let mut latest = None;
@@ -339,11 +339,10 @@ async fn configure(
     );
     let mut combiner = None;
     if let (true, Some(client)) = (args.watch_policies, &client) {
-        let (c, listed) = sigil::policies::Combiner::start(
+        let (c, listed) = policies::Combiner::start(
             client.clone(),
-            webhook.clone(),
-            metrics.clone(),
-            sources.clone(),
+            live.clone(),
+            metrics.kube.clone(),
             file_policy,
         );
         ready_gates.push((
@@ -351,14 +350,14 @@ async fn configure(
                 .to_owned(),
             listed,
         ));
-        let lease = sigil::cluster::lease::LeaseSettings {
+        let lease = lease::LeaseSettings {
             namespace: namespace.clone(),
             name: "sigil-policy-status".into(),
-            identity: sigil::cluster::lease::identity(),
+            identity: lease::identity(),
             duration: args.audit.audit_lease_duration,
         };
         let (client, c2) = (client.clone(), c.clone());
-        let (handle, stopper) = sigil::cluster::lease::shutdown_pair();
+        let (handle, stopper) = lease::shutdown_pair();
         leaders.push(handle);
         tasks.0.push(Box::new(move |ready, _store| {
             Box::pin(async move {
@@ -372,7 +371,7 @@ async fn configure(
         combiner = Some(c);
     }
     if let (true, Some(client)) = (args.audit.enabled(), client) {
-        let (handle, task, l) = audit_task(args, namespace, client, &webhook, &metrics);
+        let (handle, task, l) = audit_task(args, namespace, client, &live);
         leaders.push(handle);
         latest = Some(l);
         tasks.0.push(task);
@@ -396,7 +395,7 @@ async fn configure(
             idle: args.idle_timeout,
         },
     };
-    Ok((config, webhook, metrics, leaders))
+    Ok((config, live, leaders))
 }
 
 /// The in-cluster audit: campaigns for the Lease once Ready.
@@ -404,31 +403,34 @@ fn audit_task(
     args: &ServeArgs,
     namespace: String,
     client: kube::Client,
-    webhook: &Arc<Webhook<sigil_registry::Registry>>,
-    metrics: &Arc<Metrics>,
+    live: &Arc<Live>,
 ) -> (
-    sigil::audit::continuous::Handle,
+    audit::continuous::Handle,
     Task,
-    Arc<sigil::audit::continuous::Latest>,
+    Arc<audit::continuous::Latest>,
 ) {
     let a = &args.audit;
-    let identity = sigil::cluster::lease::identity();
-    let latest = Arc::new(sigil::audit::continuous::Latest::default());
-    let start = sigil::audit::continuous::Start {
+    let identity = lease::identity();
+    let latest = Arc::new(audit::continuous::Latest::default());
+    let start = audit::continuous::Start {
         client,
-        webhook: webhook.clone(),
-        metrics: metrics.clone(),
-        settings: sigil::audit::continuous::Settings {
+        in_force: live.clone(),
+        requests: {
+            let metrics = live.metrics.clone();
+            Arc::new(move || metrics.registry_requests_total())
+        },
+        metrics: live.metrics.kube.clone(),
+        settings: audit::continuous::Settings {
             interval: a.audit_interval.unwrap_or(Duration::from_secs(600)),
-            options: sigil::audit::Options {
+            options: audit::Options {
                 concurrency: a.audit_concurrency.max(1),
-                ..sigil::audit::Options::default()
+                ..audit::Options::default()
             },
             max_events: a.audit_max_events,
             event_refresh: a.audit_event_refresh,
             instance: identity.clone(),
         },
-        lease: sigil::cluster::lease::LeaseSettings {
+        lease: lease::LeaseSettings {
             namespace,
             name: a.audit_lease.clone(),
             identity,
@@ -447,14 +449,14 @@ fn cluster_tasks(
     namespace: String,
     client: Option<kube::Client>,
     ca_source: Option<CaSource>,
-    cert_settings: sigil::certs::CertSettings,
+    cert_settings: certs::CertSettings,
     metrics: &Arc<Metrics>,
 ) -> Tasks {
     let mut tasks: Vec<Task> = Vec::new();
     let Some(client) = client else {
         return Tasks(tasks);
     };
-    let settings = sigil::cluster::Settings {
+    let settings = cluster::Settings {
         service: args.service_name.clone(),
         service_port: args.service_port,
         url: args.webhook_url.clone(),
@@ -470,27 +472,35 @@ fn cluster_tasks(
             settings.config_name.clone(),
         );
         tasks.push(Box::new(move |_ready, store| {
-            Box::pin(sigil::certs::run(
+            let kube_metrics = metrics.kube.clone();
+            let serve = move |cert: &certs::ServingCert| -> Result<(), sigil_kube::BoxError> {
+                store.replace(cert)?;
+                if let Some(leaf) = cert.chain.first() {
+                    metrics.cert_not_after.set(sigil::tls::not_after(leaf));
+                }
+                Ok(())
+            };
+            Box::pin(certs::run(
                 client,
                 namespace,
                 config,
                 cert_settings,
-                store,
-                metrics,
+                serve,
+                kube_metrics,
             ))
         }));
     }
     let scope = if args.register {
-        Some(sigil::cluster::Scope::Register)
+        Some(cluster::Scope::Register)
     } else if args.self_managed_certs {
-        Some(sigil::cluster::Scope::CaBundleOnly)
+        Some(cluster::Scope::CaBundleOnly)
     } else {
         None
     };
     if let (Some(scope), Some(source)) = (scope, ca_source) {
-        let metrics = metrics.clone();
+        let metrics = metrics.kube.clone();
         tasks.push(Box::new(move |ready, _store| {
-            Box::pin(sigil::cluster::run(
+            Box::pin(cluster::run(
                 client,
                 settings,
                 source,

@@ -15,8 +15,8 @@ use tokio::net::TcpListener;
 use super::conn::{HEADER_READ_TIMEOUT, text};
 use super::health::Health;
 use crate::admission::Webhook;
-use crate::audit::continuous::Latest;
 use crate::metrics::Metrics;
+use sigil_kube::audit::continuous::Latest;
 
 /// Serves the admin port until the process exits.
 pub(super) async fn admin_loop(

@@ -17,7 +17,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sigil_registry::Registry;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_rustls::TlsAcceptor;
@@ -25,10 +24,11 @@ use tokio_rustls::TlsAcceptor;
 pub use health::ReadySignal;
 pub use limits::Limits;
 
-use crate::admission::Webhook;
 use crate::error::{Context as _, Result};
 use crate::metrics::Metrics;
-use crate::tls::{CertStore, ServingCert};
+use crate::reload::Live;
+use crate::tls::CertStore;
+use sigil_kube::certs::ServingCert;
 
 /// How often the certificate files are checked for a rotation.
 const CERT_POLL: Duration = Duration::from_secs(1);
@@ -68,10 +68,10 @@ pub struct ServeConfig {
     /// (why not yet, and a receiver that turns true), e.g. watches synced.
     pub ready_gates: Vec<(String, tokio::sync::watch::Receiver<bool>)>,
     /// The in-cluster audit's last report, served at `GET /audit` (when on).
-    pub audit: Option<Arc<crate::audit::continuous::Latest>>,
+    pub audit: Option<Arc<sigil_kube::audit::continuous::Latest>>,
     /// With `--watch-policies`: a reloaded policy file is combined with the
     /// policy objects instead of replacing them.
-    pub combiner: Option<Arc<crate::policies::Combiner>>,
+    pub combiner: Option<Arc<sigil_kube::policies::Combiner>>,
     /// Bounds on the webhook port's connections and bodies.
     pub limits: Limits,
     /// Require API-server client certificates issued by this CA (PEM).
@@ -164,7 +164,8 @@ impl Bound {
     /// Starts serving: the webhook and admin ports, the self-check that
     /// makes the server Ready, the certificate and policy watchers, and the
     /// cluster tasks.
-    pub fn spawn(self, webhook: Arc<Webhook<Registry>>, metrics: Arc<Metrics>) -> Running {
+    pub fn spawn(self, live: Arc<Live>) -> Running {
+        let (webhook, metrics) = (live.webhook.clone(), live.metrics.clone());
         let Bound {
             listener,
             admin,
@@ -198,8 +199,7 @@ impl Bound {
             tokio::spawn(crate::reload::watch_policy(
                 path,
                 seen,
-                webhook.clone(),
-                metrics.clone(),
+                live.clone(),
                 cfg.combiner.clone(),
             ));
         }
@@ -302,14 +302,10 @@ impl Running {
 }
 
 /// Runs the server until a signal and the drain complete.
-pub async fn serve(
-    cfg: ServeConfig,
-    webhook: Arc<Webhook<Registry>>,
-    metrics: Arc<Metrics>,
-) -> Result<()> {
+pub async fn serve(cfg: ServeConfig, live: Arc<Live>) -> Result<()> {
     let bound = bind(cfg).await?;
     let mut signals = Signals::install()?;
-    let running = bound.spawn(webhook, metrics);
+    let running = bound.spawn(live);
     signals.recv().await;
     running.drain(&mut signals).await;
     Ok(())

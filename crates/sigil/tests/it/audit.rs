@@ -609,7 +609,7 @@ async fn one_replica_audits_and_hands_over_when_it_drains() {
 /// duration on its own clock.
 #[tokio::test]
 async fn lease_candidates_race_with_conflicts_and_take_over_released_or_expired_leases() {
-    use sigil::cluster::lease::{LeaseSettings, spawn};
+    use sigil_kube::cluster::lease::{LeaseSettings, spawn};
     let kube = FakeKube::start().await;
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&kube.kubeconfig).unwrap(),

@@ -351,7 +351,7 @@ fn base_renders_and_carries_the_safe_settings() {
         }
     }
     listed.sort();
-    let mut want: Vec<String> = sigil::audit::kinds::ALL
+    let mut want: Vec<String> = sigil_kube::audit::kinds::ALL
         .iter()
         .map(|k| k.plural.to_owned())
         .collect();
@@ -437,7 +437,7 @@ fn checked_in_crds_are_the_generated_ones_and_rbac_aggregates_only_the_namespace
     let checked_in = std::fs::read_to_string(deploy_dir().join("base/crds/policies.yaml")).unwrap();
     assert_eq!(
         checked_in,
-        sigil::crd::yaml().unwrap(),
+        sigil_kube::crd::yaml().unwrap(),
         "deploy/kustomize/base/crds/policies.yaml is stale: run `sigil crds > deploy/kustomize/base/crds/policies.yaml`"
     );
     let by = check_all(&render("base"));

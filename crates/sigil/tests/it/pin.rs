@@ -605,7 +605,10 @@ async fn webhook_and_pin_give_identical_objects_and_verdicts_for_every_fixture()
             let kind = rev["request"]["object"]["kind"]
                 .as_str()
                 .unwrap_or_default();
-            if let Some(k) = sigil::audit::kinds::ALL.iter().find(|k| k.kind == kind) {
+            if let Some(k) = sigil_kube::audit::kinds::ALL
+                .iter()
+                .find(|k| k.kind == kind)
+            {
                 let n = format!("fixture-{}", in_cluster.len());
                 let mut o = rev["request"]["object"].clone();
                 o["metadata"]["name"] = json!(n);

@@ -13,10 +13,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, PostParams};
 
+use super::ServingCert;
 use super::{CertSettings, Material, Step, facts, next_step, one};
+use crate::BoxError;
 use crate::error::{Context as _, Error, Result};
 use crate::metrics::Metrics;
-use crate::tls::CertStore;
 
 /// Whether the webhook configuration's caBundle holds the signing CA.
 async fn bundle_trusted(client: &Client, config: &str, signing_pem: &str) -> Result<Option<bool>> {
@@ -110,13 +111,15 @@ pub async fn reconcile(
     )))
 }
 
-/// Keeps the served certificate equal to the Secret's and rotation moving.
+/// Keeps the served certificate equal to the Secret's and rotation moving:
+/// `serve` is handed each new certificate (the binary swaps it into its TLS
+/// acceptor); when it refuses one, the current one stays.
 pub async fn run(
     client: Client,
     namespace: String,
     config: String,
     cfg: CertSettings,
-    store: Arc<CertStore>,
+    serve: impl Fn(&ServingCert) -> Result<(), BoxError>,
     metrics: Arc<Metrics>,
 ) {
     let mut served = String::new();
@@ -125,13 +128,16 @@ pub async fn run(
             Ok(m) => {
                 metrics.cluster("certificate_secret", "ok");
                 if m.tls_crt != served {
-                    match m.serving_cert().and_then(|c| store.replace(&c)) {
+                    let served_now = m
+                        .serving_cert()
+                        .map_err(BoxError::from)
+                        .and_then(|c| serve(&c));
+                    match served_now {
                         Ok(()) => {
                             tracing::info!(
                                 not_after = m.not_after(),
                                 "serving the Secret's certificate"
                             );
-                            metrics.cert_not_after.set(m.not_after());
                             served = m.tls_crt;
                         }
                         Err(e) => {

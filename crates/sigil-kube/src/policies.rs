@@ -25,12 +25,10 @@ use kube::{Client, Resource, ResourceExt as _};
 use serde_json::json;
 use sigil_core::Policy;
 use sigil_core::policy::NamespacePolicy;
-use sigil_registry::Registry;
 
-use crate::admission::Webhook;
+use crate::InForce;
 use crate::crd::{ClusterImagePolicy, Condition, ImagePolicy, PolicyStatus};
 use crate::metrics::Metrics;
-use crate::reload::Sources;
 
 /// (kind, namespace, name).
 type Key = (&'static str, String, String);
@@ -54,9 +52,8 @@ enum Good {
 
 /// The watches and what they put in force.
 pub struct Combiner {
-    webhook: Arc<Webhook<Registry>>,
+    in_force: Arc<dyn InForce>,
     metrics: Arc<Metrics>,
-    sources: Sources,
     file: Mutex<Option<Policy>>,
     good: Mutex<HashMap<String, Good>>,
     desired: Mutex<HashMap<Key, Desired>>,
@@ -102,17 +99,15 @@ impl Combiner {
     /// serves with only part of the policies).
     pub fn start(
         client: Client,
-        webhook: Arc<Webhook<Registry>>,
+        in_force: Arc<dyn InForce>,
         metrics: Arc<Metrics>,
-        sources: Sources,
         file: Option<Policy>,
     ) -> (Arc<Combiner>, tokio::sync::watch::Receiver<bool>) {
         let (cluster, cw) = reflector::store::<ClusterImagePolicy>();
         let (teams, tw) = reflector::store::<ImagePolicy>();
         let c = Arc::new(Combiner {
-            webhook,
+            in_force,
             metrics,
-            sources,
             file: Mutex::new(file),
             good: Mutex::default(),
             desired: Mutex::default(),
@@ -247,17 +242,8 @@ impl Combiner {
             desired.insert(("ImagePolicy", ns, t.name_any()), state);
         }
         drop(good);
-        let current = self.webhook.engine();
-        match crate::reload::engine_for(
-            Arc::new(policy),
-            Some(&current),
-            &self.sources,
-            &self.metrics,
-        ) {
-            Ok(engine) => self.webhook.replace(engine),
-            Err(e) => {
-                tracing::warn!(error = %e, "combined policy cannot be put in force; keeping the policy in force")
-            }
+        if let Err(e) = self.in_force.put_in_force(policy) {
+            tracing::warn!(error = %e, "combined policy cannot be put in force; keeping the policy in force");
         }
         self.metrics
             .set_policies(desired.iter().map(|((k, _, _), d)| (*k, d.ready)));

@@ -18,10 +18,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use sigil_core::audit::{ObjectResult, Reason};
-use sigil_registry::Registry;
 
 use super::{Options, Quiet, Report};
-use crate::admission::Webhook;
+use crate::InForce;
 use crate::metrics::Metrics;
 
 /// Event reason on offending objects.
@@ -78,8 +77,10 @@ pub type Handle = crate::cluster::lease::Shutdown;
 pub struct Start {
     /// API client.
     pub client: Client,
-    /// The webhook whose engine (policy, caches, credentials) the audit uses.
-    pub webhook: Arc<Webhook<Registry>>,
+    /// The engine in force (policy, caches, credentials), which the audit uses.
+    pub in_force: Arc<dyn InForce>,
+    /// Registry requests made so far by this process (each report counts its own share).
+    pub requests: Arc<dyn Fn() -> u64 + Send + Sync>,
     /// Where results are counted.
     pub metrics: Arc<Metrics>,
     /// How it runs.
@@ -134,7 +135,8 @@ impl Pending {
                 |leading| {
                     run(
                         start.client,
-                        start.webhook,
+                        start.in_force,
+                        start.requests,
                         start.metrics,
                         start.settings,
                         start.latest,
@@ -156,7 +158,8 @@ impl Pending {
 /// Runs forever: waits for the Lease, audits while it holds it.
 pub async fn run(
     client: Client,
-    webhook: Arc<Webhook<Registry>>,
+    in_force: Arc<dyn InForce>,
+    requests: Arc<dyn Fn() -> u64 + Send + Sync>,
     metrics: Arc<Metrics>,
     settings: Settings,
     latest: Arc<Latest>,
@@ -177,16 +180,10 @@ pub async fn run(
             .leading
             .store(true, std::sync::atomic::Ordering::Relaxed);
         loop {
-            let engine = webhook.engine();
-            let policy = engine.policy.clone();
+            let engine = in_force.current();
+            let policy = engine.policy().clone();
             let started = Instant::now();
-            let audit = super::run(
-                &client,
-                engine,
-                &settings.options,
-                || metrics.registry_requests_total(),
-                &Quiet,
-            );
+            let audit = super::run(&client, engine, &settings.options, || requests(), &Quiet);
             let report = tokio::select! {
                 r = audit => r,
                 _ = leading.wait_for(|l| !*l) => break,
@@ -217,7 +214,7 @@ pub async fn run(
                 if tokio::time::Instant::now() >= next {
                     break false;
                 }
-                if !Arc::ptr_eq(&webhook.policy(), &policy) {
+                if !Arc::ptr_eq(&in_force.policy(), &policy) {
                     tracing::info!("policy changed; auditing again");
                     break false;
                 }

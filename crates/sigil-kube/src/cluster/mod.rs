@@ -54,7 +54,7 @@ pub enum FailurePolicy {
 }
 
 impl FailurePolicy {
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             FailurePolicy::Fail => "Fail",
             FailurePolicy::Ignore => "Ignore",

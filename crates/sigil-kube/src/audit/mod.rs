@@ -2,7 +2,7 @@
 //!
 //! Owns listing the audited kinds through kube-rs (paginated with `limit` and
 //! `continue`, one page in memory at a time), the `--since` window, running
-//! each object through the one decision ([`crate::engine::Engine::decide`],
+//! each object through the one decision ([`Decide::decide`]: the binary's engine,
 //! as a CREATE would be decided, with the object's own pull credentials)
 //! with bounded concurrency, and the report. What a verdict means for
 //! compliance is sigil-core's (`sigil_core::audit`); rendering is
@@ -24,17 +24,32 @@ use serde_json::Value;
 use sigil_core::audit::{audit_object, running_images};
 use sigil_core::walker::summarize_value;
 use sigil_core::{ObjectFacts, Operation, Source, effective_namespace};
-use sigil_registry::Registry;
 
 pub use kinds::Kind;
 pub use report::{ObjectMeta, ObjectReport, Report, Scope};
 
-use crate::engine::Engine;
+use crate::Decide;
 use crate::error::{Context as _, Error, Result};
 
 /// Namespace labels listed once (the CLI), for rules with a `namespaceSelector`.
 #[derive(Debug, Default)]
 pub struct KnownNamespaces(pub std::collections::HashMap<String, sigil_core::policy::Labels>);
+
+impl KnownNamespaces {
+    /// Lists every namespace's labels once.
+    pub async fn list(client: &Client) -> Result<KnownNamespaces> {
+        let list = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .context("cannot list namespaces")?;
+        Ok(KnownNamespaces(
+            list.items
+                .into_iter()
+                .filter_map(|n| Some((n.metadata.name?, n.metadata.labels.unwrap_or_default())))
+                .collect(),
+        ))
+    }
+}
 
 impl sigil_core::NamespaceLabels for KnownNamespaces {
     fn labels(&self, name: &str) -> Option<sigil_core::policy::Labels> {
@@ -99,7 +114,7 @@ impl Progress for Quiet {
 /// listed is reported in `errors`, the rest is still audited.
 pub async fn run(
     client: &Client,
-    engine: Arc<Engine<Registry>>,
+    engine: Arc<dyn Decide>,
     opts: &Options,
     requests: impl Fn() -> u64,
     progress: &dyn Progress,
@@ -121,7 +136,7 @@ pub async fn run(
         since: opts.since.map(report::rfc3339),
     };
     Report::finish(
-        engine.policy.name.clone(),
+        engine.policy().name.clone(),
         scope,
         objects,
         errors,
@@ -134,7 +149,7 @@ pub async fn run(
 /// for, so memory holds one page of objects plus the reports.
 async fn audit_kind(
     client: &Client,
-    engine: &Arc<Engine<Registry>>,
+    engine: &Arc<dyn Decide>,
     opts: &Options,
     kind: &Kind,
     progress: &dyn Progress,
@@ -193,7 +208,7 @@ fn list_error(kind: &Kind, opts: &Options, e: kube::Error) -> Error {
 
 /// Decides one object, or `None` when `--since` leaves it out.
 async fn audit_one(
-    engine: &Arc<Engine<Registry>>,
+    engine: &Arc<dyn Decide>,
     opts: &Options,
     kind: &Kind,
     obj: DynamicObject,

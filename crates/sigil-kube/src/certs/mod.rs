@@ -15,7 +15,10 @@
 //! 3. the old CA leaves the bundle only when it expires — every certificate
 //!    it signed has expired by then too, so no replica can still need it.
 //!
-//! It does not write the webhook configuration (`cluster`) or serve TLS (`tls`).
+//! It also mints the in-memory CA and certificate sigil serves when no
+//! certificate is given ([`in_memory`]). It does not write the webhook
+//! configuration (`cluster`) or serve TLS (the binary's `tls`, which is
+//! handed each new certificate through [`run`]'s callback).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -26,15 +29,25 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::error::{Context as _, Error, Result};
-use crate::tls::ServingCert;
 
 mod secret;
 
 pub use secret::{initial, reconcile, run};
+
+/// A serving certificate chain and key, plus the CA bundle clients must trust.
+#[derive(Debug)]
+pub struct ServingCert {
+    /// Leaf first.
+    pub chain: Vec<CertificateDer<'static>>,
+    /// Private key of the leaf.
+    pub key: PrivateKeyDer<'static>,
+    /// PEM of the CA that issued the leaf (the webhook's caBundle), when known.
+    pub ca_pem: Option<String>,
+}
 
 const TLS_CRT: &str = "tls.crt";
 const TLS_KEY: &str = "tls.key";

@@ -1,0 +1,208 @@
+//! The metric families of sigil's cluster side: reconciles of the objects
+//! sigil writes, break-glass, the pull-secret watches, the policy objects
+//! and the in-cluster audit.
+//!
+//! It owns their names, help texts and label sets, and registers them into
+//! the `prometheus_client` registry the binary hands in at start (the binary
+//! serves `/metrics`; nothing here encodes or serves).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+use crate::audit::Report;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    kind: &'static str,
+    ready: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AuditLabels {
+    namespace: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabels {
+    object: &'static str,
+    result: &'static str,
+}
+
+/// The cluster side's metrics, registered by [`Metrics::register`].
+#[derive(Debug, Default)]
+pub struct Metrics {
+    cluster_writes: Family<ClusterLabels, Counter>,
+    /// 1 while a break-glass marker stops this replica from registering.
+    pub break_glass: Gauge,
+    /// Pull secrets and ServiceAccounts held by the watches, by kind.
+    pub pull_secrets_objects: Family<Vec<(String, String)>, Gauge>,
+    /// 1 once every pull-secret watch has listed once.
+    pub pull_secrets_synced: Gauge,
+    /// 1 while this replica holds the audit Lease.
+    pub audit_leader: Gauge,
+    audit_violations: Family<AuditLabels, Gauge>,
+    audit_objects: Family<ResultLabels, Gauge>,
+    audit_last_success: Gauge,
+    audit_duration: Gauge<f64, AtomicU64>,
+    audit_runs: Family<ResultLabels, Counter>,
+    audit_events: Family<ResultLabels, Counter>,
+    policies: Family<PolicyLabels, Gauge>,
+}
+
+impl Metrics {
+    /// Creates the families and registers them into `registry`.
+    pub fn register(registry: &mut Registry) -> Metrics {
+        let m = Metrics::default();
+        registry.register(
+            "pull_secrets_objects",
+            "Pull secrets (by type) and ServiceAccounts held in memory by the --pull-secrets watches",
+            m.pull_secrets_objects.clone(),
+        );
+        registry.register(
+            "pull_secrets_synced",
+            "1 once every --pull-secrets watch has listed once",
+            m.pull_secrets_synced.clone(),
+        );
+        registry.register(
+            "cluster_reconciles",
+            "Reconciles of cluster objects (webhook configuration, certificate Secret) by result (unchanged, created, updated, deleted, paused, error)",
+            m.cluster_writes.clone(),
+        );
+        registry.register(
+            "break_glass",
+            "1 while a break-glass marker keeps this replica from registering its webhook",
+            m.break_glass.clone(),
+        );
+        registry.register(
+            "audit_leader",
+            "1 while this replica holds the audit Lease (exactly one replica should)",
+            m.audit_leader.clone(),
+        );
+        registry.register(
+            "audit_violations",
+            "Violations found by the last audit, by namespace and reason (denied, signature, unresolvable, not_mirrored, not_pinned, drift); exported by the audit leader only",
+            m.audit_violations.clone(),
+        );
+        registry.register(
+            "audit_objects",
+            "Objects in the last audit by result (compliant, violating, exempt)",
+            m.audit_objects.clone(),
+        );
+        registry.register(
+            "audit_last_success_timestamp_seconds",
+            "Unix time at which the last complete audit finished",
+            m.audit_last_success.clone(),
+        );
+        registry.register(
+            "audit_duration_seconds",
+            "How long the last audit took",
+            m.audit_duration.clone(),
+        );
+        registry.register(
+            "audit_runs",
+            "Audits by result (ok; error: a kind could not be listed)",
+            m.audit_runs.clone(),
+        );
+        registry.register(
+            "audit_events",
+            "Audit Events by result (published, deduplicated, rate_limited, error)",
+            m.audit_events.clone(),
+        );
+        registry.register(
+            "policies",
+            "Policy objects (ClusterImagePolicy, ImagePolicy) by kind and whether they are Ready",
+            m.policies.clone(),
+        );
+        m
+    }
+
+    /// Records one reconcile of a cluster object.
+    pub fn cluster(&self, object: &'static str, result: &'static str) {
+        self.cluster_writes
+            .get_or_create(&ClusterLabels { object, result })
+            .inc();
+    }
+
+    /// Publishes an audit's counts (the leader's only).
+    pub fn audit_report(&self, report: &Report, complete: bool) {
+        self.audit_violations.clear();
+        for ns in &report.namespaces {
+            for (reason, n) in &ns.by_reason {
+                self.audit_violations
+                    .get_or_create(&AuditLabels {
+                        namespace: ns.name.clone(),
+                        reason,
+                    })
+                    .set(i64::try_from(*n).unwrap_or(i64::MAX));
+            }
+        }
+        self.audit_objects.clear();
+        let s = &report.summary;
+        for (result, n) in [
+            ("compliant", s.compliant),
+            ("violating", s.violating),
+            ("exempt", s.exempt),
+        ] {
+            self.audit_objects
+                .get_or_create(&ResultLabels { result })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        self.audit_duration.set(report.duration_seconds);
+        if complete {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs();
+            self.audit_last_success
+                .set(i64::try_from(now).unwrap_or(i64::MAX));
+        }
+        self.audit_runs
+            .get_or_create(&ResultLabels {
+                result: if complete { "ok" } else { "error" },
+            })
+            .inc();
+    }
+
+    /// Counts policy objects by kind and readiness.
+    pub fn set_policies(&self, objects: impl Iterator<Item = (&'static str, bool)>) {
+        self.policies.clear();
+        for kind in ["ClusterImagePolicy", "ImagePolicy"] {
+            for ready in ["true", "false"] {
+                self.policies
+                    .get_or_create(&PolicyLabels { kind, ready })
+                    .set(0);
+            }
+        }
+        for (kind, ready) in objects {
+            self.policies
+                .get_or_create(&PolicyLabels {
+                    kind,
+                    ready: if ready { "true" } else { "false" },
+                })
+                .inc();
+        }
+    }
+
+    /// Withdraws the audit gauges (this replica no longer leads).
+    pub fn clear_audit(&self) {
+        self.audit_violations.clear();
+        self.audit_objects.clear();
+    }
+
+    /// Counts one audit Event outcome.
+    pub fn audit_event(&self, result: &'static str) {
+        self.audit_events
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+}
