@@ -11,7 +11,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::decision::{Denial, Mode, Outcome};
+use crate::decision::Outcome;
+use crate::denial::{Denial, Mode};
 use crate::object::{ObjectVerdict, Skip};
 use crate::reference::{Digest, Reference};
 use crate::walker::{FieldKind, ImageField};

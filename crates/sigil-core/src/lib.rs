@@ -18,8 +18,10 @@
 pub mod audit;
 pub mod credentials;
 pub mod decision;
+pub mod denial;
 pub mod dockerhub;
 pub mod duration;
+pub mod failure;
 pub mod manifest;
 pub mod object;
 pub mod patch;
@@ -32,7 +34,9 @@ pub mod walker;
 pub mod yaml;
 
 pub use credentials::PullCredentials;
-pub use decision::{Denial, Finding, Mode, ObjectRef, Outcome, ResolveFailure};
+pub use decision::{Finding, ObjectRef, Outcome};
+pub use denial::{Denial, Mode};
+pub use failure::ResolveFailure;
 pub use object::{
     Answers, FieldVerdict, ObjectFacts, ObjectPlan, ObjectVerdict, Operation, Skip, Source,
     VerifyJob, VerifyKey, effective_namespace, plan_object,

@@ -15,7 +15,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::credentials::PullContext;
-use crate::decision::{Denial, Finding, Mode, Outcome, ResolveFailure, decide};
+use crate::decision::{Finding, Outcome, decide};
+use crate::denial::{Denial, Mode};
+use crate::failure::ResolveFailure;
 use crate::patch::Replacement;
 use crate::policy::{Labels, Plan, Policy, Scope, Step, TeamVerdict, default_labels};
 use crate::reference::{Digest, Reference};

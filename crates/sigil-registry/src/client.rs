@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use http::{HeaderValue, Method, StatusCode, header};
 use sha2::{Digest as _, Sha256};
 use sigil_core::credentials::{ANONYMOUS, Credential};
 use sigil_core::policy::RegistrySpec;
@@ -18,7 +18,7 @@ use sigil_core::{Digest, Platform, Reference, ResolveFailure};
 use tokio::sync::Semaphore;
 
 use crate::auth::{Challenge, CredentialSource, TokenCache, parse_challenge};
-use crate::response::{error_detail, failure_for, pick_platform, retry_after};
+use crate::response::{Resp, error_detail, failure_for, pick_platform, retry_after};
 use crate::{Observer, RegistryError};
 
 /// Media types sigil accepts for a manifest lookup, most preferred first.
@@ -169,12 +169,6 @@ pub(crate) struct Lookup<'a> {
     pub(crate) observer: &'a dyn Observer,
     pub(crate) deadline: Instant,
     pub(crate) budget: Duration,
-}
-
-pub(crate) struct Resp {
-    pub(crate) status: StatusCode,
-    pub(crate) headers: HeaderMap,
-    pub(crate) body: Vec<u8>,
 }
 
 impl Lookup<'_> {

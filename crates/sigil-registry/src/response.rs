@@ -7,8 +7,6 @@ use std::time::Duration;
 use http::{HeaderMap, StatusCode, header};
 use sigil_core::{Digest, Platform, ResolveFailure};
 
-use crate::client::Resp;
-
 /// `CODE: message` of the first error in a distribution-spec error body.
 pub(crate) fn error_detail(body: &[u8]) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
@@ -26,6 +24,13 @@ pub(crate) fn retry_after(h: &HeaderMap) -> Option<Duration> {
         .and_then(|v| v.to_str().ok())
         .and_then(|s| s.trim().parse::<u64>().ok())
         .map(Duration::from_secs)
+}
+
+/// A registry's answer, read whole (manifests and errors are small).
+pub(crate) struct Resp {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Vec<u8>,
 }
 
 pub(crate) fn failure_for(r: &Resp) -> ResolveFailure {

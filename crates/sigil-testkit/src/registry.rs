@@ -11,6 +11,11 @@ use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType}
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
+/// The `service` a token-auth registry expects in its tokens' audience.
+pub const SERVICE: &str = "sigil-test-registry";
+/// The issuer a token-auth registry trusts.
+pub const ISSUER: &str = "sigil-test-issuer";
+
 pub enum Mode {
     Plain,
     /// Plain HTTP on the IPv6 loopback, `[::1]:port`.
@@ -139,8 +144,8 @@ impl TestRegistry {
                     std::fs::write(dir.path().join("token-root.pem"), cert_pem).unwrap();
                     auth_cfg = format!(
                         "auth:\n  token:\n    realm: {realm}\n    service: {}\n    issuer: {}\n    rootcertbundle: {}\n",
-                        crate::token::SERVICE,
-                        crate::token::ISSUER,
+                        SERVICE,
+                        ISSUER,
                         dir.path().join("token-root.pem").display()
                     );
                 }

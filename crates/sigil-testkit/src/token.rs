@@ -19,8 +19,7 @@ use hyper_util::rt::TokioIo;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use serde_json::json;
 
-pub const SERVICE: &str = "sigil-test-registry";
-pub const ISSUER: &str = "sigil-test-issuer";
+use crate::registry::{ISSUER, SERVICE};
 
 pub struct TokenServer {
     pub addr: SocketAddr,

@@ -10,12 +10,11 @@
 
 use crate::ArtifactError;
 use base64::Engine as _;
-use regex::Regex;
 use serde_json::Value;
 use sigil_core::SignatureProblem;
 use sigil_core::verify::TlogPolicy;
 
-use crate::bundle::Requirements;
+use crate::bundle::{Matcher, Requirements};
 use crate::keys::{PublicKey, SigEncoding};
 use crate::rekor::{Entry, Expected};
 use crate::trust::TrustedRoot;
@@ -258,25 +257,6 @@ fn statement_digest(payload: &[u8]) -> Result<String, ArtifactError> {
             "statement names {} subjects; expected one image",
             subjects.len()
         ))),
-    }
-}
-
-/// A keyless identity, compiled.
-#[derive(Debug, Clone)]
-pub enum Matcher {
-    /// Exact string.
-    Exact(String),
-    /// Regular expression.
-    Regex(Regex),
-}
-
-impl Matcher {
-    /// Whether `s` is the identity (exactly, or by the regex).
-    pub fn matches(&self, s: &str) -> bool {
-        match self {
-            Matcher::Exact(e) => e == s,
-            Matcher::Regex(r) => r.is_match(s),
-        }
     }
 }
 

@@ -36,7 +36,8 @@ use sigil_core::{
     SignatureProblem, SignatureVerifier, Verification, VerificationReport, VerifierOutcome,
 };
 
-use crate::cosign::{CosignCheck, Matcher};
+use crate::bundle::Matcher;
+use crate::cosign::CosignCheck;
 use crate::gather::Artifacts;
 use crate::notation::NotationCheck;
 use crate::trust::TrustedRoot;

@@ -10,8 +10,8 @@ use sigil_core::SignatureProblem;
 use sigil_core::verify::TlogPolicy;
 use sigil_testkit::signing::{Signer, b64};
 use sigil_testkit::sigstore::Sigstore;
+use sigil_verify::bundle::Matcher;
 use sigil_verify::bundle::{Artifact, Requirements, Signer as Who, verify};
-use sigil_verify::cosign::Matcher;
 use sigil_verify::trust::TrustedRoot;
 
 const SUBJECT: &str = "https://github.com/acme/app/.github/workflows/release.yml@refs/heads/main";

@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::decision::ResolveFailure;
+use crate::failure::ResolveFailure;
 use crate::object::{Answers, ObjectFacts, Operation, Source, plan_object};
 use crate::policy::Policy;
 use crate::walker::summarize_value;

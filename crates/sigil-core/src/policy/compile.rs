@@ -7,7 +7,7 @@ use super::{
     API_VERSION, Action, CLUSTER_KIND, ImagePolicyDoc, KIND, Mirror, MirrorSpec, Platform, Policy,
     PolicyError, Rule, invalid,
 };
-use crate::decision::Mode;
+use crate::denial::Mode;
 use crate::pattern::{Pattern, PatternError, Specificity};
 use crate::reference;
 use crate::verify::Verification;

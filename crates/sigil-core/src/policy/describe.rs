@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{Action, Policy, Scope};
-use crate::decision::Mode;
+use crate::denial::Mode;
 
 impl Policy {
     /// Plain-words rendering: one line per mirror and registry, one per rule

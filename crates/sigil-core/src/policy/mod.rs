@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use serde_saphyr::Spanned;
 
-use crate::decision::Mode;
+use crate::denial::Mode;
 use crate::pattern::Pattern;
 use crate::reference::Reference;
 use crate::verify::Verification;

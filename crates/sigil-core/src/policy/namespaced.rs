@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use super::{API_VERSION, KIND, PolicyError, RuleSpec, invalid};
-use crate::decision::Mode;
+use crate::denial::Mode;
 use crate::pattern::Pattern;
 use crate::reference::Reference;
 use crate::verify::Verification;

@@ -3,7 +3,7 @@
 //! whether it must be resolved, kept, or denied.
 
 use super::{Action, Labels, Plan, Policy, Rule, Step};
-use crate::decision::Denial;
+use crate::denial::Denial;
 use crate::reference::{self, Reference};
 
 impl Policy {

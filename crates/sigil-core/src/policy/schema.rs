@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
-use crate::decision::Mode;
+use crate::denial::Mode;
 use crate::verify::{SignaturesSpec, VerifierSpec};
 
 /// The document as written. Field names are the YAML's.

@@ -1,7 +1,7 @@
 //! Unit tests of the policy: loading, errors with lines, and meaning.
 
 use super::*;
-use crate::decision::Denial;
+use crate::denial::Denial;
 use crate::reference;
 
 /// The example, verbatim: it must load and mean exactly this.

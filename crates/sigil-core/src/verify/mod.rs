@@ -11,7 +11,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::decision::ResolveFailure;
+use crate::failure::ResolveFailure;
 
 /// One entry of a rule's `verify` list.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize)]

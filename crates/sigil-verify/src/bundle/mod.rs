@@ -13,13 +13,13 @@
 //! chain to a trusted Fulcio CA; last the identity. It reads no network.
 
 use base64::Engine as _;
+use regex::Regex;
 use serde_json::Value;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use sigil_core::SignatureProblem;
 use sigil_core::verify::TlogPolicy;
 
-use crate::cosign::Matcher;
 use crate::keys::{PublicKey, SigEncoding};
 use crate::rekor::Expected;
 use crate::trust::TrustedRoot;
@@ -43,6 +43,25 @@ impl Artifact {
         match self {
             Artifact::Bytes(b) => sha256(b),
             Artifact::Digest(d) => *d,
+        }
+    }
+}
+
+/// A keyless identity, compiled.
+#[derive(Debug, Clone)]
+pub enum Matcher {
+    /// Exact string.
+    Exact(String),
+    /// Regular expression.
+    Regex(Regex),
+}
+
+impl Matcher {
+    /// Whether `s` is the identity (exactly, or by the regex).
+    pub fn matches(&self, s: &str) -> bool {
+        match self {
+            Matcher::Exact(e) => e == s,
+            Matcher::Regex(r) => r.is_match(s),
         }
     }
 }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
+use sigil_verify::bundle::Matcher;
 use sigil_verify::bundle::{Artifact, Requirements, Signer};
-use sigil_verify::cosign::Matcher;
 use sigil_verify::keys::PublicKey;
 use sigil_verify::trust::TrustedRoot;
 
