@@ -12,6 +12,29 @@ use base64::Engine as _;
 use crate::keys::SigEncoding;
 use crate::trust::Log;
 
+/// Why a checkpoint is unreadable or not signed by its log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CheckpointError(String);
+
+impl From<String> for CheckpointError {
+    fn from(s: String) -> Self {
+        CheckpointError(s)
+    }
+}
+
+impl From<&str> for CheckpointError {
+    fn from(s: &str) -> Self {
+        CheckpointError(s.to_owned())
+    }
+}
+
+impl From<CheckpointError> for crate::ArtifactError {
+    fn from(e: CheckpointError) -> Self {
+        crate::ArtifactError::Log(e.0)
+    }
+}
+
 /// A parsed checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -29,7 +52,7 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     /// Parses a checkpoint envelope.
-    pub fn parse(envelope: &str) -> Result<Checkpoint, String> {
+    pub fn parse(envelope: &str) -> Result<Checkpoint, CheckpointError> {
         let (note, sigs) = envelope
             .split_once("\n\n")
             .ok_or("checkpoint has no signature block")?;
@@ -53,7 +76,8 @@ impl Checkpoint {
             let Some(rest) = line.strip_prefix("\u{2014} ") else {
                 return Err(format!(
                     "checkpoint signature line {line:?} does not start with an em dash"
-                ));
+                )
+                .into());
             };
             let Some((name, b64)) = rest.rsplit_once(' ') else {
                 return Err("checkpoint signature line has no signature".into());
@@ -82,7 +106,7 @@ impl Checkpoint {
     /// id>`), and a signature line whose key hint is the log's verifies with
     /// the log's key. A log the trusted root gives no `baseUrl` is judged by
     /// its key alone.
-    pub fn verify(&self, log: &Log) -> Result<(), String> {
+    pub fn verify(&self, log: &Log) -> Result<(), CheckpointError> {
         if let Some(origin) = &log.origin
             && self.origin != *origin
             && !self.origin.starts_with(&format!("{origin} - "))
@@ -90,7 +114,8 @@ impl Checkpoint {
             return Err(format!(
                 "the checkpoint is from {:?}, not from the log's origin {origin:?}",
                 self.origin
-            ));
+            )
+            .into());
         }
         let hint = log.key_hint();
         let ours: Vec<_> = self.sigs.iter().filter(|(_, h, _)| *h == hint).collect();
@@ -98,7 +123,8 @@ impl Checkpoint {
             return Err(format!(
                 "checkpoint of {:?} carries no signature with the log's key hint",
                 self.origin
-            ));
+            )
+            .into());
         }
         if ours
             .iter()

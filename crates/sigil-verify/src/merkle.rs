@@ -5,6 +5,29 @@
 
 use crate::sha256;
 
+/// Why an inclusion proof cannot lead to any root.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ProofError(String);
+
+impl From<String> for ProofError {
+    fn from(s: String) -> Self {
+        ProofError(s)
+    }
+}
+
+impl From<&str> for ProofError {
+    fn from(s: &str) -> Self {
+        ProofError(s.to_owned())
+    }
+}
+
+impl From<ProofError> for crate::ArtifactError {
+    fn from(e: ProofError) -> Self {
+        crate::ArtifactError::Log(e.0)
+    }
+}
+
 /// `SHA-256(0x00 || entry)`: the leaf hash of a log entry.
 pub fn leaf_hash(entry: &[u8]) -> [u8; 32] {
     let mut m = Vec::with_capacity(entry.len() + 1);
@@ -28,11 +51,9 @@ pub fn root_from_proof(
     size: u64,
     leaf: [u8; 32],
     proof: &[[u8; 32]],
-) -> Result<[u8; 32], String> {
+) -> Result<[u8; 32], ProofError> {
     if index >= size {
-        return Err(format!(
-            "log index {index} is outside a tree of size {size}"
-        ));
+        return Err(format!("log index {index} is outside a tree of size {size}").into());
     }
     let (mut f, mut s) = (index, size - 1);
     let mut r = leaf;

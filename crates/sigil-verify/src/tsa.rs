@@ -21,6 +21,31 @@ use crate::keys::{PublicKey, SigEncoding};
 use crate::trust::TrustedRoot;
 use crate::x509::{self, Eku};
 
+/// Why an RFC 3161 timestamp is unreadable, not over this signature, or not from a trusted authority.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TimestampError(String);
+
+impl From<String> for TimestampError {
+    fn from(s: String) -> Self {
+        TimestampError(s)
+    }
+}
+
+impl From<&str> for TimestampError {
+    fn from(s: &str) -> Self {
+        TimestampError(s.to_owned())
+    }
+}
+
+impl From<TimestampError> for sigil_core::SignatureProblem {
+    fn from(e: TimestampError) -> Self {
+        sigil_core::SignatureProblem::LevelCheck {
+            detail: format!("RFC 3161 timestamp: {}", e.0),
+        }
+    }
+}
+
 const SIGNED_DATA: &str = "1.2.840.113549.1.7.2";
 const TST_INFO: &str = "1.2.840.113549.1.9.16.1.4";
 const MESSAGE_DIGEST: &str = "1.2.840.113549.1.9.4";
@@ -31,28 +56,28 @@ const SIGNING_CERTIFICATE_V2: &str = "1.2.840.113549.1.9.16.2.47";
 const SHA1: &str = "1.3.14.3.2.26";
 const SHA256: &str = "2.16.840.1.101.3.4.2.1";
 
-fn hash(alg_oid: &str, data: &[u8]) -> Result<Vec<u8>, String> {
+fn hash(alg_oid: &str, data: &[u8]) -> Result<Vec<u8>, TimestampError> {
     let alg = match alg_oid {
         SHA1 => &digest::SHA1_FOR_LEGACY_USE_ONLY,
         SHA256 => &digest::SHA256,
         "2.16.840.1.101.3.4.2.2" => &digest::SHA384,
         "2.16.840.1.101.3.4.2.3" => &digest::SHA512,
-        other => return Err(format!("unsupported hash algorithm {other}")),
+        other => return Err(format!("unsupported hash algorithm {other}").into()),
     };
     Ok(digest::digest(alg, data).as_ref().to_vec())
 }
 
-fn alg_oid(t: &Tlv<'_>) -> Result<String, String> {
+fn alg_oid(t: &Tlv<'_>) -> Result<String, TimestampError> {
     let (oid, _) = der::expect(t.content, 0x06, "algorithm")?;
     Ok(der::oid(oid.content))
 }
 
 /// `YYYYMMDDHHMMSS[.f]Z` → Unix seconds.
-fn generalized_time(s: &[u8]) -> Result<i64, String> {
+fn generalized_time(s: &[u8]) -> Result<i64, TimestampError> {
     let s = std::str::from_utf8(s).map_err(|_| "genTime is not ASCII")?;
     let digits = s.get(..14).ok_or("genTime is too short")?;
     if !s.ends_with('Z') || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("genTime {s:?} is not a UTC GeneralizedTime"));
+        return Err(format!("genTime {s:?} is not a UTC GeneralizedTime").into());
     }
     let n = |a: usize, b: usize| digits[a..b].parse::<u32>().unwrap_or(0);
     let month = time::Month::try_from(n(4, 6) as u8).map_err(|e| e.to_string())?;
@@ -68,7 +93,7 @@ fn generalized_time(s: &[u8]) -> Result<i64, String> {
 /// The (hash algorithm, certificate hash) of the first certificate the
 /// signed signing-certificate attribute names: ESSCertIDv2 if present, else
 /// ESSCertID.
-fn signing_certificate(attrs: &[u8]) -> Result<(String, Vec<u8>), String> {
+fn signing_certificate(attrs: &[u8]) -> Result<(String, Vec<u8>), TimestampError> {
     let mut v1 = None;
     for a in der::children(attrs)? {
         let kv = der::children(a.content)?;
@@ -112,7 +137,7 @@ fn signing_certificate(attrs: &[u8]) -> Result<(String, Vec<u8>), String> {
 }
 
 /// Verifies one timestamp over `signature`; returns the stamped time.
-pub fn verify(token: &[u8], signature: &[u8], trust: &TrustedRoot) -> Result<i64, String> {
+pub fn verify(token: &[u8], signature: &[u8], trust: &TrustedRoot) -> Result<i64, TimestampError> {
     let (outer, _) = der::expect(token, 0x30, "timestamp")?;
     let parts = der::children(outer.content)?;
     // A TimeStampResp starts with PKIStatusInfo (a SEQUENCE starting with an INTEGER).
@@ -244,7 +269,7 @@ pub fn verify(token: &[u8], signature: &[u8], trust: &TrustedRoot) -> Result<i64
         }
         return Ok(gen_time);
     }
-    Err(last)
+    Err(last.into())
 }
 
 #[cfg(test)]

@@ -401,11 +401,7 @@ pub fn verify(
     {
         for t in ts {
             let der = b64(t, "/signedTimestamp")?;
-            let at = crate::tsa::verify(&der, &c.signature, trust).map_err(|detail| {
-                SignatureProblem::LevelCheck {
-                    detail: format!("RFC 3161 timestamp: {detail}"),
-                }
-            })?;
+            let at = crate::tsa::verify(&der, &c.signature, trust)?;
             out.times.push(at);
             out.timestamps += 1;
         }

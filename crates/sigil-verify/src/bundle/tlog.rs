@@ -74,8 +74,7 @@ pub(super) fn log_entry<'t>(
                 size,
                 crate::merkle::leaf_hash(&body),
                 &hashes,
-            )
-            .map_err(ArtifactError::Log)?;
+            )?;
             if computed.as_slice() != root.as_slice() {
                 return Err(ArtifactError::Log(
                     "inclusion proof does not lead to its root hash".into(),
@@ -85,13 +84,13 @@ pub(super) fn log_entry<'t>(
                 .pointer("/checkpoint/envelope")
                 .and_then(Value::as_str)
                 .ok_or_else(|| ArtifactError::Log("inclusion proof has no checkpoint".into()))?;
-            let cp = Checkpoint::parse(envelope).map_err(ArtifactError::Log)?;
+            let cp = Checkpoint::parse(envelope)?;
             if cp.root != computed || cp.size != size {
                 return Err(ArtifactError::Log(
                     "the checkpoint is not for the proof's tree".into(),
                 ));
             }
-            cp.verify(log).map_err(ArtifactError::Log)?;
+            cp.verify(log)?;
             true
         }
         None if rekor_v2 || ver >= 2 => {
