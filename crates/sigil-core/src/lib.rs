@@ -21,6 +21,7 @@ pub mod decision;
 pub mod denial;
 pub mod dockerhub;
 pub mod duration;
+pub mod error_context;
 pub mod failure;
 pub mod manifest;
 pub mod object;

@@ -95,34 +95,9 @@ impl Error {
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Names the operation an error came from, keeping the error typed.
-pub trait Context<T> {
-    /// Wraps the error with `context`.
-    fn context(self, context: impl Into<String>) -> Result<T>;
-    /// Wraps the error with the context `f` builds (only on failure).
-    fn with_context<S: Into<String>>(self, f: impl FnOnce() -> S) -> Result<T>;
-}
-
-macro_rules! context_for {
-    ($err:ty, $variant:ident, $wrap:expr) => {
-        impl<T> Context<T> for std::result::Result<T, $err> {
-            fn context(self, context: impl Into<String>) -> Result<T> {
-                self.map_err(|source| Error::$variant {
-                    context: context.into(),
-                    source: $wrap(source),
-                })
-            }
-            fn with_context<S: Into<String>>(self, f: impl FnOnce() -> S) -> Result<T> {
-                self.map_err(|source| Error::$variant {
-                    context: f().into(),
-                    source: $wrap(source),
-                })
-            }
-        }
-    };
-}
-
-context_for!(io::Error, Io, std::convert::identity);
-context_for!(kube::Error, Kube, Box::new);
-context_for!(rcgen::Error, Mint, std::convert::identity);
-context_for!(rustls_pki_types::pem::Error, Pem, std::convert::identity);
+sigil_core::error_context!(Error:
+    io::Error => Io,
+    kube::Error => Kube box,
+    rcgen::Error => Mint,
+    rustls_pki_types::pem::Error => Pem,
+);

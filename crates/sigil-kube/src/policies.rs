@@ -334,7 +334,7 @@ impl Combiner {
                             let ev = KubeEvent {
                                 type_: EventType::Warning,
                                 reason: "PolicyNotReady".into(),
-                                note: Some(truncate(&d.message)),
+                                note: Some(crate::cluster::event_note(&d.message)),
                                 action: "Apply".into(),
                                 secondary: None,
                             };
@@ -355,19 +355,6 @@ impl Combiner {
             }
         }
     }
-}
-
-fn truncate(s: &str) -> String {
-    let mut s = s.to_owned();
-    if s.len() > 1000 {
-        let mut cut = 997;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push_str("...");
-    }
-    s
 }
 
 /// The Ready condition for `d`, keeping the transition time while its status holds.

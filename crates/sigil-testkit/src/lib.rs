@@ -21,6 +21,7 @@
 
 pub mod artifacts;
 pub mod fault;
+pub mod intoto;
 pub mod kube;
 pub mod procstat;
 pub mod registry;

@@ -4,6 +4,36 @@
 
 use std::time::Duration;
 
+/// The line under a benchmark's table saying whether each unique image
+/// cost exactly one registry request.
+pub fn print_requests_line(requests: u64, images: usize) {
+    let same = requests == images as u64;
+    println!(
+        "registry requests = unique references: {} ({requests} vs {images})",
+        if same { "yes" } else { "NO" }
+    );
+}
+
+/// Runs a benchmark's async body on a multi-threaded runtime, with the
+/// full size under `cargo bench` (`--bench`) and `smoke` otherwise (CI runs
+/// each bench once, small).
+pub fn run_bench<F: std::future::Future<Output = ()>>(
+    full: (usize, usize),
+    smoke: (usize, usize),
+    body: impl FnOnce(usize, usize) -> F,
+) {
+    let (a, b) = if std::env::args().any(|a| a == "--bench") {
+        full
+    } else {
+        smoke
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(body(a, b));
+}
+
 /// The fields of `/proc/<pid>/stat` after the `(comm)` field (which may hold spaces).
 fn stat_fields(pid: &str) -> Vec<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();

@@ -4,9 +4,9 @@
 //! result still decodes into its Kubernetes type, and reinvokes once
 //! (reinvocationPolicy IfNeeded).
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write as _};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,66 @@ pub fn bin() -> &'static str {
         );
         p.display().to_string()
     })
+}
+
+/// Runs `sigil ARGS` to completion (see [`run_bounded`]).
+pub fn run_sigil(args: &[&str], stdin: Option<&str>) -> Output {
+    run_bounded(Command::new(bin()).args(args), stdin)
+}
+
+/// Runs `cmd` to completion: `stdin` (if any) written from a thread and both
+/// pipes read while it runs, so a full pipe never blocks the child; killed,
+/// and the test failed, after 120 s.
+pub fn run_bounded(cmd: &mut Command, stdin: Option<&str>) -> Output {
+    let mut child = cmd
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    if let Some(input) = stdin {
+        let mut w = child.stdin.take().expect("stdin");
+        let input = input.to_owned();
+        std::thread::spawn(move || {
+            let _ = w.write_all(input.as_bytes());
+        });
+    }
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(out) => out.expect("wait"),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("{cmd:?} did not finish within 120 s");
+        }
+    }
+}
+
+/// `sigil audit -A -o json` over the cluster `kubeconfig` names, with the
+/// pull-secret watches off and no in-cluster configuration leaking in.
+pub fn audit_command(policy: &std::path::Path, kubeconfig: &std::path::Path) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "audit",
+        "-A",
+        "-o",
+        "json",
+        "--pull-secrets=false",
+        "--policy",
+    ])
+    .arg(policy)
+    .env_remove("KUBERNETES_SERVICE_HOST")
+    .env("KUBECONFIG", kubeconfig);
+    cmd
 }
 
 impl Sigil {

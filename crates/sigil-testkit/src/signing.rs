@@ -3,6 +3,7 @@
 //! a Rekor-like log key producing SETs, Sigstore bundles, and notation JWS
 //! envelopes. Everything is pushed into the real registry through its API.
 
+use crate::intoto;
 use aws_lc_rs::encoding::AsDer;
 use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{self, EcdsaKeyPair, Ed25519KeyPair, KeyPair as _};
@@ -245,16 +246,9 @@ pub use crate::sigstore::{Keyless, Sigstore};
 /// A Sigstore bundle v0.3 as `cosign sign --new-bundle-format --key` writes
 /// it: DSSE envelope over an in-toto statement naming `digest`.
 pub fn dsse_bundle(key: &Signer, digest: &str) -> Vec<u8> {
-    let statement = serde_json::to_vec(&json!({
-        "_type": "https://in-toto.io/Statement/v1",
-        "subject": [{"name": "", "digest": {"sha256": digest.trim_start_matches("sha256:")}}],
-        "predicateType": "https://sigstore.dev/cosign/sign/v1",
-        "predicate": {}
-    }))
-    .unwrap();
-    let pt = "application/vnd.in-toto+json";
-    let mut pae = format!("DSSEv1 {} {pt} {} ", pt.len(), statement.len()).into_bytes();
-    pae.extend_from_slice(&statement);
+    let statement = intoto::statement(digest, intoto::COSIGN_SIGN, json!({}));
+    let pt = intoto::PAYLOAD_TYPE;
+    let pae = intoto::pae(pt, &statement);
     let sig = key.sign(&pae);
     serde_json::to_vec(&json!({
         "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",

@@ -29,6 +29,38 @@ pub struct Sigstore {
 /// Fulcio's OIDC-issuer extension (v2) OID.
 const ISSUER_V2: &[u64] = &[1, 3, 6, 1, 4, 1, 57264, 1, 8];
 
+/// A GitHub Actions workflow identity, as Fulcio writes it in a certificate's SAN.
+pub const GITHUB_WORKFLOW: &str =
+    "https://github.com/acme/app/.github/workflows/release.yml@refs/heads/main";
+/// GitHub Actions' OIDC issuer.
+pub const GITHUB_ISSUER: &str = "https://token.actions.githubusercontent.com";
+
+/// What a keyless test starts from: a real registry, a Sigstore instance
+/// and its trusted root written to a temporary directory.
+pub struct KeylessWorld {
+    pub registry: crate::registry::TestRegistry,
+    pub sigstore: Sigstore,
+    pub dir: tempfile::TempDir,
+    /// `dir/trusted_root.json`.
+    pub root: std::path::PathBuf,
+}
+
+impl KeylessWorld {
+    /// Starts the registry and writes the trusted root.
+    pub async fn start() -> KeylessWorld {
+        let registry = crate::registry::TestRegistry::start(crate::registry::Mode::Plain).await;
+        let sigstore = Sigstore::new();
+        let dir = tempfile::tempdir().unwrap();
+        let root = sigstore.write_trusted_root(dir.path());
+        KeylessWorld {
+            registry,
+            sigstore,
+            dir,
+            root,
+        }
+    }
+}
+
 fn der_utf8(s: &str) -> Vec<u8> {
     assert!(s.len() < 128);
     let mut v = vec![0x0c, s.len() as u8];
@@ -80,6 +112,14 @@ impl Sigstore {
         }
     }
 
+    /// Writes [`Sigstore::trusted_root`] to `dir/trusted_root.json`; returns its path.
+    pub fn write_trusted_root(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        let root = dir.join("trusted_root.json");
+        std::fs::write(&root, serde_json::to_vec(&self.trusted_root()).unwrap()).unwrap();
+        root
+    }
+
+    /// The trusted root (Fulcio CA, both logs, the TSA) as `trusted_root.json`.
     pub fn trusted_root(&self) -> Value {
         let spki = self.log.spki();
         let spki_v2 = self.log_v2.spki();
@@ -294,16 +334,9 @@ impl Sigstore {
         not_before: i64,
         stamp_at: i64,
     ) -> Value {
-        let statement = serde_json::to_vec(&json!({
-            "_type": "https://in-toto.io/Statement/v1",
-            "subject": [{"name": "", "digest": {"sha256": digest.trim_start_matches("sha256:")}}],
-            "predicateType": "https://sigstore.dev/cosign/sign/v1",
-            "predicate": {}
-        }))
-        .unwrap();
-        let pt = "application/vnd.in-toto+json";
-        let mut pae = format!("DSSEv1 {} {pt} {} ", pt.len(), statement.len()).into_bytes();
-        pae.extend_from_slice(&statement);
+        let statement = crate::intoto::statement(digest, crate::intoto::COSIGN_SIGN, json!({}));
+        let pt = crate::intoto::PAYLOAD_TYPE;
+        let pae = crate::intoto::pae(pt, &statement);
         let (key, cert) = self.leaf(subject, issuer, not_before);
         let sig = key.sign(&pae);
         let body = serde_json::to_vec(&json!({

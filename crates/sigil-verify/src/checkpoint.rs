@@ -12,22 +12,10 @@ use base64::Engine as _;
 use crate::keys::SigEncoding;
 use crate::trust::Log;
 
-/// Why a checkpoint is unreadable or not signed by its log.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct CheckpointError(String);
-
-impl From<String> for CheckpointError {
-    fn from(s: String) -> Self {
-        CheckpointError(s)
-    }
-}
-
-impl From<&str> for CheckpointError {
-    fn from(s: &str) -> Self {
-        CheckpointError(s.to_owned())
-    }
-}
+message_error!(
+    /// Why a checkpoint is unreadable or not signed by its log.
+    CheckpointError
+);
 
 impl From<CheckpointError> for crate::ArtifactError {
     fn from(e: CheckpointError) -> Self {

@@ -152,7 +152,7 @@ impl Item {
             )))
         };
         Ok(Item {
-            message: pae(payload_type, &payload),
+            message: crate::pae(payload_type, &payload),
             payload_sha256: crate::sha256(&payload),
             signature,
             cert,
@@ -162,19 +162,6 @@ impl Item {
             bundle: Some(bytes.into()),
         })
     }
-}
-
-/// DSSE pre-authentication encoding.
-fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
-    let mut m = format!(
-        "DSSEv1 {} {} {} ",
-        payload_type.len(),
-        payload_type,
-        payload.len()
-    )
-    .into_bytes();
-    m.extend_from_slice(payload);
-    m
 }
 
 fn int_field(v: &Value, k: &str) -> Option<i64> {

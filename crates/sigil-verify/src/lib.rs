@@ -9,6 +9,29 @@
 //! HTTP stack of its own, and it decides nothing about admission: it reports
 //! per-verifier outcomes in sigil-core's types and the engine decides.
 
+/// Declares a parser's error type: its message, typed, built by `?` from
+/// the `&str`/`String` reasons the parser's steps give.
+macro_rules! message_error {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+        #[error("{0}")]
+        pub struct $name(String);
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                $name(s)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                $name(s.to_owned())
+            }
+        }
+    };
+}
+
 pub mod bundle;
 pub mod checkpoint;
 pub mod cosign;
@@ -104,6 +127,20 @@ impl From<ArtifactError> for SignatureProblem {
             ArtifactError::Log(detail) => SignatureProblem::LogEntryInvalid { detail },
         }
     }
+}
+
+/// DSSE's pre-authentication encoding of a payload: what an envelope's
+/// signatures are over (`DSSEv1 <len> <type> <len> <payload>`).
+pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+    let mut m = format!(
+        "DSSEv1 {} {} {} ",
+        payload_type.len(),
+        payload_type,
+        payload.len()
+    )
+    .into_bytes();
+    m.extend_from_slice(payload);
+    m
 }
 
 /// SHA-256 of `data`.

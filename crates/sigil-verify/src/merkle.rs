@@ -5,22 +5,10 @@
 
 use crate::sha256;
 
-/// Why an inclusion proof cannot lead to any root.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ProofError(String);
-
-impl From<String> for ProofError {
-    fn from(s: String) -> Self {
-        ProofError(s)
-    }
-}
-
-impl From<&str> for ProofError {
-    fn from(s: &str) -> Self {
-        ProofError(s.to_owned())
-    }
-}
+message_error!(
+    /// Why an inclusion proof cannot lead to any root.
+    ProofError
+);
 
 impl From<ProofError> for crate::ArtifactError {
     fn from(e: ProofError) -> Self {

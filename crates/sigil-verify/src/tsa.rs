@@ -21,22 +21,10 @@ use crate::keys::{PublicKey, SigEncoding};
 use crate::trust::TrustedRoot;
 use crate::x509::{self, Eku};
 
-/// Why an RFC 3161 timestamp is unreadable, not over this signature, or not from a trusted authority.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct TimestampError(String);
-
-impl From<String> for TimestampError {
-    fn from(s: String) -> Self {
-        TimestampError(s)
-    }
-}
-
-impl From<&str> for TimestampError {
-    fn from(s: &str) -> Self {
-        TimestampError(s.to_owned())
-    }
-}
+message_error!(
+    /// Why an RFC 3161 timestamp is unreadable, not over this signature, or not from a trusted authority.
+    TimestampError
+);
 
 impl From<TimestampError> for sigil_core::SignatureProblem {
     fn from(e: TimestampError) -> Self {

@@ -40,18 +40,7 @@ fn legacy(digest: &str) -> Artifacts {
 }
 
 fn key(name: &str, file: &str) -> VerifierSpec {
-    VerifierSpec {
-        name: name.into(),
-        cosign: Some(CosignSpec {
-            key: Some(format!("{V}/cosign/{file}.key")),
-            keyless: None,
-            trusted_root: None,
-            transparency_log: None,
-            inclusion_proof: None,
-            timestamp_threshold: None,
-        }),
-        notation: None,
-    }
+    VerifierSpec::cosign_key(name, &format!("{V}/cosign/{file}.key"))
 }
 
 fn run(

@@ -11,23 +11,17 @@
 //! unique images; run without `--bench` (as `cargo test --benches` does) it
 //! runs a small smoke.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sigil_testkit::kube::FakeKube;
 use sigil_testkit::procstat::{children_cpu, peak_rss_kib};
 use sigil_testkit::registry::{Mode, TestRegistry};
-use sigil_testkit::sigil::bin;
+use sigil_testkit::sigil::audit_command;
 
 fn main() {
-    let full = std::env::args().any(|a| a == "--bench");
-    let (pods, images) = if full { (10_000, 1_000) } else { (300, 30) };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(run(pods, images));
+    sigil_testkit::procstat::run_bench((10_000, 1_000), (300, 30), run);
 }
 
 async fn run(pods: usize, images: usize) {
@@ -62,20 +56,8 @@ async fn run(pods: usize, images: usize) {
 
     let cpu0 = children_cpu();
     let t = Instant::now();
-    let mut child = Command::new(bin())
-        .args([
-            "audit",
-            "-A",
-            "-o",
-            "json",
-            "--pull-secrets=false",
-            "--kinds",
-            "pods",
-        ])
-        .arg("--policy")
-        .arg(&policy)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env("KUBECONFIG", &kube.kubeconfig)
+    let mut child = audit_command(&policy, &kube.kubeconfig)
+        .args(["--kinds", "pods"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -131,14 +113,7 @@ async fn run(pods: usize, images: usize) {
         peak as f64 / 1024.0,
     );
     println!();
-    println!(
-        "registry requests = unique references: {} ({requests} vs {images})",
-        if requests == images as u64 {
-            "yes"
-        } else {
-            "NO"
-        }
-    );
+    sigil_testkit::procstat::print_requests_line(requests, images);
     assert_eq!(
         requests, images as u64,
         "each unique reference resolved once"

@@ -19,13 +19,7 @@ use sigil_testkit::registry::{Mode, TestRegistry};
 use sigil_testkit::sigil::bin;
 
 fn main() {
-    let full = std::env::args().any(|a| a == "--bench");
-    let (manifests, images) = if full { (10_000, 1_000) } else { (200, 20) };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(run(manifests, images));
+    sigil_testkit::procstat::run_bench((10_000, 1_000), (200, 20), run);
 }
 
 fn generate(root: &Path, reg: &str, manifests: usize, images: usize) {
@@ -146,12 +140,5 @@ async fn run(manifests: usize, images: usize) {
     }
     println!();
     let requests = cold.report["registryRequests"].as_u64().unwrap_or(0);
-    println!(
-        "registry requests = unique references: {} ({requests} vs {images})",
-        if requests == images as u64 {
-            "yes"
-        } else {
-            "NO"
-        }
-    );
+    sigil_testkit::procstat::print_requests_line(requests, images);
 }

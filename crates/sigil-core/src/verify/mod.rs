@@ -27,8 +27,23 @@ pub struct VerifierSpec {
     pub notation: Option<NotationSpec>,
 }
 
+impl VerifierSpec {
+    /// A cosign verifier named `name` with the public key `key` (a path or
+    /// inline PEM) and every other setting at its default.
+    pub fn cosign_key(name: &str, key: &str) -> VerifierSpec {
+        VerifierSpec {
+            name: name.into(),
+            cosign: Some(CosignSpec {
+                key: Some(key.into()),
+                ..CosignSpec::default()
+            }),
+            notation: None,
+        }
+    }
+}
+
 /// `cosign:` — exactly one of `key` and `keyless`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CosignSpec {
     /// Public key: a PEM file path or inline PEM (ECDSA P-256/P-384, Ed25519, RSA).

@@ -3,18 +3,7 @@
 use super::*;
 
 fn key(name: &str) -> VerifierSpec {
-    VerifierSpec {
-        name: name.into(),
-        cosign: Some(CosignSpec {
-            key: Some("k.pub".into()),
-            keyless: None,
-            trusted_root: None,
-            transparency_log: None,
-            inclusion_proof: None,
-            timestamp_threshold: None,
-        }),
-        notation: None,
-    }
+    VerifierSpec::cosign_key(name, "k.pub")
 }
 
 fn report(results: &[(&str, bool)], threshold: usize, required: &[&str]) -> VerificationReport {

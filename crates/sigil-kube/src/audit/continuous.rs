@@ -351,13 +351,5 @@ fn note(o: &super::ObjectReport, reason: Reason) -> String {
             v.fix
         ));
     }
-    if s.len() > 1000 {
-        let mut cut = 997;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push_str("...");
-    }
-    s
+    crate::cluster::event_note(&s)
 }

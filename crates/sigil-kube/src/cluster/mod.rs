@@ -96,6 +96,21 @@ pub enum CaSource {
     Secret(String),
 }
 
+/// An Event's note as the API accepts it: at most 1 kB, cut on a character
+/// boundary with `...` when longer.
+pub fn event_note(s: &str) -> String {
+    let mut s = s.to_owned();
+    if s.len() > 1000 {
+        let mut cut = 997;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
 /// A client from the in-cluster service account or KUBECONFIG, or an error
 /// that says which flag needed it and how to provide it.
 pub async fn connect(flag: &str) -> Result<Client> {

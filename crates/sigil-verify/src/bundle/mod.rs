@@ -261,14 +261,7 @@ fn content(v: &Value, artifact: &Artifact) -> Result<Content, SignatureProblem> 
             );
         return Err(SignatureProblem::DigestMismatch { signed });
     }
-    let mut pae = format!(
-        "DSSEv1 {} {} {} ",
-        payload_type.len(),
-        payload_type,
-        payload.len()
-    )
-    .into_bytes();
-    pae.extend_from_slice(&payload);
+    let pae = crate::pae(payload_type, &payload);
     Ok(Content {
         payload_sha256: sha256(&payload),
         pae_sha256: Some(sha256(&pae)),

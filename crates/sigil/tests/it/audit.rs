@@ -393,23 +393,11 @@ async fn audit_verdicts_match_the_webhook_and_pin_for_the_fixtures() {
         let manifest = format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: parity}}\nspec:\n  containers:\n    - name: app\n      image: \"{img}\"\n"
         );
-        let mut child = std::process::Command::new(bin())
-            .args(["pin", "--output", "json", "--policy"])
-            .arg(&w.policy)
-            .arg("-")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write as _;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(manifest.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let policy = w.policy.to_string_lossy();
+        let out = crate::support::sigil::run_sigil(
+            &["pin", "--output", "json", "--policy", &policy, "-"],
+            Some(&manifest),
+        );
         // The report goes to stderr (stdout carries the pinned YAML).
         let pin: Value = serde_json::from_slice(&out.stderr)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));

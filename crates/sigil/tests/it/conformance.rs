@@ -172,21 +172,15 @@ fn a_bundle_with_both_message_signature_and_dsse_envelope_fails_verify_bundle() 
 /// `timestampThreshold`.
 #[tokio::test]
 async fn the_webhook_verifies_rekor_v2_bundles_and_refuses_tampered_ones() {
-    use crate::support::registry::{Mode, TestRegistry};
     use crate::support::sigil::Sigil;
-    use crate::support::sigstore::Sigstore;
     use serde_json::json;
 
     const MT: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
-    let reg = TestRegistry::start(Mode::Plain).await;
+    use crate::support::sigstore::{GITHUB_ISSUER as issuer, GITHUB_WORKFLOW as who, KeylessWorld};
+    let w = KeylessWorld::start().await;
+    let (reg, ss, root) = (&w.registry, &w.sigstore, w.root.clone());
     let h = reg.host();
-    let ss = Sigstore::new();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("trusted_root.json");
-    std::fs::write(&root, serde_json::to_vec(&ss.trusted_root()).unwrap()).unwrap();
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    let who = "https://github.com/acme/app/.github/workflows/release.yml@refs/heads/main";
-    let issuer = "https://token.actions.githubusercontent.com";
     let mut images = Vec::new();
     for name in ["good", "proof", "untimed", "late", "stranger"] {
         let repo = format!("v2/{name}");
@@ -217,7 +211,7 @@ async fn the_webhook_verifies_rekor_v2_bundles_and_refuses_tampered_ones() {
         }
         let size = reg.manifest_size(&repo, &d).await;
         let bytes = serde_json::to_vec(&b).unwrap();
-        crate::support::signing::push_referrer(&reg, &repo, &d, size, MT, MT, &bytes).await;
+        crate::support::signing::push_referrer(reg, &repo, &d, size, MT, MT, &bytes).await;
         images.push(format!("{h}/{repo}:v1"));
     }
     let rule = |extra: &str| {

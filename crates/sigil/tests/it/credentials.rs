@@ -407,19 +407,8 @@ async fn credential_helpers_and_provider_plugins_speak_the_real_protocols() {
             .arg(dir.path().join("policy.yaml"))
             .args(extra)
             .arg("-")
-            .env("PATH", format!("{}:{path}", dir.path().display()))
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut child = cmd.spawn().unwrap();
-        use std::io::Write as _;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(manifest.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+            .env("PATH", format!("{}:{path}", dir.path().display()));
+        crate::support::sigil::run_bounded(&mut cmd, Some(&manifest))
     };
     let system_path = std::env::var("PATH").unwrap_or_default();
     // No credentials at all: refused, naming what was tried.

@@ -2,9 +2,8 @@
 //! golden files for byte-exact `--write`, and equivalence with the webhook.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -12,7 +11,7 @@ use sigil_core::manifest::parse_stream;
 use sigil_core::walker::image_fields;
 
 use crate::support::registry::{Mode, TestRegistry};
-use crate::support::sigil::{Sigil, bin};
+use crate::support::sigil::{Sigil, bin, run_bounded as run, run_sigil as sigil};
 use crate::support::{fixture, fixtures_dir};
 
 const PLACEHOLDER_HOST: &str = "registry.test:5000";
@@ -108,46 +107,6 @@ impl Corpus {
 
 fn pin_fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pin")
-}
-
-fn sigil(args: &[&str], stdin: Option<&str>) -> Output {
-    run(Command::new(bin()).args(args), stdin)
-}
-
-fn run(cmd: &mut Command, stdin: Option<&str>) -> Output {
-    let mut child = cmd
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    if let Some(input) = stdin {
-        let mut w = child.stdin.take().unwrap();
-        let input = input.to_owned();
-        std::thread::spawn(move || {
-            let _ = w.write_all(input.as_bytes());
-        });
-    }
-    // Read the pipes while waiting (a full pipe would block the child), and
-    // bound the wait.
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok(out) => out.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("{cmd:?} did not finish within 120 s");
-        }
-    }
 }
 
 fn text(b: &[u8]) -> String {
@@ -640,18 +599,7 @@ async fn webhook_and_pin_give_identical_objects_and_verdicts_for_every_fixture()
     assert!(denied >= 15, "only {denied} denials compared");
 
     // sigil audit over all of them: the webhook's verdict for every field.
-    let out = std::process::Command::new(bin())
-        .args([
-            "audit",
-            "-A",
-            "-o",
-            "json",
-            "--pull-secrets=false",
-            "--policy",
-        ])
-        .arg(&policy_path)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env("KUBECONFIG", &kube.kubeconfig)
+    let out = crate::support::sigil::audit_command(&policy_path, &kube.kubeconfig)
         .output()
         .unwrap();
     let report: Value = serde_json::from_slice(&out.stdout)

@@ -6,7 +6,6 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use crate::support::sigil::bin;
 
@@ -25,28 +24,16 @@ fn policy(dir: &Path) -> std::path::PathBuf {
     p
 }
 
-/// Runs `sigil pin` (in `dir`), bounded to 30 s.
+/// Runs `sigil pin --offline` (in `dir`), bounded in time.
 fn pin(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let mut child = Command::new(bin())
-        .arg("pin")
-        .arg("--offline")
-        .arg("--policy")
-        .arg(policy(dir))
-        .args(args)
-        .current_dir(dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > until {
-            let _ = child.kill();
-            panic!("sigil pin {args:?} did not finish in 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = crate::support::sigil::run_bounded(
+        Command::new(bin())
+            .args(["pin", "--offline", "--policy"])
+            .arg(policy(dir))
+            .args(args)
+            .current_dir(dir),
+        None,
+    );
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

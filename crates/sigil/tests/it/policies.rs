@@ -3,8 +3,7 @@
 //! `sigil policy check` — a team may add its own keys and allow-list in its
 //! namespace, never loosen the platform's rules.
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::support::registry::{Mode, TestRegistry};
 use crate::support::sigil::{Sigil, bin};
@@ -46,22 +45,8 @@ fn pin(policy: &std::path::Path, namespace: &str, image: &str) -> (Option<i32>, 
     let manifest = format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: {namespace}}}\nspec:\n  containers:\n    - name: app\n      image: {image}\n"
     );
-    let mut child = Command::new(bin())
-        .args(["pin", "--policy"])
-        .arg(policy)
-        .arg("-")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(manifest.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let policy = policy.to_string_lossy();
+    let out = crate::support::sigil::run_sigil(&["pin", "--policy", &policy, "-"], Some(&manifest));
     (
         out.status.code(),
         format!(

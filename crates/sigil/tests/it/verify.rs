@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::support::registry::{Mode, TestRegistry};
 use crate::support::sigil::{Admitted, Sigil};
-use crate::support::signing::{self, Layer, Signer, Sigstore, push_signed};
+use crate::support::signing::{self, Layer, Signer, push_signed};
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../sigil-verify/tests/vectors");
 const CO: &str = "cosign/securesystemsengineering/testimage";
@@ -461,15 +461,11 @@ async fn own_key_signatures_of_each_family_and_the_must_fail_cases() {
 /// log key and another identity each fail with their own reason.
 #[tokio::test]
 async fn own_keyless_signatures_are_checked_at_integrated_time() {
-    let reg = TestRegistry::start(Mode::Plain).await;
+    use crate::support::sigstore::{GITHUB_ISSUER as issuer, GITHUB_WORKFLOW as who, KeylessWorld};
+    let w = KeylessWorld::start().await;
+    let (reg, ss, root) = (&w.registry, &w.sigstore, w.root.clone());
     let h = reg.host();
-    let ss = Sigstore::new();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("trusted_root.json");
-    std::fs::write(&root, serde_json::to_vec(&ss.trusted_root()).unwrap()).unwrap();
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    let who = "https://github.com/acme/app/.github/workflows/release.yml@refs/heads/main";
-    let issuer = "https://token.actions.githubusercontent.com";
     let forger = Signer::p256();
     let cases: [(&str, &str, i64, Option<&Signer>); 4] = [
         ("good", who, now - 3600 + 60, None),
@@ -487,7 +483,7 @@ async fn own_keyless_signatures_are_checked_at_integrated_time() {
         let d = reg.push_image(&repo, "v1").await;
         let payload = signing::simple_signing(&format!("{h}/{repo}"), &d);
         let k = ss.sign(&payload, subject, issuer, now - 3600, integrated, log);
-        signing::push_legacy(&reg, &repo, &d, vec![k.layer(payload)]).await;
+        signing::push_legacy(reg, &repo, &d, vec![k.layer(payload)]).await;
     }
     let rules = format!(
         "    - name: ci\n      match: [\"{h}/kl/**\"]\n      verify:\n        - name: ci\n          cosign:\n            keyless:\n              issuer: {issuer}\n              subjectRegex: ^https://github\\.com/acme/.+$\n            trustedRoot: \"{}\"\n            transparencyLog: required\n",
@@ -862,24 +858,9 @@ async fn sigil_pin_verifies_like_the_webhook() {
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: team}}\nspec:\n  containers:\n    - name: app\n      image: {h}/cli/app:{tag}\n"
         )
     };
+    let policy = policy_file.to_string_lossy();
     let run = |tag: &str| {
-        let mut child = std::process::Command::new(crate::support::sigil::bin())
-            .args(["pin", "--policy"])
-            .arg(&policy_file)
-            .arg("-")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(manifest(tag).as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+        crate::support::sigil::run_sigil(&["pin", "--policy", &policy, "-"], Some(&manifest(tag)))
     };
     // The registry is another process: blocking this test's thread is fine.
     let (ok, bad) = (run("signed"), run("unsigned"));
