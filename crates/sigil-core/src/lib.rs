@@ -15,6 +15,7 @@
 //! asks for under one deadline and hands the answers back here. Because
 //! nothing here awaits, fuzzing, property tests and benches need no runtime.
 
+pub mod attest;
 pub mod audit;
 pub mod credentials;
 pub mod decision;

@@ -36,6 +36,7 @@ pub mod bundle;
 pub mod checkpoint;
 pub mod cosign;
 pub mod der;
+pub mod envelope;
 pub mod gather;
 pub mod keys;
 pub mod merkle;

@@ -114,7 +114,37 @@ pub struct Identity {
     pub subjects: Vec<String>,
     /// Fulcio OIDC issuer, if present.
     pub issuer: Option<String>,
+    /// Every Fulcio extension present, by the name policies use for it
+    /// (`sourceRepositoryUri`, `githubWorkflowRef`, …; see [`FULCIO_EXTENSIONS`]).
+    pub extensions: std::collections::BTreeMap<String, String>,
 }
+
+/// Fulcio's certificate extensions (OID arc 1.3.6.1.4.1.57264.1), by the
+/// last OID component: the name a policy matches on, and whether the value
+/// is DER-encoded (the v2 extensions) or raw bytes (the deprecated v1 ones).
+pub const FULCIO_EXTENSIONS: &[(u32, &str, bool)] = &[
+    (1, "issuerV1", false),
+    (2, "githubWorkflowTrigger", false),
+    (3, "githubWorkflowSha", false),
+    (4, "githubWorkflowName", false),
+    (5, "githubWorkflowRepository", false),
+    (6, "githubWorkflowRef", false),
+    (8, "issuer", true),
+    (9, "buildSignerUri", true),
+    (10, "buildSignerDigest", true),
+    (11, "runnerEnvironment", true),
+    (12, "sourceRepositoryUri", true),
+    (13, "sourceRepositoryDigest", true),
+    (14, "sourceRepositoryRef", true),
+    (15, "sourceRepositoryIdentifier", true),
+    (16, "sourceRepositoryOwnerUri", true),
+    (17, "sourceRepositoryOwnerIdentifier", true),
+    (18, "buildConfigUri", true),
+    (19, "buildConfigDigest", true),
+    (20, "buildTrigger", true),
+    (21, "runInvocationUri", true),
+    (22, "sourceRepositoryVisibilityAtSigning", true),
+];
 
 impl std::fmt::Display for Identity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -157,6 +187,20 @@ pub fn identity(der: &[u8]) -> Result<Identity, ArtifactError> {
                     v1 = std::str::from_utf8(ext.value).ok().map(str::to_owned);
                 } else if oid == FULCIO_ISSUER_V2 {
                     v2 = der_utf8(ext.value);
+                }
+                let known = oid
+                    .strip_prefix("1.3.6.1.4.1.57264.1.")
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .and_then(|n| FULCIO_EXTENSIONS.iter().find(|(k, _, _)| *k == n));
+                if let Some((_, name, encoded)) = known {
+                    let value = if *encoded {
+                        der_utf8(ext.value)
+                    } else {
+                        std::str::from_utf8(ext.value).ok().map(str::to_owned)
+                    };
+                    if let Some(v) = value {
+                        id.extensions.insert((*name).to_owned(), v);
+                    }
                 }
             }
         }

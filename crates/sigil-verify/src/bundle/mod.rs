@@ -36,13 +36,32 @@ pub enum Artifact {
     Bytes(Vec<u8>),
     /// Only its SHA-256.
     Digest([u8; 32]),
+    /// Only its SHA-512 (npm provenance names packages by SHA-512): only a
+    /// DSSE statement can be checked against it.
+    Sha512([u8; 64]),
 }
 
 impl Artifact {
-    fn sha256(&self) -> [u8; 32] {
+    fn sha256(&self) -> Result<[u8; 32], ArtifactError> {
         match self {
-            Artifact::Bytes(b) => sha256(b),
-            Artifact::Digest(d) => *d,
+            Artifact::Bytes(b) => Ok(sha256(b)),
+            Artifact::Digest(d) => Ok(*d),
+            Artifact::Sha512(_) => Err(malformed(
+                "a sha512 digest can only be checked against a DSSE statement's subject",
+            )),
+        }
+    }
+
+    /// The `alg:hex` digests an in-toto subject may name it by.
+    pub fn subject_digests(&self) -> Vec<(&'static str, String)> {
+        let hex = crate::trust::hex;
+        match self {
+            Artifact::Bytes(b) => {
+                let d512 = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA512, b);
+                vec![("sha256", hex(&sha256(b))), ("sha512", hex(d512.as_ref()))]
+            }
+            Artifact::Digest(d) => vec![("sha256", hex(d))],
+            Artifact::Sha512(d) => vec![("sha512", hex(d))],
         }
     }
 }
@@ -112,6 +131,11 @@ pub struct Verified {
     pub inclusion_proofs: usize,
     /// RFC 3161 timestamps verified.
     pub timestamps: usize,
+    /// The signed in-toto statement, for a DSSE bundle (its subject names
+    /// the artifact; what it claims is the caller's to judge).
+    pub statement: Option<Vec<u8>>,
+    /// What the verified signing certificate says (for a certificate).
+    pub identity: Option<x509::Identity>,
 }
 
 fn malformed(m: impl Into<String>) -> ArtifactError {
@@ -162,6 +186,8 @@ struct Content {
     payload_sha256: [u8; 32],
     /// SHA-256 of the DSSE PAE, for DSSE.
     pae_sha256: Option<[u8; 32]>,
+    /// The DSSE payload (the in-toto statement), for DSSE.
+    payload: Option<Vec<u8>>,
     signature: Vec<u8>,
 }
 
@@ -190,7 +216,7 @@ pub(crate) fn content_kind(v: &Value) -> Result<ContentKind, ArtifactError> {
 fn content(v: &Value, artifact: &Artifact) -> Result<Content, SignatureProblem> {
     if content_kind(v)? == ContentKind::MessageSignature {
         let signature = b64(v, "/messageSignature/signature")?;
-        let want = artifact.sha256();
+        let want = artifact.sha256()?;
         if let Some(d) = v.pointer("/messageSignature/messageDigest") {
             let alg = d
                 .get("algorithm")
@@ -211,8 +237,9 @@ fn content(v: &Value, artifact: &Artifact) -> Result<Content, SignatureProblem> 
         return Ok(Content {
             message: match artifact {
                 Artifact::Bytes(b) => Some(b.clone()),
-                Artifact::Digest(_) => None,
+                Artifact::Digest(_) | Artifact::Sha512(_) => None,
             },
+            payload: None,
             payload_sha256: want,
             pae_sha256: None,
             signature,
@@ -237,37 +264,44 @@ fn content(v: &Value, artifact: &Artifact) -> Result<Content, SignatureProblem> 
         .into());
     }
     let signature = b64(env, "/signatures/0/sig")?;
-    // The artifact must be a subject of the statement.
-    let stmt: Value = serde_json::from_slice(&payload)
-        .map_err(|e| malformed(format!("DSSE payload is not an in-toto statement: {e}")))?;
-    let want = crate::trust::hex(&artifact.sha256());
-    let bound = stmt
-        .get("subject")
-        .and_then(Value::as_array)
-        .is_some_and(|subjects| {
-            subjects.iter().any(|s| {
-                s.pointer("/digest/sha256")
-                    .and_then(Value::as_str)
-                    .is_some_and(|d| d.eq_ignore_ascii_case(&want))
-            })
-        });
-    if !bound {
-        let signed = stmt
-            .pointer("/subject/0/digest/sha256")
-            .and_then(Value::as_str)
-            .map_or_else(
-                || "(no sha256 subject)".to_owned(),
-                |d| format!("sha256:{d}"),
-            );
-        return Err(SignatureProblem::DigestMismatch { signed });
-    }
+    subject_binds(&payload, artifact)?;
     let pae = crate::pae(payload_type, &payload);
     Ok(Content {
         payload_sha256: sha256(&payload),
         pae_sha256: Some(sha256(&pae)),
         message: Some(pae),
+        payload: Some(payload),
         signature,
     })
+}
+
+/// The artifact must be a subject of the in-toto statement `payload`: a
+/// statement about another digest counts as none.
+pub(crate) fn subject_binds(payload: &[u8], artifact: &Artifact) -> Result<(), SignatureProblem> {
+    let stmt: Value = serde_json::from_slice(payload)
+        .map_err(|e| malformed(format!("DSSE payload is not an in-toto statement: {e}")))?;
+    let wants = artifact.subject_digests();
+    let subjects = stmt.get("subject").and_then(Value::as_array);
+    let bound = subjects.is_some_and(|subjects| {
+        subjects.iter().any(|s| {
+            wants.iter().any(|(alg, want)| {
+                s.pointer(&format!("/digest/{alg}"))
+                    .and_then(Value::as_str)
+                    .is_some_and(|d| d.eq_ignore_ascii_case(want))
+            })
+        })
+    });
+    if bound {
+        return Ok(());
+    }
+    let signed = subjects
+        .and_then(|s| s.first())
+        .and_then(|s| s.get("digest")?.as_object()?.iter().next())
+        .map_or_else(
+            || "(no subject digest)".to_owned(),
+            |(alg, d)| format!("{alg}:{}", d.as_str().unwrap_or_default()),
+        );
+    Err(SignatureProblem::DigestMismatch { signed })
 }
 
 /// A signing certificate (DER) and the chain the bundle carries with it.
@@ -361,6 +395,8 @@ pub fn verify(
         times: Vec::new(),
         inclusion_proofs: 0,
         timestamps: 0,
+        statement: c.payload.clone(),
+        identity: None,
     };
     let entries = v
         .pointer("/verificationMaterial/tlogEntries")
@@ -448,6 +484,7 @@ pub fn verify(
             found: id.to_string(),
         });
     }
+    out.identity = Some(id);
     Ok(out)
 }
 

@@ -1,0 +1,369 @@
+//! Attestations as a policy reads them: in-toto statements (what is claimed
+//! about which digest), predicate types with cosign's short names, and the
+//! CEL conditions a platform team writes over a verified statement.
+//!
+//! Owns parsing a statement (v0.1 and v1) and matching its subjects against
+//! the digest that runs, compiling a condition once (a bad expression is an
+//! error naming it, before anything is evaluated; expressions are bounded in
+//! length and in how deeply comprehensions nest, so evaluation cost stays
+//! linear in the statement's size), and evaluating conditions over one
+//! statement with the variables `predicateType`, `predicate`, `statement`,
+//! `subject`, `signer`, `image`, `timestamps` and `now`. A condition that
+//! fails at run time (a missing field, a wrong type) is false with the
+//! reason — never a panic. It does not verify signatures (sigil-verify) or
+//! fetch anything; `signer` is what the verifier read from the certificate.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cel::common::ast::{EntryExpr, Expr, IdedExpr};
+use serde_json::Value;
+
+/// Longest condition expression accepted, in bytes.
+pub const MAX_EXPRESSION_BYTES: usize = 4096;
+/// Deepest nesting of comprehensions (`all`, `exists`, `map`, `filter`): one
+/// level keeps evaluation linear in the size of the statement.
+pub const MAX_COMPREHENSION_DEPTH: usize = 1;
+/// Default `maxAttestationSize`: the largest statement read, in bytes.
+pub const DEFAULT_MAX_ATTESTATION_BYTES: usize = 8 << 20;
+
+/// cosign's short predicate-type names and the URIs they stand for.
+pub const SHORT_NAMES: &[(&str, &str)] = &[
+    ("slsaprovenance", "https://slsa.dev/provenance/v0.2"),
+    ("slsaprovenance02", "https://slsa.dev/provenance/v0.2"),
+    ("slsaprovenance1", "https://slsa.dev/provenance/v1"),
+    ("spdx", "https://spdx.dev/Document"),
+    ("spdxjson", "https://spdx.dev/Document"),
+    ("cyclonedx", "https://cyclonedx.org/bom"),
+    ("vuln", "https://cosign.sigstore.dev/attestation/vuln/v1"),
+    ("openvex", "https://openvex.dev/ns"),
+    ("custom", "https://cosign.sigstore.dev/attestation/v1"),
+];
+
+/// The URI a `predicateType` names: a short name's URI, else itself.
+pub fn predicate_type_uri(name: &str) -> &str {
+    SHORT_NAMES
+        .iter()
+        .find(|(short, _)| *short == name)
+        .map_or(name, |(_, uri)| uri)
+}
+
+/// Why a statement or a condition cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttestError {
+    /// The payload is not an in-toto statement.
+    #[error("not an in-toto statement: {0}")]
+    Statement(String),
+    /// The statement is larger than the rule allows.
+    #[error("statement is {size} bytes, over the {limit}-byte maxAttestationSize")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A condition does not compile, or is over the bounds.
+    #[error("condition {expression:?}: {reason}")]
+    Condition {
+        /// The expression as written.
+        expression: String,
+        /// The compiler's reason, or the bound it breaks.
+        reason: String,
+    },
+}
+
+/// An in-toto statement, parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Statement {
+    /// `predicateType`, as written.
+    pub predicate_type: String,
+    /// `subject[]`: names and digests (`sha256` → hex, …).
+    pub subjects: Vec<(String, BTreeMap<String, String>)>,
+    /// The whole statement (what `statement` is in a condition).
+    pub raw: Value,
+}
+
+impl Statement {
+    /// Parses a DSSE payload, refusing one over `limit` bytes.
+    pub fn parse(payload: &[u8], limit: usize) -> Result<Statement, AttestError> {
+        if payload.len() > limit {
+            return Err(AttestError::TooLarge {
+                size: payload.len(),
+                limit,
+            });
+        }
+        let raw: Value =
+            serde_json::from_slice(payload).map_err(|e| AttestError::Statement(e.to_string()))?;
+        let kind = raw["_type"].as_str().unwrap_or_default();
+        if !kind.starts_with("https://in-toto.io/Statement/") {
+            return Err(AttestError::Statement(format!(
+                "_type is {kind:?}, not https://in-toto.io/Statement/v0.1 or v1"
+            )));
+        }
+        let predicate_type = raw["predicateType"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| AttestError::Statement("no predicateType".into()))?
+            .to_owned();
+        let subjects = raw["subject"]
+            .as_array()
+            .ok_or_else(|| AttestError::Statement("no subject list".into()))?
+            .iter()
+            .map(|s| {
+                let digests = s["digest"]
+                    .as_object()
+                    .map(|d| {
+                        d.iter()
+                            .filter_map(|(k, v)| {
+                                Some((k.clone(), v.as_str()?.to_ascii_lowercase()))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (s["name"].as_str().unwrap_or_default().to_owned(), digests)
+            })
+            .collect();
+        Ok(Statement {
+            predicate_type,
+            subjects,
+            raw,
+        })
+    }
+
+    /// Whether a subject names `digest` (`sha256:<hex>`, `sha512:<hex>`).
+    pub fn names(&self, digest: &str) -> bool {
+        let Some((alg, hex)) = digest.split_once(':') else {
+            return false;
+        };
+        let hex = hex.to_ascii_lowercase();
+        self.subjects
+            .iter()
+            .any(|(_, d)| d.get(alg).is_some_and(|h| *h == hex))
+    }
+
+    /// The first subject that names `digest`, as a condition sees it.
+    fn subject_value(&self, digest: &str) -> Value {
+        let (alg, hex) = digest.split_once(':').unwrap_or_default();
+        self.raw["subject"]
+            .as_array()
+            .and_then(|subjects| {
+                subjects.iter().find(|s| {
+                    s["digest"][alg]
+                        .as_str()
+                        .is_some_and(|h| h.eq_ignore_ascii_case(hex))
+                })
+            })
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+}
+
+/// One condition of an attestation entry, compiled.
+#[derive(Clone)]
+pub struct Condition {
+    /// The CEL expression as written.
+    pub expression: String,
+    /// What the denial says when it is false (else the expression).
+    pub message: Option<String>,
+    program: Arc<cel::Program>,
+}
+
+impl std::fmt::Debug for Condition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Condition")
+            .field("expression", &self.expression)
+            .field("message", &self.message)
+            .finish()
+    }
+}
+
+impl PartialEq for Condition {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.expression, &self.message) == (&other.expression, &other.message)
+    }
+}
+
+impl Eq for Condition {}
+
+impl std::hash::Hash for Condition {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (&self.expression, &self.message).hash(state);
+    }
+}
+
+impl Condition {
+    /// Compiles `expression` (once, when the policy loads).
+    pub fn compile(expression: &str, message: Option<String>) -> Result<Condition, AttestError> {
+        let refuse = |reason: String| AttestError::Condition {
+            expression: expression.to_owned(),
+            reason,
+        };
+        if expression.len() > MAX_EXPRESSION_BYTES {
+            return Err(refuse(format!("longer than {MAX_EXPRESSION_BYTES} bytes")));
+        }
+        let program = cel::Program::compile(expression)
+            .map_err(|e| refuse(e.to_string().trim().to_owned()))?;
+        let depth = comprehension_depth(program.expression());
+        if depth > MAX_COMPREHENSION_DEPTH {
+            return Err(refuse(format!(
+                "comprehensions (all, exists, map, filter) nest {depth} deep; at most {MAX_COMPREHENSION_DEPTH} is allowed, so evaluation stays linear in the statement's size"
+            )));
+        }
+        Ok(Condition {
+            expression: expression.to_owned(),
+            message: message.filter(|m| !m.is_empty()),
+            program: Arc::new(program),
+        })
+    }
+}
+
+fn comprehension_depth(e: &IdedExpr) -> usize {
+    let max =
+        |it: &mut dyn Iterator<Item = &IdedExpr>| it.map(comprehension_depth).max().unwrap_or(0);
+    match &e.expr {
+        Expr::Comprehension(c) => {
+            let inner = max(&mut [&c.loop_cond, &c.loop_step, &c.result].into_iter());
+            let outside = max(&mut [&c.iter_range, &c.accu_init].into_iter());
+            (1 + inner).max(outside)
+        }
+        Expr::Call(c) => max(&mut c.target.iter().map(|t| t.as_ref()).chain(c.args.iter())),
+        Expr::List(l) => max(&mut l.elements.iter()),
+        Expr::Select(s) => comprehension_depth(&s.operand),
+        Expr::Map(m) => max(&mut m.entries.iter().flat_map(|en| entry_exprs(&en.expr))),
+        Expr::Struct(s) => max(&mut s.entries.iter().flat_map(|en| entry_exprs(&en.expr))),
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => 0,
+    }
+}
+
+fn entry_exprs(e: &EntryExpr) -> Vec<&IdedExpr> {
+    match e {
+        EntryExpr::StructField(f) => vec![&f.value],
+        EntryExpr::MapEntry(m) => vec![&m.key, &m.value],
+    }
+}
+
+/// What one verified attestation offers the conditions.
+#[derive(Debug, Clone)]
+pub struct Evidence<'a> {
+    /// The statement.
+    pub statement: &'a Statement,
+    /// The digest it was checked against (`sha256:…`).
+    pub digest: &'a str,
+    /// Who signed, as the certificate (or the key) says: `verifier`,
+    /// `subject`, `issuer` and every Fulcio extension present, by name.
+    pub signer: &'a BTreeMap<String, String>,
+    /// The image (`reference`, `repository`, `digest`), when it is one.
+    pub image: Option<&'a BTreeMap<String, String>>,
+    /// The verified signing times (Unix seconds).
+    pub timestamps: &'a [i64],
+}
+
+/// One condition's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConditionResult {
+    /// The expression.
+    pub expression: String,
+    /// Its message, if it has one.
+    pub message: Option<String>,
+    /// `Ok(true)` holds, `Ok(false)` does not, `Err` could not be evaluated
+    /// (counts as false; the reason is shown).
+    pub outcome: Result<bool, String>,
+}
+
+impl ConditionResult {
+    /// Whether it holds.
+    pub fn holds(&self) -> bool {
+        self.outcome == Ok(true)
+    }
+
+    /// How a denial names it: its message or expression, and why it failed.
+    pub fn describe(&self) -> String {
+        let what = self.message.as_deref().unwrap_or(&self.expression);
+        match &self.outcome {
+            Ok(true) => format!("{what}: holds"),
+            Ok(false) => format!("{what}: false"),
+            Err(e) => format!("{what}: cannot be evaluated ({e})"),
+        }
+    }
+}
+
+fn timestamp(secs: i64) -> cel::Value {
+    chrono::DateTime::from_timestamp(secs, 0)
+        .map(|t| cel::Value::Timestamp(t.fixed_offset()))
+        .unwrap_or(cel::Value::Null)
+}
+
+/// Evaluates `conditions` over one attestation at `now` (Unix seconds),
+/// every one of them (a report lists each), in order.
+pub fn evaluate(conditions: &[Condition], ev: &Evidence<'_>, now: i64) -> Vec<ConditionResult> {
+    if conditions.is_empty() {
+        return Vec::new();
+    }
+    let s = ev.statement;
+    let mut ctx = cel::Context::default();
+    let vars: [(&str, Result<(), String>); 6] = [
+        (
+            "predicate",
+            ctx.add_variable("predicate", &s.raw["predicate"])
+                .map_err(|e| e.to_string()),
+        ),
+        (
+            "statement",
+            ctx.add_variable("statement", &s.raw)
+                .map_err(|e| e.to_string()),
+        ),
+        (
+            "subject",
+            ctx.add_variable("subject", s.subject_value(ev.digest))
+                .map_err(|e| e.to_string()),
+        ),
+        (
+            "signer",
+            ctx.add_variable("signer", ev.signer)
+                .map_err(|e| e.to_string()),
+        ),
+        (
+            "image",
+            ctx.add_variable("image", ev.image.cloned().unwrap_or_default())
+                .map_err(|e| e.to_string()),
+        ),
+        (
+            "predicateType",
+            ctx.add_variable("predicateType", s.predicate_type.as_str())
+                .map_err(|e| e.to_string()),
+        ),
+    ];
+    let broken: Vec<String> = vars
+        .into_iter()
+        .filter_map(|(n, r)| r.err().map(|e| format!("{n}: {e}")))
+        .collect();
+    ctx.add_variable_from_value("now", timestamp(now));
+    ctx.add_variable_from_value(
+        "timestamps",
+        cel::Value::List(Arc::new(
+            ev.timestamps.iter().map(|t| timestamp(*t)).collect(),
+        )),
+    );
+    conditions
+        .iter()
+        .map(|c| ConditionResult {
+            expression: c.expression.clone(),
+            message: c.message.clone(),
+            outcome: if broken.is_empty() {
+                match c.program.execute(&ctx) {
+                    Ok(cel::Value::Bool(b)) => Ok(b),
+                    Ok(other) => Err(format!("evaluates to {other:?}, not a bool")),
+                    Err(e) => Err(e.to_string()),
+                }
+            } else {
+                Err(format!(
+                    "the statement cannot be read: {}",
+                    broken.join("; ")
+                ))
+            },
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,161 @@
+//! Statements, predicate types and conditions.
+
+use super::*;
+use serde_json::json;
+
+const D: &str = "sha256:ab0000000000000000000000000000000000000000000000000000000000cdef";
+
+fn slsa_v1() -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "img", "digest": {"sha256": D.trim_start_matches("sha256:").to_uppercase()}}],
+        "predicateType": "https://slsa.dev/provenance/v1",
+        "predicate": {
+            "buildDefinition": {"externalParameters": {"workflow": {"repository": "https://github.com/acme/api", "ref": "refs/heads/main"}}},
+            "runDetails": {"builder": {"id": "https://github.com/actions/runner/github-hosted"}},
+            "metadata": {"scanFinishedOn": "2025-11-20T00:00:00Z"},
+            "scanner": {"result": {"summary": {"critical": 0}}},
+            "materials": [{"uri": "a"}, {"uri": "b"}]
+        }
+    }))
+    .unwrap()
+}
+
+fn signer() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("verifier".into(), "gha".into()),
+        ("sourceRepositoryRef".into(), "refs/heads/main".into()),
+        (
+            "issuer".into(),
+            "https://token.actions.githubusercontent.com".into(),
+        ),
+    ])
+}
+
+fn run(exprs: &[&str], now: i64) -> Vec<ConditionResult> {
+    let st = Statement::parse(&slsa_v1(), DEFAULT_MAX_ATTESTATION_BYTES).unwrap();
+    let conditions: Vec<Condition> = exprs
+        .iter()
+        .map(|e| Condition::compile(e, None).unwrap())
+        .collect();
+    let signer = signer();
+    evaluate(
+        &conditions,
+        &Evidence {
+            statement: &st,
+            digest: D,
+            signer: &signer,
+            image: None,
+            timestamps: &[now - 60],
+        },
+        now,
+    )
+}
+
+#[test]
+fn statements_are_read_and_matched_on_any_digest_case() {
+    let st = Statement::parse(&slsa_v1(), 1 << 20).unwrap();
+    assert_eq!(st.predicate_type, "https://slsa.dev/provenance/v1");
+    assert!(st.names(D));
+    assert!(st.names(&D.to_uppercase().replace("SHA256", "sha256")));
+    assert!(!st.names("sha256:00"));
+    assert!(!st.names("sha512:ab"));
+    assert!(matches!(
+        Statement::parse(&slsa_v1(), 10),
+        Err(AttestError::TooLarge { limit: 10, .. })
+    ));
+    for bad in [
+        json!({"_type": "x", "subject": [], "predicateType": "p"}),
+        json!({"_type": "https://in-toto.io/Statement/v0.1", "subject": []}),
+        json!({"_type": "https://in-toto.io/Statement/v0.1", "predicateType": "p"}),
+    ] {
+        let b = serde_json::to_vec(&bad).unwrap();
+        assert!(Statement::parse(&b, 1 << 20).is_err(), "{bad}");
+    }
+    assert!(Statement::parse(b"not json", 1 << 20).is_err());
+}
+
+#[test]
+fn short_predicate_names_are_cosigns() {
+    assert_eq!(
+        predicate_type_uri("slsaprovenance1"),
+        "https://slsa.dev/provenance/v1"
+    );
+    assert_eq!(
+        predicate_type_uri("vuln"),
+        "https://cosign.sigstore.dev/attestation/vuln/v1"
+    );
+    assert_eq!(predicate_type_uri("https://x/y"), "https://x/y");
+}
+
+#[test]
+fn the_issue_examples_hold_over_a_slsa_v1_statement() {
+    let now = 1_763_900_000; // 2025-11-23
+    let r = run(
+        &[
+            r#"predicate.buildDefinition.externalParameters.workflow.repository == "https://github.com/acme/api""#,
+            r#"signer.sourceRepositoryRef in ["refs/heads/main"] || signer.sourceRepositoryRef.startsWith("refs/tags/v")"#,
+            "predicate.scanner.result.summary.critical == 0",
+            r#"predicateType == "https://slsa.dev/provenance/v1" && subject.name == "img""#,
+            "predicate.materials.exists(m, m.uri == 'b') && size(timestamps) == 1 && timestamps[0] < now",
+        ],
+        now,
+    );
+    assert!(r.iter().all(ConditionResult::holds), "{r:?}");
+}
+
+#[test]
+fn freshness_is_judged_against_now() {
+    let scanned = 1_763_596_800; // 2025-11-20T00:00:00Z
+    let fresh = r#"now - timestamp(predicate.metadata.scanFinishedOn) < duration("168h")"#;
+    assert!(run(&[fresh], scanned + 86_400)[0].holds());
+    assert_eq!(run(&[fresh], scanned + 8 * 86_400)[0].outcome, Ok(false));
+}
+
+#[test]
+fn a_missing_field_or_a_non_bool_is_false_with_the_reason() {
+    let r = run(
+        &["predicate.nothing.here == 1", "1 + 1", "signer.issuer"],
+        0,
+    );
+    for c in &r {
+        assert!(!c.holds());
+        assert!(c.outcome.is_err(), "{c:?}");
+        assert!(
+            c.describe().contains("cannot be evaluated"),
+            "{}",
+            c.describe()
+        );
+    }
+    assert!(r[0].describe().contains("nothing"), "{}", r[0].describe());
+}
+
+#[test]
+fn bad_expressions_are_refused_when_compiled() {
+    for (e, why) in [
+        ("a +", "Syntax"),
+        ("[1].all(x, [2].all(y, x < y))", "nest 2 deep"),
+        (
+            "[1].exists(x, [[2]].map(l, l.all(y, y > x)).size() > 0)",
+            "nest 3 deep",
+        ),
+    ] {
+        let err = Condition::compile(e, None).unwrap_err().to_string();
+        assert!(err.contains(why), "{e}: {err}");
+    }
+    let long = "true && ".repeat(600) + "true";
+    assert!(
+        Condition::compile(&long, None)
+            .unwrap_err()
+            .to_string()
+            .contains("longer than")
+    );
+    // One level, beside another one level, is fine.
+    assert!(Condition::compile("[1].all(x, x > 0) && [2].exists(y, y == 2)", None).is_ok());
+    assert_eq!(
+        Condition::compile("true", Some(String::new()))
+            .unwrap()
+            .message,
+        None
+    );
+}
