@@ -1,5 +1,6 @@
 //! Criterion benches for the pure decision path: reference parsing, rule
-//! matching, and walking + planning + patching a 3-container Pod.
+//! matching, walking + planning + patching a 3-container Pod, and three
+//! attestation conditions over a SLSA v1 statement.
 //! Run: `cargo bench -p sigil-core` (prints a table per group).
 
 use std::hint::black_box;
@@ -90,5 +91,70 @@ fn bench_pod(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_parse, bench_match, bench_pod);
+fn bench_conditions(c: &mut Criterion) {
+    use sigil_core::attest::{Condition, Evidence, Statement, evaluate};
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let statement = serde_json::to_vec(&serde_json::json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "registry.example.com/team/app", "digest": {"sha256": "ab".repeat(32)}}],
+        "predicateType": "https://slsa.dev/provenance/v1",
+        "predicate": {
+            "buildDefinition": {
+                "buildType": "https://actions.github.io/buildtypes/workflow/v1",
+                "externalParameters": {"workflow": {"ref": "refs/heads/main", "repository": "https://github.com/acme/api", "path": ".github/workflows/release.yml"}},
+                "internalParameters": {"github": {"event_name": "push", "repository_id": "123", "repository_owner_id": "456"}},
+                "resolvedDependencies": [{"uri": "git+https://github.com/acme/api@refs/heads/main", "digest": {"gitCommit": "0123456789abcdef0123456789abcdef01234567"}}]
+            },
+            "runDetails": {
+                "builder": {"id": "https://github.com/actions/runner/github-hosted"},
+                "metadata": {"invocationId": "https://github.com/acme/api/actions/runs/1/attempts/1"}
+            }
+        }
+    }))
+    .expect("statement");
+    let st = Statement::parse(&statement, 1 << 20).expect("statement");
+    let conditions: Vec<Condition> = [
+        r#"predicate.buildDefinition.externalParameters.workflow.repository == "https://github.com/acme/api""#,
+        r#"signer.sourceRepositoryRef in ["refs/heads/main"] || signer.sourceRepositoryRef.startsWith("refs/tags/v")"#,
+        r#"predicate.runDetails.builder.id == "https://github.com/actions/runner/github-hosted""#,
+    ]
+    .iter()
+    .map(|e| Condition::compile(e, None).expect("condition"))
+    .collect();
+    let signer = std::collections::BTreeMap::from([
+        (
+            "sourceRepositoryRef".to_owned(),
+            "refs/heads/main".to_owned(),
+        ),
+        (
+            "sourceRepositoryUri".to_owned(),
+            "https://github.com/acme/api".to_owned(),
+        ),
+        (
+            "issuer".to_owned(),
+            "https://token.actions.githubusercontent.com".to_owned(),
+        ),
+    ]);
+    c.bench_function("attest_three_conditions_slsa_v1", |b| {
+        b.iter(|| {
+            let ev = Evidence {
+                statement: &st,
+                digest: &digest,
+                signer: &signer,
+                image: None,
+                timestamps: &[1_763_900_000],
+            };
+            let r = evaluate(black_box(&conditions), &ev, 1_763_900_060);
+            assert!(r.iter().all(|c| c.holds()));
+        })
+    });
+}
+
+criterion_group!(
+    benches,
+    bench_parse,
+    bench_match,
+    bench_pod,
+    bench_conditions
+);
 criterion_main!(benches);

@@ -412,3 +412,12 @@ fn an_oversized_identity_regex_is_refused_up_front() {
     let wide = format!("({})", "\\w{100}".repeat(40));
     assert!(crate::verify::identity_regex(&wide).is_err());
 }
+
+/// Attestation rules are not enforced by the webhook yet: a policy that
+/// asks for them must be refused, never loaded with them ignored.
+#[test]
+fn a_rule_with_attestations_is_refused_until_the_webhook_enforces_them() {
+    let text = "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n    - name: a\n      match: [\"**\"]\n      attestations:\n        - {name: x, predicateType: vuln}\n";
+    let err = Policy::from_documents(text).unwrap_err().to_string();
+    assert!(err.contains("unknown field `attestations`"), "{err}");
+}
