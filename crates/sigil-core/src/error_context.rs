@@ -1,5 +1,5 @@
 //! The one way sigil's crates name the operation an error came from while
-//! keeping it typed: [`error_context!`](crate::error_context) writes a crate's
+//! keeping it typed: [`error_context!`](crate::error_context!) writes a crate's
 //! `Context` trait (`.context("reading X")`, `.with_context(|| ...)`) for the
 //! source errors its error enum wraps, each into its `{ context, source }`
 //! variant. Only a macro lives here; no I/O.

@@ -8,7 +8,9 @@
 //! downgrade, scope, and which lookups a decision needs), what happens to
 //! each image and the denial reasons ([`decision`]), what a rule's signature
 //! requirement means and whether a set of verifier results meets it
-//! ([`verify`]), and the JSONPatch that applies a decision ([`patch`]). It
+//! ([`verify`]), what an attestation states and the CEL conditions a policy
+//! puts on it ([`attest`]), and the JSONPatch that applies a decision
+//! ([`patch`]). It
 //! does not talk to registries, check signatures or serve HTTP: those edges
 //! are the traits in this file, implemented by `sigil-registry` and
 //! `sigil-verify` and driven by the `sigil` binary, which runs the I/O a plan

@@ -2,7 +2,9 @@
 //!
 //! It owns loading the trust material a policy names (keys, Fulcio/Rekor
 //! trusted roots, notation roots) once per policy load, checking cosign
-//! (key, keyless, Sigstore bundle) and notation (JWS, COSE) signatures, and
+//! (key, keyless, Sigstore bundle, bare DSSE envelopes: [`envelope`]) and
+//! notation (JWS, COSE) signatures — for attestations too, returning the
+//! signed statement and every Fulcio extension of its certificate — and
 //! the verification cache: outcomes per (signature repository, digest,
 //! verifier set) with a TTL, concurrent verifications of one key coalesced
 //! into one. It fetches through [`sigil_core::ArtifactSource`], so it has no
