@@ -289,6 +289,9 @@ pub struct ConditionResult {
     /// `Ok(true)` holds, `Ok(false)` does not, `Err` could not be evaluated
     /// (counts as false; the reason is shown).
     pub outcome: Result<bool, String>,
+    /// When it is false: the value the failing comparison read (a field of
+    /// the predicate, the signer, …), shown so a denial says what was there.
+    pub saw: Option<String>,
 }
 
 impl ConditionResult {
@@ -300,10 +303,11 @@ impl ConditionResult {
     /// How a denial names it: its message or expression, and why it failed.
     pub fn describe(&self) -> String {
         let what = self.message.as_deref().unwrap_or(&self.expression);
-        match &self.outcome {
-            Ok(true) => format!("{what}: holds"),
-            Ok(false) => format!("{what}: false"),
-            Err(e) => format!("{what}: cannot be evaluated ({e})"),
+        match (&self.outcome, &self.saw) {
+            (Ok(true), _) => format!("{what}: holds"),
+            (Ok(false), Some(saw)) => format!("{what}: false (it read {saw})"),
+            (Ok(false), None) => format!("{what}: false"),
+            (Err(e), _) => format!("{what}: cannot be evaluated ({e})"),
         }
     }
 }
@@ -368,13 +372,11 @@ pub fn evaluate(conditions: &[Condition], ev: &Evidence<'_>, now: i64) -> Vec<Co
     }
     conditions
         .iter()
-        .map(|c| ConditionResult {
-            expression: c.expression.clone(),
-            message: c.message.clone(),
-            outcome: if broken.is_empty() {
+        .map(|c| {
+            let outcome = if broken.is_empty() {
                 match c.program.execute(&ctx) {
                     Ok(cel::Value::Bool(b)) => Ok(b),
-                    Ok(other) => Err(format!("evaluates to {other:?}, not a bool")),
+                    Ok(other) => Err(format!("evaluates to {}, not a bool", show(&other))),
                     Err(e) => Err(e.to_string()),
                 }
             } else {
@@ -382,10 +384,77 @@ pub fn evaluate(conditions: &[Condition], ev: &Evidence<'_>, now: i64) -> Vec<Co
                     "the statement cannot be read: {}",
                     broken.join("; ")
                 ))
-            },
+            };
+            let saw = (outcome == Ok(false))
+                .then(|| observed(c.program.expression(), &ctx))
+                .flatten();
+            ConditionResult {
+                expression: c.expression.clone(),
+                message: c.message.clone(),
+                outcome,
+                saw,
+            }
         })
         .collect()
 }
+
+/// The value a false condition read: the non-literal side of its failing
+/// comparison (descending into the false side of `&&`), or the receiver
+/// of a failing method call (`x.startsWith(…)`). `None` when there is no
+/// such side or it cannot be evaluated.
+fn observed(e: &IdedExpr, ctx: &cel::Context<'_, '_>) -> Option<String> {
+    use cel::common::ast::operators as op;
+    let Expr::Call(c) = &e.expr else {
+        return None;
+    };
+    let side = |args: &[&IdedExpr]| -> Option<String> {
+        let read = args
+            .iter()
+            .find(|a| !matches!(a.expr, Expr::Literal(_) | Expr::List(_)))?;
+        ctx.resolve(read).ok().map(|v| show(&v))
+    };
+    match c.func_name.as_str() {
+        op::LOGICAL_AND => c
+            .args
+            .iter()
+            .find(|a| matches!(ctx.resolve(a), Ok(cel::Value::Bool(false))))
+            .and_then(|a| observed(a, ctx)),
+        op::EQUALS
+        | op::NOT_EQUALS
+        | op::LESS
+        | op::LESS_EQUALS
+        | op::GREATER
+        | op::GREATER_EQUALS
+        | op::IN => side(&c.args.iter().collect::<Vec<_>>()),
+        _ => match &c.target {
+            Some(t) => side(&[t.as_ref()]),
+            None => None,
+        },
+    }
+}
+
+/// A value as a denial shows it: JSON-like, at most 120 characters.
+fn show(v: &cel::Value) -> String {
+    let full = match v {
+        cel::Value::String(s) => format!("{:?}", s.as_str()),
+        cel::Value::Int(i) => i.to_string(),
+        cel::Value::UInt(u) => u.to_string(),
+        cel::Value::Float(f) => f.to_string(),
+        cel::Value::Bool(b) => b.to_string(),
+        cel::Value::Null => "null".to_owned(),
+        cel::Value::Timestamp(t) => t.to_rfc3339(),
+        cel::Value::Duration(d) => format!("{}s", d.num_seconds()),
+        cel::Value::List(l) => format!(
+            "[{}]",
+            l.iter().take(8).map(show).collect::<Vec<_>>().join(", ")
+        ),
+        cel::Value::Map(m) => format!("a map of {} entries", m.map.len()),
+        other => format!("{other:?}"),
+    };
+    crate::text::truncate_chars(&full, 120)
+}
+
+pub mod rules;
 
 #[cfg(test)]
 mod tests;

@@ -31,6 +31,9 @@ pub enum Reason {
     Denied,
     /// Its signatures do not satisfy the rule (the verifier's reason).
     Signature,
+    /// Its signatures pass (or none are asked for) but a required
+    /// attestation is missing, unverified, or fails a condition.
+    Attestation,
     /// Its tag cannot be resolved now (the registry's reason).
     Unresolvable,
     /// The Pod runs a different digest than its spec pins, or its tag now
@@ -40,9 +43,10 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in report order.
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 7] = [
         Reason::Denied,
         Reason::Signature,
+        Reason::Attestation,
         Reason::Unresolvable,
         Reason::NotMirrored,
         Reason::NotPinned,
@@ -56,6 +60,7 @@ impl Reason {
             Reason::NotMirrored => "not_mirrored",
             Reason::Denied => "denied",
             Reason::Signature => "signature",
+            Reason::Attestation => "attestation",
             Reason::Unresolvable => "unresolvable",
             Reason::Drift => "drift",
         }
@@ -289,6 +294,9 @@ fn reason_of(d: &Denial) -> Reason {
         | Denial::StaticDeny { .. }
         | Denial::TooManyLookups { .. } => Reason::Denied,
         Denial::Unresolved { .. } => Reason::Unresolvable,
+        Denial::Unverified { report, .. } if report.only_attestations_failed() => {
+            Reason::Attestation
+        }
         Denial::Unverified { .. } => Reason::Signature,
         Denial::TeamPolicy { refusal, .. } => reason_of(refusal),
     }

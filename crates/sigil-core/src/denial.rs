@@ -131,10 +131,11 @@ impl Denial {
                 rule,
                 source: Some(s),
             } => format!(
-                "failed signature verification of {target} (rule {rule:?} of {s}): {report}"
+                "failed {} of {target} (rule {rule:?} of {s}): {report}",
+                checked(report)
             ),
             Denial::Unverified { target, report, .. } => {
-                format!("failed signature verification of {target}: {report}")
+                format!("failed {} of {target}: {report}", checked(report))
             }
             Denial::TooManyLookups { lookups, limit } => format!(
                 "was not looked up: the object names {lookups} distinct images to resolve, more than the limit of {limit} per object"
@@ -150,7 +151,8 @@ impl Denial {
                     report,
                     ..
                 } => format!(
-                    "failed signature verification of {target} required by {policy}, rule {rule}: {report}"
+                    "failed {} of {target} required by {policy}, rule {rule}: {report}",
+                    checked(report)
                 ),
                 other => format!("{} ({policy})", other.why()),
             },
@@ -181,11 +183,23 @@ impl Denial {
             },
             Denial::Unverified { report, .. } => match &report.fetch_failure {
                 Some(f) => f.hint(),
+                None if report.only_attestations_failed() => {
+                    "attach an attestation of that type about this exact digest, signed by one of the entry's attestors, whose statement satisfies the conditions (cosign attest, actions/attest with push-to-registry), or ask the platform team to change the rule"
+                }
                 None => {
                     "sign this exact digest with the keys or identities the rule lists (cosign sign / notation sign), push the signatures where sigil looks (the image's repository or signatures.repository), or ask the platform team to change the rule"
                 }
             },
         }
+    }
+}
+
+/// What failed: signatures, or (when they passed or none are asked for) attestations.
+fn checked(report: &VerificationReport) -> &'static str {
+    if report.fetch_failure.is_none() && report.only_attestations_failed() {
+        "attestation checks"
+    } else {
+        "signature verification"
     }
 }
 

@@ -230,9 +230,9 @@ impl FieldVerdict {
     }
 
     /// The verifiers that vouched for this image, if it was verified and admitted.
-    pub fn vouched_by(&self) -> Option<Vec<&str>> {
+    pub fn vouched_by(&self) -> Option<Vec<String>> {
         let r = self.report.as_ref()?;
-        (r.satisfied() && !matches!(self.outcome, Outcome::Failed(_))).then(|| r.passed_names())
+        (r.satisfied() && !matches!(self.outcome, Outcome::Failed(_))).then(|| r.vouched())
     }
 }
 

@@ -61,3 +61,11 @@ mod tests {
         assert_eq!(s, "f\\nile: ok\n");
     }
 }
+
+/// `s` cut to at most `max` characters, with `…` where it was cut.
+pub fn truncate_chars(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_owned(),
+        Some((at, _)) => format!("{}…", &s[..at]),
+    }
+}

@@ -159,3 +159,34 @@ fn bad_expressions_are_refused_when_compiled() {
         None
     );
 }
+
+/// A false condition reports the value its comparison read, so a denial can
+/// say what was there (the false side of `&&`, the receiver of a method).
+#[test]
+fn a_false_condition_shows_the_value_it_read() {
+    let r = run(
+        &[
+            r#"predicate.buildDefinition.externalParameters.workflow.repository == "https://github.com/acme/other""#,
+            r#"predicateType != "" && predicate.scanner.result.summary.critical > 3"#,
+            r#"signer.sourceRepositoryRef.startsWith("refs/tags/")"#,
+            r#"signer.sourceRepositoryRef in ["refs/heads/release"]"#,
+            r#"predicateType == "https://slsa.dev/provenance/v1""#,
+        ],
+        1_764_000_000,
+    );
+    let saw: Vec<Option<&str>> = r.iter().map(|c| c.saw.as_deref()).collect();
+    assert_eq!(
+        saw,
+        [
+            Some(r#""https://github.com/acme/api""#),
+            Some("0"),
+            Some(r#""refs/heads/main""#),
+            Some(r#""refs/heads/main""#),
+            None,
+        ]
+    );
+    assert!(
+        r[0].describe()
+            .ends_with(r#"false (it read "https://github.com/acme/api")"#)
+    );
+}

@@ -170,6 +170,7 @@ fn labels_are_stable() {
         [
             "denied",
             "signature",
+            "attestation",
             "unresolvable",
             "not_mirrored",
             "not_pinned",

@@ -315,6 +315,7 @@ fn a_team_key_is_checked_on_the_digest_that_will_run() {
         fetch_failure: None,
         threshold: 1,
         required: Vec::new(),
+        attestations: Vec::new(),
     };
     a.reports.insert(jobs[0].key.clone(), Arc::new(report));
     let v = plan.decide(&a).fields.remove(0);

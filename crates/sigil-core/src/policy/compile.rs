@@ -1,8 +1,6 @@
 //! Turning a policy document into a [`Policy`]: every check that refuses a
 //! policy lives here, each naming the offending line when it is known.
 
-use std::sync::Arc;
-
 use super::{
     API_VERSION, Action, CLUSTER_KIND, ImagePolicyDoc, KIND, Mirror, MirrorSpec, Platform, Policy,
     PolicyError, Rule, invalid,
@@ -10,7 +8,6 @@ use super::{
 use crate::denial::Mode;
 use crate::pattern::{Pattern, PatternError, Specificity};
 use crate::reference;
-use crate::verify::Verification;
 
 impl Policy {
     /// Turns the document into a policy, or says which value is wrong.
@@ -119,40 +116,35 @@ impl Policy {
             }
             let action = r.action.unwrap_or_default();
             let has_verify = !r.verify.is_empty();
-            if !has_verify
-                && (r.threshold.is_some() || !r.required.is_empty() || r.signatures.is_some())
-            {
+            let has_attestations = !r.attestations.is_empty();
+            if !has_verify && (r.threshold.is_some() || !r.required.is_empty()) {
                 return Err(invalid(
                     &r.name,
                     format!(
-                        "rule {:?}: threshold, required and signatures need a verify list",
+                        "rule {:?}: threshold and required need a verify list",
                         r.name.value
                     ),
                 ));
             }
-            if has_verify && action != Action::Pin {
+            if !has_verify && !has_attestations && r.signatures.is_some() {
                 return Err(invalid(
                     &r.name,
                     format!(
-                        "rule {:?}: verify checks the pinned digest, so it needs action: pin (the default)",
+                        "rule {:?}: signatures needs a verify or attestations list",
                         r.name.value
                     ),
                 ));
             }
-            let verification = if has_verify {
-                Some(Arc::new(
-                    Verification::compile(
-                        &r.name.value,
-                        &r.verify,
-                        r.threshold,
-                        &r.required,
-                        r.signatures.as_ref(),
-                    )
-                    .map_err(|m| invalid(&r.name, m))?,
-                ))
-            } else {
-                None
-            };
+            if (has_verify || has_attestations) && action != Action::Pin {
+                return Err(invalid(
+                    &r.name,
+                    format!(
+                        "rule {:?}: verify and attestations check the pinned digest, which needs action: pin (the default)",
+                        r.name.value
+                    ),
+                ));
+            }
+            let verification = super::verification(r)?;
             let namespace_selector = r
                 .namespace_selector
                 .as_ref()

@@ -101,7 +101,7 @@ impl Policy {
                 r.name,
                 pats.join(", ")
             );
-            if let Some(v) = &r.verification {
+            if let Some(v) = r.verification.as_ref().filter(|v| !v.verifiers.is_empty()) {
                 let names: Vec<&str> = v.verifiers.iter().map(|x| x.name.as_str()).collect();
                 let _ = writeln!(
                     s,
@@ -116,6 +116,13 @@ impl Policy {
                     v.signatures_repository
                         .as_deref()
                         .unwrap_or("the repository the image is pulled from")
+                );
+            }
+            for a in r.verification.iter().flat_map(|v| &v.attestations) {
+                let _ = writeln!(
+                    s,
+                    "    and it must carry {}",
+                    crate::attest::rules::describe(a)
                 );
             }
             if let Some(d) = &r.description {
@@ -143,7 +150,8 @@ impl Policy {
             for r in &t.rules {
                 let what = if r.deny {
                     "refused".to_owned()
-                } else if let Some(v) = &r.verification {
+                } else if let Some(v) = r.verification.as_ref().filter(|v| !v.verifiers.is_empty())
+                {
                     let names: Vec<&str> = v.verifiers.iter().map(|x| x.name.as_str()).collect();
                     format!(
                         "admitted only if signed: at least {} of {}",
@@ -155,6 +163,13 @@ impl Policy {
                 };
                 let pats: Vec<&str> = r.patterns.iter().map(|x| x.normalized()).collect();
                 let _ = writeln!(s, "  rule {:?}: {} is {what}", r.name, pats.join(", "));
+                for a in r.verification.iter().flat_map(|v| &v.attestations) {
+                    let _ = writeln!(
+                        s,
+                        "    and it must carry {}",
+                        crate::attest::rules::describe(a)
+                    );
+                }
             }
             let _ = writeln!(
                 s,

@@ -220,34 +220,33 @@ impl NamespacePolicy {
                     ),
                 ));
             }
-            if deny && !r.verify.is_empty() {
+            if deny && (!r.verify.is_empty() || !r.attestations.is_empty()) {
                 return Err(invalid(
                     &r.name,
                     format!("{who}: rule {name:?}: a deny rule verifies nothing"),
                 ));
             }
-            let verification = if r.verify.is_empty() {
-                if r.threshold.is_some() || !r.required.is_empty() || r.signatures.is_some() {
-                    return Err(invalid(
-                        &r.name,
-                        format!(
-                            "{who}: rule {name:?}: threshold, required and signatures need a verify list"
-                        ),
-                    ));
+            if r.verify.is_empty() && (r.threshold.is_some() || !r.required.is_empty()) {
+                return Err(invalid(
+                    &r.name,
+                    format!("{who}: rule {name:?}: threshold and required need a verify list"),
+                ));
+            }
+            if r.verify.is_empty() && r.attestations.is_empty() && r.signatures.is_some() {
+                return Err(invalid(
+                    &r.name,
+                    format!("{who}: rule {name:?}: signatures needs a verify or attestations list"),
+                ));
+            }
+            let verification = super::verification(r).map_err(|e| match e {
+                PolicyError::Invalid { line, message } if !message.starts_with(&who) => {
+                    PolicyError::Invalid {
+                        line,
+                        message: format!("{who}: {message}"),
+                    }
                 }
-                None
-            } else {
-                Some(Arc::new(
-                    Verification::compile(
-                        &name,
-                        &r.verify,
-                        r.threshold,
-                        &r.required,
-                        r.signatures.as_ref(),
-                    )
-                    .map_err(|m| invalid(&r.name, format!("{who}: {m}")))?,
-                ))
-            };
+                other => other,
+            })?;
             rules.push(TeamRule {
                 name,
                 patterns,

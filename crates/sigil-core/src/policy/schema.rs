@@ -193,6 +193,10 @@ pub struct RuleSpec {
     /// Where signatures are looked up.
     #[serde(default)]
     pub signatures: Option<SignaturesSpec>,
+    /// In-toto attestations (provenance, SBOMs, scans) the pinned digest
+    /// must carry, with conditions.
+    #[serde(default)]
+    pub attestations: Vec<crate::attest::rules::AttestationSpec>,
     /// Only for objects in namespaces whose labels match (a Kubernetes label
     /// selector; every namespace has `kubernetes.io/metadata.name`).
     #[serde(default)]

@@ -413,11 +413,148 @@ fn an_oversized_identity_regex_is_refused_up_front() {
     assert!(crate::verify::identity_regex(&wide).is_err());
 }
 
-/// Attestation rules are not enforced by the webhook yet: a policy that
-/// asks for them must be refused, never loaded with them ignored.
+/// The issue's attestation example, verbatim: it loads and means this.
+const ATTEST_EXAMPLE: &str = r#"apiVersion: sigil.dev/v1alpha1
+kind: ImagePolicy
+metadata: {name: attest}
+spec:
+  rules:
+    - name: api
+      match: ["registry.example.com/acme/**"]
+      verify:
+        - name: scanner
+          cosign: {key: /etc/sigil/scanner.pub}
+      attestations:
+        - name: built-by-ci
+          predicateType: https://slsa.dev/provenance/v1   # exact URI; cosign's short names too
+          attestors:
+            - name: gha
+              cosign:
+                keyless: {issuer: https://token.actions.githubusercontent.com, subjectRegex: ^https://github\.com/acme/}
+          conditions:
+            - expression: predicate.buildDefinition.externalParameters.workflow.repository == "https://github.com/acme/api"
+              message: built from acme/api
+            - expression: signer.sourceRepositoryRef in ["refs/heads/main"] || signer.sourceRepositoryRef.startsWith("refs/tags/v")
+        - name: fresh-scan
+          predicateType: vuln
+          attestors: [scanner]
+          maxAttestationSize: 16Mi
+          conditions:
+            - expression: now - timestamp(predicate.metadata.scanFinishedOn) < duration("168h")
+            - expression: predicate.scanner.result.summary.critical == 0
+"#;
+
 #[test]
-fn a_rule_with_attestations_is_refused_until_the_webhook_enforces_them() {
-    let text = "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n    - name: a\n      match: [\"**\"]\n      attestations:\n        - {name: x, predicateType: vuln}\n";
-    let err = Policy::from_documents(text).unwrap_err().to_string();
-    assert!(err.contains("unknown field `attestations`"), "{err}");
+fn the_attestation_example_loads_with_short_names_attestors_and_sizes() {
+    let p = Policy::from_documents(ATTEST_EXAMPLE).unwrap();
+    let v = p.rules[0].verification.as_ref().unwrap();
+    assert_eq!(v.verifiers.len(), 1);
+    assert_eq!(v.attestations.len(), 2);
+    let (a, b) = (&v.attestations[0], &v.attestations[1]);
+    assert_eq!(a.predicate_type, "https://slsa.dev/provenance/v1");
+    assert_eq!(a.attestors[0].name, "gha");
+    assert_eq!(a.conditions.len(), 2);
+    assert_eq!(
+        a.conditions[0].message.as_deref(),
+        Some("built from acme/api")
+    );
+    assert_eq!(a.max_bytes, 8 << 20);
+    assert_eq!(
+        b.predicate_type,
+        "https://cosign.sigstore.dev/attestation/vuln/v1"
+    );
+    assert_eq!(
+        b.attestors[0].cosign.as_ref().unwrap().key.as_deref(),
+        Some("/etc/sigil/scanner.pub")
+    );
+    assert_eq!(b.max_bytes, 16 << 20);
+    let words = p.describe();
+    assert!(words.contains("it must carry attestation \"built-by-ci\": a https://slsa.dev/provenance/v1 statement about the pinned digest, signed by gha (keyless /^https://github\\.com/acme//"), "{words}");
+    assert!(
+        words.contains("where built from acme/api (predicate.buildDefinition"),
+        "{words}"
+    );
+}
+
+#[test]
+fn a_rule_with_attestations_only_requires_no_signature() {
+    let text = "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n    - name: a\n      match: [\"**\"]\n      attestations:\n        - name: sbom\n          predicateType: spdx\n          attestors: [{name: k, cosign: {key: /k.pub}}]\n";
+    let p = Policy::from_documents(text).unwrap();
+    let v = p.rules[0].verification.as_ref().unwrap();
+    assert!(v.verifiers.is_empty());
+    assert_eq!(v.threshold, 0);
+    assert_eq!(
+        v.attestations[0].predicate_type,
+        "https://spdx.dev/Document"
+    );
+}
+
+/// Each mistake in an attestation entry refuses the policy naming the line
+/// and the reason (a bad CEL expression: its own line and the compiler's words).
+#[test]
+fn bad_attestation_entries_are_refused_with_their_line() {
+    let base = |entry: &str| {
+        format!(
+            "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n    - name: a\n      match: [\"**\"]\n      verify: [{{name: k, cosign: {{key: /k.pub}}}}]\n      attestations:\n{entry}"
+        )
+    };
+    let cases = [
+        (
+            "        - name: x\n          predicateType: slsa\n          attestors: [k]\n",
+            "line 10",
+            "neither a URI nor one of cosign's short names",
+        ),
+        (
+            "        - name: x\n          predicateType: spdx\n",
+            "line 9",
+            "list at least one attestor",
+        ),
+        (
+            "        - name: x\n          predicateType: spdx\n          attestors: [nobody]\n",
+            "line 9",
+            "attestor \"nobody\" is not one of the rule's verify entries (have: k)",
+        ),
+        (
+            "        - name: x\n          predicateType: spdx\n          attestors: [k]\n          conditions:\n            - expression: predicate.a ==\n",
+            "line 13",
+            "condition \"predicate.a ==\"",
+        ),
+        (
+            "        - name: x\n          predicateType: spdx\n          attestors: [k]\n          conditions:\n            - expression: predicate.a.all(x, x.b.all(y, y))\n",
+            "line 13",
+            "comprehensions",
+        ),
+        (
+            "        - name: x\n          predicateType: spdx\n          attestors: [k]\n          maxAttestationSize: 100Gi\n",
+            "",
+            "100Gi",
+        ),
+        (
+            "        - name: x\n          predicateType: spdx\n          attestors: [k]\n          maxAttestationSize: 128Mi\n",
+            "line 12",
+            "between 1Ki and 64Mi",
+        ),
+        (
+            "        - name: x\n          predicateType: spdx\n          attestors: [{name: n, notation: {trustRoots: [/ca.pem]}}]\n",
+            "line 9",
+            "notation verifier",
+        ),
+        (
+            "        - name: x\n          predicateType: spdx\n          attestors: [{name: kl, cosign: {keyless: {issuer: x}}}]\n",
+            "line 9",
+            "keyless needs subject or subjectRegex",
+        ),
+        (
+            "        - name: x\n          predicateType: spdx\n          attestors: [k]\n        - name: x\n          predicateType: spdx\n          attestors: [k]\n",
+            "line 12",
+            "listed twice",
+        ),
+    ];
+    for (entry, line, want) in cases {
+        let err = Policy::from_documents(&base(entry))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(want), "{entry}: {err}");
+        assert!(err.contains(line), "{entry}: {err}");
+    }
 }

@@ -11,6 +11,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::attest::rules::{AttestationRequirement, EntryOutcome};
 use crate::failure::ResolveFailure;
 
 /// One entry of a rule's `verify` list.
@@ -162,6 +163,8 @@ pub struct Verification {
     pub required: Vec<String>,
     /// Normalized repository name (`host/path`) signatures live in, if not the image's.
     pub signatures_repository: Option<String>,
+    /// Attestations that must be present, verified and satisfy their conditions.
+    pub attestations: Vec<AttestationRequirement>,
 }
 
 /// Why one signature (or the lack of one) did not satisfy a verifier.
@@ -302,6 +305,8 @@ pub struct VerificationReport {
     pub threshold: usize,
     /// Required verifiers.
     pub required: Vec<String>,
+    /// Each attestation entry's findings, in policy order.
+    pub attestations: Vec<EntryOutcome>,
 }
 
 impl VerificationReport {
@@ -312,11 +317,18 @@ impl VerificationReport {
             fetch_failure: Some(failure),
             threshold: v.threshold,
             required: v.required.clone(),
+            attestations: Vec::new(),
         }
     }
 
-    /// Whether the passing set meets the threshold and includes every required verifier.
+    /// Whether the passing set meets the threshold and includes every
+    /// required verifier, and every attestation entry passed.
     pub fn satisfied(&self) -> bool {
+        self.signatures_satisfied() && self.attestations.iter().all(EntryOutcome::passed)
+    }
+
+    /// The signature part alone (threshold and required verifiers).
+    pub fn signatures_satisfied(&self) -> bool {
         if self.fetch_failure.is_some() {
             return false;
         }
@@ -344,12 +356,42 @@ impl VerificationReport {
             .map(|(n, _)| n.as_str())
             .collect()
     }
+
+    /// What vouched for the digest: the verifiers that passed, then each
+    /// attestation entry that passed (`attestation built-by-ci`).
+    pub fn vouched(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.passed_names().into_iter().map(str::to_owned).collect();
+        out.extend(
+            self.attestations
+                .iter()
+                .filter(|a| a.passed())
+                .map(|a| format!("attestation {}", a.name)),
+        );
+        out
+    }
+
+    /// Whether signatures passed and only attestations failed (the audit's
+    /// reason `attestation`, and the denial's wording).
+    pub fn only_attestations_failed(&self) -> bool {
+        self.signatures_satisfied() && !self.satisfied()
+    }
 }
 
 impl fmt::Display for VerificationReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(e) = &self.fetch_failure {
-            return write!(f, "signatures could not be fetched: {e}");
+            return if self.threshold == 0 && self.results.is_empty() {
+                write!(f, "attestations could not be fetched: {e}")
+            } else {
+                write!(f, "signatures could not be fetched: {e}")
+            };
+        }
+        if self.results.is_empty() {
+            // Attestations only.
+            for (i, a) in self.attestations.iter().enumerate() {
+                write!(f, "{}{a}", if i == 0 { "" } else { "; " })?;
+            }
+            return Ok(());
         }
         let passed = self.passed_names();
         write!(
@@ -376,6 +418,9 @@ impl fmt::Display for VerificationReport {
                     if *examined == 1 { "" } else { "s" }
                 )?,
             }
+        }
+        for a in &self.attestations {
+            write!(f, "; {a}")?;
         }
         Ok(())
     }
@@ -467,6 +512,7 @@ impl Verification {
             threshold,
             required: required.to_vec(),
             signatures_repository,
+            attestations: Vec::new(),
         })
     }
 }

@@ -27,7 +27,74 @@ fn report(results: &[(&str, bool)], threshold: usize, required: &[&str]) -> Veri
         fetch_failure: None,
         threshold,
         required: required.iter().map(|s| s.to_string()).collect(),
+        attestations: Vec::new(),
     }
+}
+
+fn seen(attestor: Option<&str>, holds: &[bool]) -> crate::attest::rules::Seen {
+    crate::attest::rules::Seen {
+        attestor: attestor.map(str::to_owned),
+        signer:
+            "subject https://github.com/acme/x, issuer https://token.actions.githubusercontent.com"
+                .into(),
+        problem: attestor
+            .is_none()
+            .then(|| "wrong key (signature does not verify)".to_owned()),
+        conditions: holds
+            .iter()
+            .map(|h| crate::attest::ConditionResult {
+                expression: "predicate.builder.id == \"https://ci\"".into(),
+                message: Some("built by our CI".into()),
+                outcome: Ok(*h),
+                saw: (!h).then(|| "\"https://evil\"".to_owned()),
+            })
+            .collect(),
+    }
+}
+
+/// An entry passes when one attestation is verified and every condition
+/// holds; the rule's report is satisfied only when signatures and every
+/// entry pass; each failure says how many were found, by whom, and the
+/// first failing condition with the value it read.
+#[test]
+fn attestation_entries_pass_only_verified_and_satisfied() {
+    use crate::attest::rules::EntryOutcome;
+    let entry = |seen: Vec<crate::attest::rules::Seen>| EntryOutcome {
+        name: "built-by-ci".into(),
+        predicate_type: "https://slsa.dev/provenance/v1".into(),
+        seen,
+        other_types: 2,
+    };
+    let mut r = report(&[("alice", true)], 1, &[]);
+    r.attestations = vec![entry(vec![
+        seen(None, &[]),
+        seen(Some("gha"), &[true, true]),
+    ])];
+    assert!(r.satisfied());
+    assert_eq!(r.vouched(), ["alice", "attestation built-by-ci"]);
+    r.attestations = vec![entry(vec![])];
+    assert!(!r.satisfied() && r.only_attestations_failed());
+    assert!(r.to_string().ends_with("; attestation built-by-ci: no https://slsa.dev/provenance/v1 attestation found for this digest (2 of other types)"), "{r}");
+    r.attestations = vec![entry(vec![seen(None, &[])])];
+    assert!(r.to_string().contains("1 https://slsa.dev/provenance/v1 attestation found, none verified by its attestors: wrong key"), "{r}");
+    r.attestations = vec![entry(vec![seen(Some("gha"), &[true, false])])];
+    let text = r.to_string();
+    assert!(
+        text.contains("1 verified (by gha, signer subject https://github.com/acme/x"),
+        "{text}"
+    );
+    assert!(text.contains("; condition \"predicate.builder.id == \\\"https://ci\\\"\" (built by our CI) is false: it read \"https://evil\""), "{text}");
+    // Attestations only (no verify): the report is the entries alone.
+    let mut only = report(&[], 0, &[]);
+    only.attestations = vec![entry(vec![])];
+    assert!(
+        only.to_string().starts_with("attestation built-by-ci: no "),
+        "{only}"
+    );
+    // Signatures failing is reported as a signature failure, not an attestation one.
+    let mut both = report(&[("alice", false)], 1, &[]);
+    both.attestations = vec![entry(vec![])];
+    assert!(!both.only_attestations_failed());
 }
 
 #[test]
