@@ -43,6 +43,14 @@ pub fn push_line(out: &mut String, line: std::fmt::Arguments<'_>) {
     out.push('\n');
 }
 
+/// `s` cut to at most `max` characters, with `…` where it was cut.
+pub fn truncate_chars(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_owned(),
+        Some((at, _)) => format!("{}…", &s[..at]),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,13 +67,5 @@ mod tests {
         let mut s = String::new();
         push_line(&mut s, format_args!("{}: {}", "f\nile", "ok"));
         assert_eq!(s, "f\\nile: ok\n");
-    }
-}
-
-/// `s` cut to at most `max` characters, with `…` where it was cut.
-pub fn truncate_chars(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        None => s.to_owned(),
-        Some((at, _)) => format!("{}…", &s[..at]),
     }
 }

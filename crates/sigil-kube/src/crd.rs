@@ -90,6 +90,11 @@ pub struct PolicyRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_form")]
     pub signatures: Option<serde_json::Value>,
+    /// In-toto attestations the pinned digest must carry (predicate type,
+    /// attestors, CEL conditions), as in a policy file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "free_form_list")]
+    pub attestations: Vec<serde_json::Value>,
     /// Cluster policies only: the rule applies to objects in namespaces
     /// whose labels match (a label selector).
     #[serde(default, skip_serializing_if = "Option::is_none")]

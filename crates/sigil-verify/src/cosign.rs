@@ -30,6 +30,8 @@ pub const CHAIN_ANNOTATION: &str = "dev.sigstore.cosign/chain";
 pub const BUNDLE_ANNOTATION: &str = "dev.sigstore.cosign/bundle";
 /// Media type (and artifactType) of a Sigstore bundle v0.3.
 pub const BUNDLE_MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
+/// What every Sigstore bundle media type starts with (v0.1–v0.3).
+pub const BUNDLE_PREFIX: &str = "application/vnd.dev.sigstore.bundle";
 /// The in-toto predicate `cosign sign --new-bundle-format` signs.
 pub const SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
 
@@ -265,6 +267,8 @@ pub enum CosignCheck {
         issuer: Matcher,
         /// Required SAN.
         subject: Matcher,
+        /// Fulcio extensions that must match, by name.
+        extensions: Vec<(String, Matcher)>,
         /// Log entries, inclusion proofs and timestamps required.
         req: Requirements,
         /// Fulcio CAs and Rekor keys.
@@ -272,15 +276,41 @@ pub enum CosignCheck {
     },
 }
 
+/// What checking a signature proved besides its validity.
+#[derive(Debug, Clone, Default)]
+pub struct Checked {
+    /// Verified signing times (log integrated times, RFC 3161 times).
+    pub times: Vec<i64>,
+    /// The certificate's identity, for keyless.
+    pub identity: Option<x509::Identity>,
+}
+
 impl CosignCheck {
     /// Checks one item; `Ok` means this signature satisfies the verifier for `digest`.
     pub fn check(&self, item: &Item, digest: &str, now: i64) -> Result<(), SignatureProblem> {
         if let Some(b) = &item.bundle {
-            return self.check_bundle(item, b, digest);
+            bind(item, digest)?;
+            return self.verify_bundle(b, digest).map(|_| ());
         }
-        let req = match self {
-            CosignCheck::Key { req, .. } | CosignCheck::Keyless { req, .. } => *req,
-        };
+        self.check_signed(item, now)?;
+        bind(item, digest)
+    }
+
+    /// The log and timestamp requirements and the trusted root.
+    fn parts(&self) -> (Requirements, &TrustedRoot) {
+        match self {
+            CosignCheck::Key { req, trust, .. } | CosignCheck::Keyless { req, trust, .. } => {
+                (*req, trust)
+            }
+        }
+    }
+
+    /// Every check of a legacy item (signature, log entry, chain at the
+    /// log's time, identity) except what it is about: the caller binds the
+    /// payload to the digest (a simple-signing payload, or an attestation's
+    /// in-toto subject).
+    pub fn check_signed(&self, item: &Item, now: i64) -> Result<Checked, SignatureProblem> {
+        let (req, trust) = self.parts();
         if req.inclusion_proof == TlogPolicy::Required {
             return Err(SignatureProblem::LogEntryInvalid {
                 detail: "a legacy cosign signature carries no inclusion proof, and the policy requires one (sign with --new-bundle-format)".into(),
@@ -295,18 +325,21 @@ impl CosignCheck {
             });
         }
         match self {
-            CosignCheck::Key { key, req, trust } => {
+            CosignCheck::Key { key, .. } => {
                 if !key.verify(SigEncoding::Der, &item.message, &item.signature) {
                     return Err(SignatureProblem::WrongKey);
                 }
-                check_entries(item, trust, req.tlog, &key.spki)?;
-                bind(item, digest)
+                let at = check_entries(item, trust, req.tlog, &key.spki)?;
+                Ok(Checked {
+                    times: at.into_iter().collect(),
+                    identity: None,
+                })
             }
             CosignCheck::Keyless {
                 issuer,
                 subject,
-                req,
-                trust,
+                extensions,
+                ..
             } => {
                 let Some(cert) = &item.cert else {
                     return Err(SignatureProblem::ChainInvalid {
@@ -322,67 +355,58 @@ impl CosignCheck {
                 }
                 // Fulcio leaves live ten minutes: the chain is checked at the
                 // time the log saw the signature, never at "now".
-                let at = check_entries(item, trust, req.tlog, cert)?.unwrap_or(now);
-                crate::bundle::certificate_at(cert, &item.chain, trust, &[at])?;
+                let logged = check_entries(item, trust, req.tlog, cert)?;
+                crate::bundle::certificate_at(cert, &item.chain, trust, &[logged.unwrap_or(now)])?;
                 let id = x509::identity(cert).map_err(SignatureProblem::from)?;
-                let issuer_ok = id.issuer.as_deref().is_some_and(|i| issuer.matches(i));
-                let subject_ok = id.subjects.iter().any(|s| subject.matches(s));
-                if !(issuer_ok && subject_ok) {
-                    return Err(SignatureProblem::IdentityMismatch {
-                        found: id.to_string(),
-                    });
-                }
-                bind(item, digest)
+                crate::bundle::identity_matches(&id, subject, issuer, extensions)?;
+                Ok(Checked {
+                    times: logged.into_iter().collect(),
+                    identity: Some(id),
+                })
             }
         }
     }
-}
 
-impl CosignCheck {
-    /// A Sigstore bundle: the statement must be a cosign image signature for
-    /// `digest` (attestations do not count), then the whole bundle is
-    /// verified as the Sigstore client spec says, with the image digest as
-    /// the artifact.
-    fn check_bundle(
+    /// Verifies a whole Sigstore bundle as the Sigstore client spec says,
+    /// with the image digest as the artifact (a DSSE statement must name it).
+    pub fn verify_bundle(
         &self,
-        item: &Item,
         bundle: &[u8],
         digest: &str,
-    ) -> Result<(), SignatureProblem> {
-        bind(item, digest)?;
-        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
-        let mut d = [0u8; 32];
-        if hex.len() != 64 {
-            return Err(SignatureProblem::Malformed {
-                detail: format!("{digest} is not a sha256 digest"),
-            });
-        }
-        for (i, b) in d.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).map_err(|_| {
-                SignatureProblem::Malformed {
-                    detail: format!("{digest} is not hex"),
-                }
-            })?;
-        }
-        let artifact = crate::bundle::Artifact::Digest(d);
-        let (signer, req, trust) = match self {
-            CosignCheck::Key { key, req, trust } => (crate::bundle::Signer::Key(key), *req, trust),
+    ) -> Result<crate::bundle::Verified, SignatureProblem> {
+        let artifact = crate::bundle::Artifact::Digest(sha256_bytes(digest)?);
+        let (req, trust) = self.parts();
+        let signer = match self {
+            CosignCheck::Key { key, .. } => crate::bundle::Signer::Key(key),
             CosignCheck::Keyless {
                 issuer,
                 subject,
-                req,
-                trust,
-            } => (
-                crate::bundle::Signer::Identity {
-                    san: subject,
-                    issuer,
-                },
-                *req,
-                trust,
-            ),
+                extensions,
+                ..
+            } => crate::bundle::Signer::Identity {
+                san: subject,
+                issuer,
+                extensions,
+            },
         };
-        crate::bundle::verify(bundle, &artifact, signer, req, trust).map(|_| ())
+        crate::bundle::verify(bundle, &artifact, signer, req, trust)
     }
+}
+
+/// The 32 bytes of a `sha256:<hex>` digest.
+fn sha256_bytes(digest: &str) -> Result<[u8; 32], SignatureProblem> {
+    let bad = || SignatureProblem::Malformed {
+        detail: format!("{digest} is not a sha256 digest"),
+    };
+    let hex = digest.strip_prefix("sha256:").ok_or_else(bad)?;
+    if hex.len() != 64 || !hex.is_ascii() {
+        return Err(bad());
+    }
+    let mut d = [0u8; 32];
+    for (i, b) in d.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(d)
 }
 
 /// Verifies the item's log entries; returns the integrated time of the first

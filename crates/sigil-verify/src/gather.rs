@@ -1,9 +1,11 @@
 //! Finding every signature of one digest, fetching each artifact once.
 //!
-//! Owns where signatures live: the legacy cosign tag `sha256-<hex>.sig`, and
-//! referrers (the OCI referrers API, else the referrers tag schema
-//! `sha256-<hex>`) whose artifactType is a notation signature or a Sigstore
-//! bundle. Everything found is fetched once per verification, however many
+//! Owns where signatures and attestations live: the legacy cosign tags
+//! `sha256-<hex>.sig` and `sha256-<hex>.att` (the latter only when a rule
+//! asks for attestations), and referrers (the OCI referrers API, else the
+//! referrers tag schema `sha256-<hex>`) whose artifactType is a notation
+//! signature or a Sigstore bundle (a bundle is a signature or, when its
+//! statement has another predicate, an attestation). Everything found is fetched once per verification, however many
 //! verifiers and signatures there are; blobs shared by several layers (cosign
 //! writes one payload per layer) are fetched once. Parse failures are kept
 //! per signature so a verifier can say "malformed"; a registry failure fails
@@ -17,6 +19,7 @@ use futures_util::future::join_all;
 use serde_json::Value;
 use sigil_core::{ArtifactSource, Digest, PullCredentials, Reference, ResolveFailure};
 
+use crate::attest::Attestation;
 use crate::cosign::{self, Item};
 use crate::notation::{self, Envelope};
 
@@ -32,6 +35,8 @@ pub struct Artifacts {
     pub cosign: Vec<Result<Item, ArtifactError>>,
     /// notation envelopes, or why one could not be read.
     pub notation: Vec<Result<Envelope, ArtifactError>>,
+    /// Attestations (`.att` layers and attestation bundles), when asked for.
+    pub attestations: Vec<Result<Attestation, ArtifactError>>,
     /// Manifests and blobs fetched, for tests and logs.
     pub fetches: usize,
 }
@@ -42,28 +47,169 @@ fn not_json(what: &str, e: serde_json::Error) -> ResolveFailure {
     }
 }
 
-/// Gathers the signatures of `digest` stored in `repo`. The legacy cosign
-/// tag and the referrers are followed concurrently, so the slower of the two
-/// chains (not their sum) sets the latency.
+/// What a rule needs gathered.
+#[derive(Debug, Clone, Copy)]
+pub struct Wanted {
+    /// Signatures (`verify`): the `.sig` tag is read.
+    pub signatures: bool,
+    /// Attestations, up to this many statement bytes (`attestations`): the
+    /// `.att` tag is read and large bundles are fetched.
+    pub attestation_bytes: Option<usize>,
+}
+
+impl Wanted {
+    /// Signatures only.
+    pub const SIGNATURES: Wanted = Wanted {
+        signatures: true,
+        attestation_bytes: None,
+    };
+
+    /// The largest blob read: a signature's, or an attestation's statement
+    /// in base64 plus its envelope and verification material.
+    fn blob_limit(&self) -> usize {
+        self.attestation_bytes.map_or(MAX_SIGNATURE_BLOB, |b| {
+            (b / 3 * 4 + (64 << 10)).max(MAX_SIGNATURE_BLOB)
+        })
+    }
+}
+
+/// Gathers the signatures (and attestations) of `digest` stored in `repo`.
+/// The legacy tags and the referrers are followed concurrently, so the
+/// slowest chain (not their sum) sets the latency.
 pub async fn gather<S: ArtifactSource>(
     source: &S,
     repo: &Reference,
     digest: &Digest,
     creds: &PullCredentials,
+    wanted: Wanted,
     deadline: Instant,
 ) -> Result<Artifacts, ResolveFailure> {
-    let (legacy, referred) = futures_util::join!(
-        legacy(source, repo, digest, creds, deadline),
-        referred(source, repo, digest, creds, deadline)
+    let (legacy, atts, referred) = futures_util::join!(
+        async {
+            match wanted.signatures {
+                true => legacy(source, repo, digest, creds, deadline).await,
+                false => Ok((Vec::new(), 0)),
+            }
+        },
+        async {
+            match wanted.attestation_bytes {
+                Some(_) => {
+                    legacy_att(source, repo, digest, creds, wanted.blob_limit(), deadline).await
+                }
+                None => Ok((Vec::new(), 0)),
+            }
+        },
+        referred(source, repo, digest, creds, wanted, deadline)
     );
     let (mut cosign, f1) = legacy?;
-    let (bundles, notation, f2) = referred?;
+    let (mut attestations, f3) = atts?;
+    let (bundles, notation, attested, f2) = referred?;
     cosign.extend(bundles);
+    attestations.extend(attested);
     Ok(Artifacts {
         cosign,
         notation,
-        fetches: f1 + f2,
+        attestations,
+        fetches: f1 + f2 + f3,
     })
+}
+
+/// cosign's attestation tag: one manifest at `sha256-<hex>.att` whose
+/// layers are DSSE envelopes. A layer over the size limit is an
+/// attestation that cannot be used, not a registry failure.
+async fn legacy_att<S: ArtifactSource>(
+    source: &S,
+    repo: &Reference,
+    digest: &Digest,
+    creds: &PullCredentials,
+    limit: usize,
+    deadline: Instant,
+) -> Fetched<Attestation> {
+    let tag = format!("{}-{}.att", digest.algorithm(), digest.hex());
+    let mut out = Vec::new();
+    let Some(bytes) = source.manifest(repo, &tag, creds, deadline).await? else {
+        return Ok((out, 1));
+    };
+    let m: Value = serde_json::from_slice(&bytes).map_err(|e| not_json(&tag, e))?;
+    let mut layers: Vec<(Digest, serde_json::Map<String, Value>)> = Vec::new();
+    for l in m
+        .get("layers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .take(MAX_REFERRERS)
+    {
+        let ann = l
+            .get("annotations")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let size = l.get("size").and_then(Value::as_u64).unwrap_or(0);
+        match l.get("digest").and_then(Value::as_str).map(Digest::parse) {
+            Some(Ok(_)) if size > limit as u64 => out.push(Err(ArtifactError::Malformed(format!(
+                "the attestation is {size} bytes, over the {limit}-byte limit its rule's maxAttestationSize allows"
+            )))),
+            Some(Ok(d)) => layers.push((d, ann)),
+            _ => out.push(Err(ArtifactError::Malformed("attestation layer has no valid digest".into()))),
+        }
+    }
+    let (blobs, n) = fetch_lenient(
+        source,
+        repo,
+        layers.iter().map(|(d, _)| d),
+        limit,
+        creds,
+        deadline,
+    )
+    .await?;
+    for (d, ann) in &layers {
+        out.push(match blobs.get(d) {
+            Some(Ok(envelope)) => crate::attest::from_att_layer(envelope, ann),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(ArtifactError::Malformed(format!(
+                "attestation {d} is missing from the registry"
+            ))),
+        });
+    }
+    Ok((out, 1 + n))
+}
+
+/// Fetches each distinct blob once; a blob over `limit` or that the
+/// registry lists but cannot find is that blob's problem, while an outage
+/// (timeout, 5xx, refused) fails the whole gather.
+async fn fetch_lenient<'d, S: ArtifactSource>(
+    source: &S,
+    repo: &Reference,
+    digests: impl Iterator<Item = &'d Digest>,
+    limit: usize,
+    creds: &PullCredentials,
+    deadline: Instant,
+) -> Result<(HashMap<Digest, Result<Vec<u8>, ArtifactError>>, usize), ResolveFailure> {
+    let mut distinct: Vec<&Digest> = Vec::new();
+    for d in digests {
+        if !distinct.contains(&d) {
+            distinct.push(d);
+        }
+    }
+    let got = join_all(
+        distinct
+            .iter()
+            .map(|d| source.blob(repo, d, limit, creds, deadline)),
+    )
+    .await;
+    let mut out = HashMap::new();
+    for (d, b) in distinct.iter().zip(got) {
+        let r = match b {
+            Ok(bytes) => Ok(bytes),
+            Err(ResolveFailure::NotFound { .. }) => Err(ArtifactError::Malformed(format!(
+                "blob {d} is missing from the registry"
+            ))),
+            Err(ResolveFailure::BadResponse { detail }) => Err(ArtifactError::Malformed(detail)),
+            Err(e) => return Err(e),
+        };
+        out.insert((*d).clone(), r);
+    }
+    Ok((out, distinct.len()))
 }
 
 type Fetched<T> = Result<(Vec<Result<T, ArtifactError>>, usize), ResolveFailure>;
@@ -115,22 +261,25 @@ async fn legacy<S: ArtifactSource>(
 }
 
 /// Referrers: notation signatures and Sigstore bundles.
+#[allow(clippy::type_complexity)]
 async fn referred<S: ArtifactSource>(
     source: &S,
     repo: &Reference,
     digest: &Digest,
     creds: &PullCredentials,
+    wanted: Wanted,
     deadline: Instant,
 ) -> Result<
     (
         Vec<Result<Item, ArtifactError>>,
         Vec<Result<Envelope, ArtifactError>>,
+        Vec<Result<Attestation, ArtifactError>>,
         usize,
     ),
     ResolveFailure,
 > {
     let mut fetches = 1;
-    let mut wanted: Vec<(Digest, &'static str)> = Vec::new();
+    let mut listed: Vec<(Digest, &'static str)> = Vec::new();
     if let Some(index) = referrers(source, repo, digest, creds, deadline).await? {
         let v: Value =
             serde_json::from_slice(&index).map_err(|e| not_json("referrers index", e))?;
@@ -145,20 +294,21 @@ async fn referred<S: ArtifactSource>(
                 .and_then(|a| a.as_str())
                 .unwrap_or_default();
             let kind = match at {
-                notation::ARTIFACT_TYPE => "notation",
-                cosign::BUNDLE_MEDIA_TYPE => "bundle",
+                notation::ARTIFACT_TYPE if wanted.signatures => "notation",
+                // v0.3 and the v0.1/v0.2 media types (`…bundle+json;version=0.2`).
+                a if a.starts_with(cosign::BUNDLE_PREFIX) => "bundle",
                 _ => continue,
             };
             if let Some(Ok(dg)) = d.get("digest").and_then(|x| x.as_str()).map(Digest::parse)
-                && wanted.len() < MAX_REFERRERS
-                && !wanted.iter().any(|(w, _)| *w == dg)
+                && listed.len() < MAX_REFERRERS
+                && !listed.iter().any(|(w, _)| *w == dg)
             {
-                wanted.push((dg, kind));
+                listed.push((dg, kind));
             }
         }
     }
     let manifests = join_all(
-        wanted
+        listed
             .iter()
             .map(|(d, _)| source.manifest(repo, d.as_str(), creds, deadline)),
     )
@@ -166,7 +316,7 @@ async fn referred<S: ArtifactSource>(
     fetches += manifests.len();
     // (blob digest, media type, kind) of every envelope or bundle to read.
     let mut envelopes: Vec<(Digest, String, &'static str)> = Vec::new();
-    for ((d, kind), m) in wanted.iter().zip(manifests) {
+    for ((d, kind), m) in listed.iter().zip(manifests) {
         let Some(bytes) = m? else {
             continue; // listed but gone: nothing to check
         };
@@ -197,27 +347,52 @@ async fn referred<S: ArtifactSource>(
             }
         }
     }
-    let (blobs, n) = fetch_blobs(
+    let (blobs, n) = fetch_lenient(
         source,
         repo,
         envelopes.iter().map(|(d, _, _)| d),
+        wanted.blob_limit(),
         creds,
         deadline,
     )
     .await?;
     fetches += n;
-    let (mut bundles, mut envs) = (Vec::new(), Vec::new());
+    let (mut bundles, mut envs, mut atts) = (Vec::new(), Vec::new(), Vec::new());
     for (d, mt, kind) in &envelopes {
-        let missing =
-            || ArtifactError::Malformed(format!("signature blob {d} is missing from the registry"));
-        match (*kind, blobs.get(d)) {
-            ("notation", Some(b)) => envs.push(Envelope::parse(mt, b)),
-            ("notation", None) => envs.push(Err(missing())),
-            (_, Some(b)) => bundles.push(Item::from_bundle(b)),
-            (_, None) => bundles.push(Err(missing())),
+        let b = match blobs.get(d) {
+            Some(Ok(b)) => b,
+            Some(Err(e)) => {
+                let e = e.clone();
+                match *kind {
+                    "notation" => envs.push(Err(e)),
+                    _ if wanted.signatures => bundles.push(Err(e)),
+                    _ => atts.push(Err(e)),
+                }
+                continue;
+            }
+            None => continue,
+        };
+        if *kind == "notation" {
+            envs.push(Envelope::parse(mt, b));
+            continue;
+        }
+        // A bundle: cosign's image signature, or an attestation.
+        match crate::attest::from_bundle(b) {
+            Ok(Some(a)) if wanted.attestation_bytes.is_some() => atts.push(Ok(a)),
+            Ok(Some(_)) => {}
+            Ok(None) if wanted.signatures => bundles.push(Item::from_bundle(b)),
+            Ok(None) => {}
+            Err(e) => {
+                if wanted.signatures {
+                    bundles.push(Err(e.clone()));
+                }
+                if wanted.attestation_bytes.is_some() {
+                    atts.push(Err(e));
+                }
+            }
         }
     }
-    Ok((bundles, envs, fetches))
+    Ok((bundles, envs, atts, fetches))
 }
 
 /// Fetches each distinct blob once, concurrently. A blob the registry lists
@@ -320,9 +495,16 @@ mod tests {
         let repo = Reference::parse("r.example/app").unwrap();
         let d = Digest::parse(&subject).unwrap();
         let deadline = Instant::now() + std::time::Duration::from_secs(5);
-        let a = gather(&mem, &repo, &d, &PullCredentials::default(), deadline)
-            .await
-            .unwrap();
+        let a = gather(
+            &mem,
+            &repo,
+            &d,
+            &PullCredentials::default(),
+            Wanted::SIGNATURES,
+            deadline,
+        )
+        .await
+        .unwrap();
         assert_eq!(
             a.notation.len(),
             1,

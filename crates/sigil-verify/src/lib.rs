@@ -34,6 +34,7 @@ macro_rules! message_error {
     };
 }
 
+pub mod attest;
 pub mod bundle;
 pub mod checkpoint;
 pub mod cosign;
@@ -172,10 +173,19 @@ pub struct Loaded {
     pub check: Check,
 }
 
+/// One rule's verifiers and each attestation entry's attestors, loaded.
+#[derive(Debug, Default)]
+pub struct LoadedSet {
+    /// The `verify` entries, in order.
+    pub verifiers: Vec<Loaded>,
+    /// Per attestation entry, its attestors, in order.
+    pub attestors: Vec<Vec<Loaded>>,
+}
+
 /// The material of every verifying rule of a policy, loaded once.
 #[derive(Debug, Default)]
 pub struct Material {
-    sets: HashMap<Verification, Arc<Vec<Loaded>>>,
+    sets: HashMap<Verification, Arc<LoadedSet>>,
 }
 
 fn matcher(exact: &Option<String>, re: &Option<String>) -> Result<Matcher, VerifyError> {
@@ -201,19 +211,30 @@ impl Material {
             if sets.contains_key(v.as_ref()) {
                 continue;
             }
-            let mut loaded = Vec::with_capacity(v.verifiers.len());
-            for spec in &v.verifiers {
-                let check = load_one(spec, &mut roots).map_err(|e| VerifyError::Verifier {
-                    rule: rule.clone(),
-                    verifier: spec.name.clone(),
-                    source: Box::new(e),
-                })?;
-                loaded.push(Loaded {
-                    name: spec.name.clone(),
-                    check,
-                });
-            }
-            sets.insert(v.as_ref().clone(), Arc::new(loaded));
+            let mut load = |specs: &[VerifierSpec]| -> Result<Vec<Loaded>, VerifyError> {
+                let mut loaded = Vec::with_capacity(specs.len());
+                for spec in specs {
+                    let check = load_one(spec, &mut roots).map_err(|e| VerifyError::Verifier {
+                        rule: rule.clone(),
+                        verifier: spec.name.clone(),
+                        source: Box::new(e),
+                    })?;
+                    loaded.push(Loaded {
+                        name: spec.name.clone(),
+                        check,
+                    });
+                }
+                Ok(loaded)
+            };
+            let set = LoadedSet {
+                verifiers: load(&v.verifiers)?,
+                attestors: v
+                    .attestations
+                    .iter()
+                    .map(|a| load(&a.attestors))
+                    .collect::<Result<_, _>>()?,
+            };
+            sets.insert(v.as_ref().clone(), Arc::new(set));
         }
         Ok(Material { sets })
     }
@@ -228,7 +249,8 @@ impl Material {
             }
         };
         for (_, v) in policy.verifications() {
-            for spec in &v.verifiers {
+            let attestors = v.attestations.iter().flat_map(|a| &a.attestors);
+            for spec in v.verifiers.iter().chain(attestors) {
                 if let Some(c) = &spec.cosign {
                     c.key.as_deref().into_iter().for_each(&mut add);
                     c.trusted_root.as_deref().into_iter().for_each(&mut add);
@@ -246,8 +268,8 @@ impl Material {
         self.sets.is_empty()
     }
 
-    /// The loaded verifiers of a rule's verification.
-    pub fn get(&self, v: &Verification) -> Option<&Arc<Vec<Loaded>>> {
+    /// The loaded verifiers and attestors of a rule's verification.
+    pub fn get(&self, v: &Verification) -> Option<&Arc<LoadedSet>> {
         self.sets.get(v)
     }
 }
@@ -310,6 +332,16 @@ fn load_one(
         (None, Some(kl)) => CosignCheck::Keyless {
             issuer: matcher(&kl.issuer, &kl.issuer_regex)?,
             subject: matcher(&kl.subject, &kl.subject_regex)?,
+            extensions: kl
+                .extensions
+                .iter()
+                .map(|(n, v)| Ok((n.clone(), Matcher::Exact(v.clone()))))
+                .chain(
+                    kl.extensions_regex
+                        .iter()
+                        .map(|(n, r)| Ok((n.clone(), matcher(&None, &Some(r.clone()))?))),
+                )
+                .collect::<Result<_, VerifyError>>()?,
             req: requirements(c, TlogPolicy::Required),
             trust,
         },
@@ -360,6 +392,7 @@ pub fn evaluate(
         fetch_failure: None,
         threshold: verification.threshold,
         required: verification.required.clone(),
+        attestations: Vec::new(),
     }
 }
 
@@ -492,14 +525,35 @@ impl<S: ArtifactSource + 'static> Verifier<S> {
             );
         };
         let budget = deadline.saturating_duration_since(Instant::now());
+        let wanted = gather::Wanted {
+            signatures: !v.verifiers.is_empty(),
+            attestation_bytes: v.attestations.iter().map(|a| a.max_bytes).max(),
+        };
         let gathered = tokio::time::timeout_at(
             deadline.into(),
-            gather::gather(&self.source, repo, digest, creds, deadline),
+            gather::gather(&self.source, repo, digest, creds, wanted, deadline),
         )
         .await
         .unwrap_or(Err(sigil_core::ResolveFailure::Timeout { budget }));
         let report = match gathered {
-            Ok(a) => evaluate(v, loaded, &a, digest.as_str(), unix_now()),
+            Ok(a) => {
+                let now = unix_now();
+                let mut r = evaluate(v, &loaded.verifiers, &a, digest.as_str(), now);
+                r.attestations = attest::entries(
+                    &v.attestations,
+                    &loaded.attestors,
+                    &a.attestations,
+                    &repo.name(),
+                    digest.as_str(),
+                    now,
+                );
+                for e in &r.attestations {
+                    let result = if e.passed() { "passed" } else { "failed" };
+                    self.observer
+                        .verifier(&format!("attestation:{}", e.name), result);
+                }
+                r
+            }
             Err(f) => VerificationReport::unfetched(v, f),
         };
         for (name, o) in &report.results {

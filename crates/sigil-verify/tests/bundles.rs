@@ -56,6 +56,7 @@ fn check_with(
         Who::Identity {
             san: &san,
             issuer: &iss,
+            extensions: &[],
         },
         req,
         &trust,

@@ -52,7 +52,7 @@ fn run(
     let v = Arc::new(Verification::compile("r", &verifiers, Some(1), &[], None).unwrap());
     let policy = policy_with(&v);
     let m = Material::load(&policy).unwrap();
-    evaluate(&v, m.get(&v).unwrap(), a, digest, now).results
+    evaluate(&v, &m.get(&v).unwrap().verifiers, a, digest, now).results
 }
 
 /// A policy whose only rule carries `v` (Material loads from a policy).
@@ -144,6 +144,7 @@ fn keyless(subject: &str, trusted_root: Option<String>) -> VerifierSpec {
                 issuer_regex: None,
                 subject: None,
                 subject_regex: Some(subject.into()),
+                ..KeylessSpec::default()
             }),
             trusted_root,
             transparency_log: None,

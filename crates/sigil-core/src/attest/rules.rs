@@ -49,7 +49,7 @@ pub enum AttestorSpec {
     /// `attestors: [scanner]`.
     Name(String),
     /// `attestors: [{name: gha, cosign: {...}}]`.
-    Inline(VerifierSpec),
+    Inline(Box<VerifierSpec>),
 }
 
 impl<'de> Deserialize<'de> for AttestorSpec {
@@ -70,7 +70,7 @@ impl<'de> Deserialize<'de> for AttestorSpec {
                 m: A,
             ) -> Result<AttestorSpec, A::Error> {
                 VerifierSpec::deserialize(serde::de::value::MapAccessDeserializer::new(m))
-                    .map(AttestorSpec::Inline)
+                    .map(|v| AttestorSpec::Inline(Box::new(v)))
             }
         }
         d.deserialize_any(V)
@@ -220,9 +220,9 @@ pub fn compile(
                         })?,
                     AttestorSpec::Inline(v) => {
                         // The same checks as a verify entry.
-                        Verification::compile(r, std::slice::from_ref(v), None, &[], None)
+                        Verification::compile(r, std::slice::from_ref(v.as_ref()), None, &[], None)
                             .map_err(at)?;
-                        v.clone()
+                        v.as_ref().clone()
                     }
                 };
             if v.notation.is_some() {

@@ -88,7 +88,42 @@ pub struct KeylessSpec {
     /// Certificate SAN, regular expression.
     #[serde(default)]
     pub subject_regex: Option<String>,
+    /// Fulcio certificate extensions that must have exactly these values,
+    /// by name (`githubWorkflowRepository: acme/api`,
+    /// `sourceRepositoryRef: refs/heads/main`): what the certificate says,
+    /// as cosign's `--certificate-github-workflow-*` flags check it.
+    #[serde(default)]
+    pub extensions: std::collections::BTreeMap<String, String>,
+    /// Fulcio certificate extensions that must match these regular expressions.
+    #[serde(default)]
+    pub extensions_regex: std::collections::BTreeMap<String, String>,
 }
+
+/// The Fulcio certificate extensions a keyless verifier (and a condition's
+/// `signer`) can name, as Fulcio's documentation names them.
+pub const FULCIO_EXTENSION_NAMES: &[&str] = &[
+    "issuerV1",
+    "githubWorkflowTrigger",
+    "githubWorkflowSha",
+    "githubWorkflowName",
+    "githubWorkflowRepository",
+    "githubWorkflowRef",
+    "issuer",
+    "buildSignerUri",
+    "buildSignerDigest",
+    "runnerEnvironment",
+    "sourceRepositoryUri",
+    "sourceRepositoryDigest",
+    "sourceRepositoryRef",
+    "sourceRepositoryIdentifier",
+    "sourceRepositoryOwnerUri",
+    "sourceRepositoryOwnerIdentifier",
+    "buildConfigUri",
+    "buildConfigDigest",
+    "buildTrigger",
+    "runInvocationUri",
+    "sourceRepositoryVisibilityAtSigning",
+];
 
 /// `transparencyLog:`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
@@ -549,6 +584,19 @@ fn check_cosign(rule: &str, name: &str, c: &CosignSpec) -> Result<(), String> {
                     }
                     (Some(_), None) => {}
                 }
+            }
+            for ext in k.extensions.keys().chain(k.extensions_regex.keys()) {
+                if !FULCIO_EXTENSION_NAMES.contains(&ext.as_str()) {
+                    return Err(format!(
+                        "rule {rule:?}: verifier {name:?}: {ext:?} is not a Fulcio certificate extension (one of {})",
+                        FULCIO_EXTENSION_NAMES.join(", ")
+                    ));
+                }
+            }
+            for (ext, r) in &k.extensions_regex {
+                identity_regex(r).map_err(|e| {
+                    format!("rule {rule:?}: verifier {name:?}: extensionsRegex.{ext}: {e}")
+                })?;
             }
             Ok(())
         }

@@ -329,6 +329,7 @@ fn action(r: Reason) -> &'static str {
         Reason::NotMirrored => "AuditNotMirrored",
         Reason::Denied => "AuditDenied",
         Reason::Signature => "AuditSignature",
+        Reason::Attestation => "AuditAttestation",
         Reason::Unresolvable => "AuditUnresolvable",
         Reason::Drift => "AuditDrift",
     }

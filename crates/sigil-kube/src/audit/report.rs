@@ -352,6 +352,7 @@ pub fn label(r: Reason) -> &'static str {
         Reason::NotMirrored => "would be rewritten",
         Reason::Denied => "denied by rule",
         Reason::Signature => "signature problem",
+        Reason::Attestation => "attestation problem",
         Reason::Unresolvable => "unresolvable",
         Reason::Drift => "running digest drift",
     }

@@ -83,6 +83,14 @@ impl Matcher {
             Matcher::Regex(r) => r.is_match(s),
         }
     }
+
+    /// How a mismatch names what was wanted: the value, or `/regex/`.
+    pub fn describe(&self) -> String {
+        match self {
+            Matcher::Exact(e) => e.clone(),
+            Matcher::Regex(r) => format!("/{}/", r.as_str()),
+        }
+    }
 }
 
 /// Who must have signed.
@@ -90,13 +98,47 @@ impl Matcher {
 pub enum Signer<'a> {
     /// A key the verifier holds (`--key`, a policy's `key`).
     Key(&'a PublicKey),
-    /// A Fulcio certificate whose SAN and OIDC issuer match.
+    /// A Fulcio certificate whose SAN, OIDC issuer and Fulcio extensions match.
     Identity {
         /// SAN (URI or email).
         san: &'a Matcher,
         /// OIDC issuer.
         issuer: &'a Matcher,
+        /// Fulcio extensions by name (`githubWorkflowRepository`,
+        /// `sourceRepositoryRef`, …) and what each must be: the
+        /// certificate's word, as cosign's `--certificate-github-workflow-*`
+        /// flags check it.
+        extensions: &'a [(String, Matcher)],
     },
+}
+
+/// Whether a certificate's identity is the one asked for: issuer, one SAN,
+/// and every named Fulcio extension (absent counts as a mismatch).
+pub fn identity_matches(
+    id: &x509::Identity,
+    san: &Matcher,
+    issuer: &Matcher,
+    extensions: &[(String, Matcher)],
+) -> Result<(), SignatureProblem> {
+    let issuer_ok = id.issuer.as_deref().is_some_and(|i| issuer.matches(i));
+    if !issuer_ok || !id.subjects.iter().any(|s| san.matches(s)) {
+        return Err(SignatureProblem::IdentityMismatch {
+            found: id.to_string(),
+        });
+    }
+    for (name, want) in extensions {
+        let got = id.extensions.get(name);
+        if !got.is_some_and(|g| want.matches(g)) {
+            return Err(SignatureProblem::IdentityMismatch {
+                found: format!(
+                    "{name} {}, not {}",
+                    got.map_or("(absent)", String::as_str),
+                    want.describe()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// What a policy demands beyond a valid signature. The defaults are what
@@ -278,25 +320,36 @@ fn content(v: &Value, artifact: &Artifact) -> Result<Content, SignatureProblem> 
 /// The artifact must be a subject of the in-toto statement `payload`: a
 /// statement about another digest counts as none.
 pub(crate) fn subject_binds(payload: &[u8], artifact: &Artifact) -> Result<(), SignatureProblem> {
-    let stmt: Value = serde_json::from_slice(payload)
+    // Only the subjects are read: the predicate (an SBOM may be megabytes)
+    // is skipped, not built.
+    #[derive(serde::Deserialize)]
+    struct Subjects {
+        #[serde(default)]
+        subject: Option<Vec<Subject>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Subject {
+        #[serde(default)]
+        digest: std::collections::BTreeMap<String, Value>,
+    }
+    let stmt: Subjects = serde_json::from_slice(payload)
         .map_err(|e| malformed(format!("DSSE payload is not an in-toto statement: {e}")))?;
     let wants = artifact.subject_digests();
-    let subjects = stmt.get("subject").and_then(Value::as_array);
-    let bound = subjects.is_some_and(|subjects| {
-        subjects.iter().any(|s| {
-            wants.iter().any(|(alg, want)| {
-                s.pointer(&format!("/digest/{alg}"))
-                    .and_then(Value::as_str)
-                    .is_some_and(|d| d.eq_ignore_ascii_case(want))
-            })
+    let subjects = stmt.subject.unwrap_or_default();
+    let bound = subjects.iter().any(|s| {
+        wants.iter().any(|(alg, want)| {
+            s.digest
+                .get(*alg)
+                .and_then(Value::as_str)
+                .is_some_and(|d| d.eq_ignore_ascii_case(want))
         })
     });
     if bound {
         return Ok(());
     }
     let signed = subjects
-        .and_then(|s| s.first())
-        .and_then(|s| s.get("digest")?.as_object()?.iter().next())
+        .first()
+        .and_then(|s| s.digest.iter().next())
         .map_or_else(
             || "(no subject digest)".to_owned(),
             |(alg, d)| format!("{alg}:{}", d.as_str().unwrap_or_default()),
@@ -466,7 +519,12 @@ pub fn verify(
     let Some((leaf, chain)) = &certs else {
         return Ok(out);
     };
-    let Signer::Identity { san, issuer } = signer else {
+    let Signer::Identity {
+        san,
+        issuer,
+        extensions,
+    } = signer
+    else {
         return Ok(out);
     };
     // A certificate is judged at verified times only: a SET's integrated
@@ -478,12 +536,7 @@ pub fn verify(
     }
     certificate_at(leaf, chain, trust, &out.times)?;
     let id = x509::identity(leaf)?;
-    let issuer_ok = id.issuer.as_deref().is_some_and(|i| issuer.matches(i));
-    if !issuer_ok || !id.subjects.iter().any(|s| san.matches(s)) {
-        return Err(SignatureProblem::IdentityMismatch {
-            found: id.to_string(),
-        });
-    }
+    identity_matches(&id, san, issuer, extensions)?;
     out.identity = Some(id);
     Ok(out)
 }

@@ -75,6 +75,8 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         Some(r) => {
             if let Some(e) = &r.fetch_failure {
                 println!("verify:  signatures could not be fetched: {e}");
+            } else if r.results.is_empty() {
+                println!("verify:  the rule checks no signatures, only attestations");
             } else {
                 println!(
                     "verify:  {} of {} verifiers passed (need {}{})",
@@ -101,6 +103,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
                     }
                 }
             }
+            print_attestations(r);
         }
     }
     match &f.outcome {
@@ -112,6 +115,38 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         _ => {
             println!("result:  admitted ({})", f.label());
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Every attestation found for each entry: predicate type, who signed it,
+/// and each condition, true or false.
+fn print_attestations(r: &sigil_core::VerificationReport) {
+    use sigil_core::text::escape_controls as safe;
+    for e in &r.attestations {
+        println!(
+            "attestation {}: {} ({}; {} found, {} of other types)",
+            e.name,
+            if e.passed() { "passed" } else { "FAILED" },
+            e.predicate_type,
+            e.seen.len(),
+            e.other_types
+        );
+        for s in &e.seen {
+            match &s.attestor {
+                Some(a) => println!(
+                    "  - {}: verified by {a}, signer {}",
+                    e.predicate_type,
+                    safe(&s.signer)
+                ),
+                None => println!(
+                    "  - not verified: {}",
+                    safe(s.problem.as_deref().unwrap_or("unverified"))
+                ),
+            }
+            for c in &s.conditions {
+                println!("      condition {}", safe(&c.describe()));
+            }
         }
     }
 }

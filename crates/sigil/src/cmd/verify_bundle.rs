@@ -7,7 +7,6 @@
 //! every condition holds. The checks are `sigil_verify::{bundle, envelope}`
 //! and `sigil_core::attest`; this reads the files and reports.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -124,7 +123,6 @@ fn documents(bytes: &[u8]) -> Vec<&[u8]> {
 struct Attestation {
     predicate_type: Option<String>,
     conditions: Vec<Condition>,
-    extensions: Vec<(&'static str, String)>,
 }
 
 /// Runs `sigil verify-bundle`: exit 0 verified, 1 not verified, 2 bad input.
@@ -157,9 +155,33 @@ pub fn run(args: VerifyBundleArgs) -> Result<ExitCode> {
         args.certificate_oidc_issuer_regexp,
         "--certificate-oidc-issuer-regexp",
     )?;
+    // Matched on the certificate by the verifier, as cosign's flags are.
+    let extensions: Vec<(String, Matcher)> = [
+        (
+            "githubWorkflowTrigger",
+            args.certificate_github_workflow_trigger,
+        ),
+        ("githubWorkflowSha", args.certificate_github_workflow_sha),
+        ("githubWorkflowName", args.certificate_github_workflow_name),
+        (
+            "githubWorkflowRepository",
+            args.certificate_github_workflow_repository,
+        ),
+        ("githubWorkflowRef", args.certificate_github_workflow_ref),
+    ]
+    .into_iter()
+    .filter_map(|(n, v)| Some((n.to_owned(), Matcher::Exact(v?))))
+    .collect();
     let signer = match (&key, &san, &issuer) {
+        (Some(_), _, _) if !extensions.is_empty() => bail!(
+            "--certificate-github-workflow-* check a certificate; a key-signed bundle has none"
+        ),
         (Some(k), _, _) => Signer::Key(k),
-        (None, Some(san), Some(issuer)) => Signer::Identity { san, issuer },
+        (None, Some(san), Some(issuer)) => Signer::Identity {
+            san,
+            issuer,
+            extensions: &extensions,
+        },
         _ => bail!(
             "give --key FILE, or a certificate identity (--certificate-identity[-regexp]) and issuer (--certificate-oidc-issuer[-regexp])"
         ),
@@ -173,22 +195,6 @@ pub fn run(args: VerifyBundleArgs) -> Result<ExitCode> {
             .iter()
             .map(|c| Condition::compile(c, None))
             .collect::<Result<_, _>>()?,
-        extensions: [
-            (
-                "githubWorkflowTrigger",
-                args.certificate_github_workflow_trigger,
-            ),
-            ("githubWorkflowSha", args.certificate_github_workflow_sha),
-            ("githubWorkflowName", args.certificate_github_workflow_name),
-            (
-                "githubWorkflowRepository",
-                args.certificate_github_workflow_repository,
-            ),
-            ("githubWorkflowRef", args.certificate_github_workflow_ref),
-        ]
-        .into_iter()
-        .filter_map(|(n, v)| Some((n, v?)))
-        .collect(),
     };
     let attesting = want.predicate_type.is_some() || !want.conditions.is_empty();
     let artifact = artifact(&args.file_or_digest)?;
@@ -269,12 +275,6 @@ fn judge(
     attesting: bool,
 ) -> Result<(), String> {
     let id = v.identity.clone().unwrap_or_default();
-    for (name, expected) in &want.extensions {
-        let got = id.extensions.get(*name).map_or("(absent)", String::as_str);
-        if got != expected {
-            return Err(format!("the certificate's {name} is {got}, not {expected}"));
-        }
-    }
     if !attesting {
         return Ok(());
     }
@@ -301,22 +301,14 @@ fn judge(
             statement.predicate_type
         ));
     }
-    let mut signer: BTreeMap<String, String> = id.extensions.clone();
-    signer.insert(
-        "verifier".into(),
+    let signer = sigil_verify::attest::signer_vars(
         if v.identity.is_some() {
             "certificate"
         } else {
             "key"
-        }
-        .into(),
+        },
+        v.identity.as_ref(),
     );
-    if let Some(s) = id.subjects.first() {
-        signer.insert("subject".into(), s.clone());
-    }
-    if let Some(i) = &id.issuer {
-        signer.insert("issuer".into(), i.clone());
-    }
     let digest = artifact
         .subject_digests()
         .into_iter()

@@ -178,7 +178,7 @@ fn an_npm_provenance_is_matched_by_sha512_and_its_repository_extension() {
     expect(
         &wrong,
         1,
-        "githubWorkflowRepository is sigstore/sigstore-js, not sigstore/fakerepo",
+        "certificate has githubWorkflowRepository sigstore/sigstore-js, not sigstore/fakerepo",
     );
     let cel = [
         &base[..],

@@ -1,0 +1,368 @@
+//! Attestations of one digest: reading them in both layouts and checking a
+//! rule's attestation entries against them.
+//!
+//! Owns the two forms an attestation arrives in — a layer of cosign's
+//! `sha256-<hex>.att` manifest (a DSSE envelope, with the certificate, chain
+//! and Rekor bundle in the layer's annotations) and a Sigstore bundle found
+//! through referrers whose statement is not cosign's signature predicate —
+//! and, for each entry, verifying every attestation of its predicate type
+//! with the entry's attestors (the same checks as a signature: key or
+//! certificate, chain at the verified time, log entries, timestamps), binding
+//! its in-toto subject to the pinned digest, and evaluating the entry's
+//! conditions over what verified. What passes is decided in sigil-core
+//! ([`EntryOutcome::passed`]); nothing here fetches.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use serde_json::Value;
+use sigil_core::SignatureProblem;
+use sigil_core::attest::rules::{AttestationRequirement, EntryOutcome, Seen};
+use sigil_core::attest::{Evidence, Statement};
+
+use crate::cosign::{CosignCheck, Item};
+use crate::rekor::Entry;
+use crate::{ArtifactError, Check, Loaded, x509};
+
+/// Media type of a `.att` layer: a DSSE envelope.
+pub const DSSE_MEDIA_TYPE: &str = "application/vnd.dsse.envelope.v1+json";
+/// The DSSE payload type of an in-toto statement.
+pub const INTOTO_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+
+/// One attestation, read but not yet verified.
+#[derive(Debug, Clone)]
+pub struct Attestation {
+    /// The statement's `predicateType`, as it claims (verified before use).
+    pub predicate_type: String,
+    /// The signed statement's bytes.
+    pub payload: Vec<u8>,
+    /// How it is signed.
+    pub form: Form,
+}
+
+/// The layout an attestation came in.
+#[derive(Debug, Clone)]
+pub enum Form {
+    /// A `.att` layer: checked like a legacy signature over the DSSE PAE.
+    Legacy(Box<Item>),
+    /// A Sigstore bundle: verified as a whole.
+    Bundle(Arc<[u8]>),
+}
+
+/// The `predicateType` of an in-toto statement, reading nothing else into memory.
+pub fn peek_predicate_type(payload: &[u8]) -> Result<String, ArtifactError> {
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        #[serde(rename = "predicateType", default)]
+        predicate_type: Option<String>,
+    }
+    let p: Peek = serde_json::from_slice(payload)
+        .map_err(|e| ArtifactError::Malformed(format!("the attestation's statement: {e}")))?;
+    p.predicate_type.filter(|t| !t.is_empty()).ok_or_else(|| {
+        ArtifactError::Malformed("the attestation's statement has no predicateType".into())
+    })
+}
+
+/// A layer of a `.att` manifest: the DSSE envelope and the layer's annotations.
+pub fn from_att_layer(
+    envelope: &[u8],
+    annotations: &serde_json::Map<String, Value>,
+) -> Result<Attestation, ArtifactError> {
+    let bad = |m: String| ArtifactError::Malformed(format!("attestation envelope: {m}"));
+    let v: Value = serde_json::from_slice(envelope).map_err(|e| bad(e.to_string()))?;
+    let std = base64::engine::general_purpose::STANDARD;
+    let field = |p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad(format!("no {p}")))
+    };
+    let payload_type = field("/payloadType")?;
+    if payload_type != INTOTO_PAYLOAD_TYPE {
+        return Err(bad(format!(
+            "payload type {payload_type:?} is not an in-toto statement"
+        )));
+    }
+    let sigs = v
+        .get("signatures")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    if sigs != 1 {
+        return Err(bad(format!("{sigs} signatures; exactly one is required")));
+    }
+    let payload = std
+        .decode(field("/payload")?.trim())
+        .map_err(|e| bad(format!("payload: {e}")))?;
+    let signature = std
+        .decode(field("/signatures/0/sig")?.trim())
+        .map_err(|e| bad(format!("signature: {e}")))?;
+    let ann = |k: &str| annotations.get(k).and_then(Value::as_str);
+    let cert = match ann(crate::cosign::CERT_ANNOTATION).filter(|s| !s.trim().is_empty()) {
+        Some(pem) => Some(
+            x509::certs_from_pem(pem)
+                .into_iter()
+                .next()
+                .ok_or_else(|| bad("certificate annotation holds no certificate".into()))?,
+        ),
+        None => None,
+    };
+    let predicate_type = peek_predicate_type(&payload)?;
+    let item = Item {
+        message: crate::pae(payload_type, &payload),
+        payload_sha256: crate::sha256(&payload),
+        signature,
+        cert,
+        chain: ann(crate::cosign::CHAIN_ANNOTATION)
+            .map(x509::certs_from_pem)
+            .unwrap_or_default(),
+        entries: ann(crate::cosign::BUNDLE_ANNOTATION)
+            .map(|b| vec![Entry::from_legacy_annotation(b)])
+            .unwrap_or_default(),
+        signed_digest: Err(ArtifactError::Malformed(
+            "an attestation is bound by its subject".into(),
+        )),
+        bundle: None,
+    };
+    Ok(Attestation {
+        predicate_type,
+        payload,
+        form: Form::Legacy(Box::new(item)),
+    })
+}
+
+/// A Sigstore bundle from a referrer, if its DSSE statement is an
+/// attestation (`Ok(None)`: it is cosign's image signature, or signs a message).
+pub fn from_bundle(bytes: &[u8]) -> Result<Option<Attestation>, ArtifactError> {
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        #[serde(rename = "dsseEnvelope", default)]
+        dsse: Option<Dsse>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Dsse {
+        #[serde(rename = "payloadType", default)]
+        payload_type: String,
+        #[serde(default)]
+        payload: String,
+    }
+    let b: Envelope = serde_json::from_slice(bytes)
+        .map_err(|e| ArtifactError::Malformed(format!("bundle: {e}")))?;
+    let Some(d) = b.dsse.filter(|d| d.payload_type == INTOTO_PAYLOAD_TYPE) else {
+        return Ok(None);
+    };
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(d.payload.trim())
+        .map_err(|e| ArtifactError::Malformed(format!("bundle payload: {e}")))?;
+    let predicate_type = peek_predicate_type(&payload)?;
+    if predicate_type == crate::cosign::SIGN_PREDICATE {
+        return Ok(None);
+    }
+    Ok(Some(Attestation {
+        predicate_type,
+        payload,
+        form: Form::Bundle(bytes.into()),
+    }))
+}
+
+/// What a condition's `signer` holds: the verifier's name, the certificate's
+/// subject and issuer, and every Fulcio extension present, by name.
+pub fn signer_vars(verifier: &str, id: Option<&x509::Identity>) -> BTreeMap<String, String> {
+    let mut out = id.map(|i| i.extensions.clone()).unwrap_or_default();
+    out.insert("verifier".into(), verifier.to_owned());
+    if let Some(i) = id {
+        if let Some(s) = i.subjects.first() {
+            out.insert("subject".into(), s.clone());
+        }
+        if let Some(iss) = &i.issuer {
+            out.insert("issuer".into(), iss.clone());
+        }
+    }
+    out
+}
+
+impl CosignCheck {
+    /// Verifies one attestation as a signature is verified, and binds its
+    /// statement's subject to `digest`: (verified times, certificate identity).
+    pub fn verify_attestation(
+        &self,
+        a: &Attestation,
+        digest: &str,
+        now: i64,
+    ) -> Result<crate::cosign::Checked, SignatureProblem> {
+        match &a.form {
+            Form::Bundle(b) => self
+                .verify_bundle(b, digest)
+                .map(|v| crate::cosign::Checked {
+                    times: v.times,
+                    identity: v.identity,
+                }),
+            Form::Legacy(item) => {
+                let checked = self.check_signed(item, now)?;
+                let d = crate::bundle::Artifact::Digest(digest_bytes(digest).ok_or_else(|| {
+                    SignatureProblem::Malformed {
+                        detail: format!("{digest} is not a sha256 digest"),
+                    }
+                })?);
+                crate::bundle::subject_binds(&a.payload, &d)?;
+                Ok(checked)
+            }
+        }
+    }
+}
+
+fn digest_bytes(digest: &str) -> Option<[u8; 32]> {
+    let hex = digest.strip_prefix("sha256:")?;
+    if hex.len() != 64 || !hex.is_ascii() {
+        return None;
+    }
+    let mut d = [0u8; 32];
+    for (i, b) in d.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).ok()?;
+    }
+    Some(d)
+}
+
+/// Checks every entry of a rule against the attestations found for
+/// `digest` in `repository`, each entry with its loaded attestors.
+pub fn entries(
+    requirements: &[AttestationRequirement],
+    attestors: &[Vec<Loaded>],
+    found: &[Result<Attestation, ArtifactError>],
+    repository: &str,
+    digest: &str,
+    now: i64,
+) -> Vec<EntryOutcome> {
+    let image = BTreeMap::from([
+        ("repository".to_owned(), repository.to_owned()),
+        ("digest".to_owned(), digest.to_owned()),
+        ("reference".to_owned(), format!("{repository}@{digest}")),
+    ]);
+    requirements
+        .iter()
+        .zip(attestors)
+        .map(|(req, loaded)| entry(req, loaded, found, &image, digest, now))
+        .collect()
+}
+
+fn entry(
+    req: &AttestationRequirement,
+    loaded: &[Loaded],
+    found: &[Result<Attestation, ArtifactError>],
+    image: &BTreeMap<String, String>,
+    digest: &str,
+    now: i64,
+) -> EntryOutcome {
+    let mut seen = Vec::new();
+    let mut other_types = 0;
+    for a in found {
+        let a = match a {
+            Ok(a) if a.predicate_type == req.predicate_type => a,
+            Ok(_) => {
+                other_types += 1;
+                continue;
+            }
+            Err(e) => {
+                seen.push(unverified(SignatureProblem::from(e.clone()).to_string()));
+                continue;
+            }
+        };
+        // Every one is checked (not only up to the first that passes), so
+        // `sigil verify IMAGE` can list them all; they are few and cached.
+        seen.push(one(req, loaded, a, image, digest, now));
+    }
+    EntryOutcome {
+        name: req.name.clone(),
+        predicate_type: req.predicate_type.clone(),
+        seen,
+        other_types,
+    }
+}
+
+fn unverified(problem: String) -> Seen {
+    Seen {
+        attestor: None,
+        signer: String::new(),
+        problem: Some(problem),
+        conditions: Vec::new(),
+    }
+}
+
+/// One attestation under one entry: the first attestor that verifies it,
+/// then the size limit, then the conditions.
+fn one(
+    req: &AttestationRequirement,
+    loaded: &[Loaded],
+    a: &Attestation,
+    image: &BTreeMap<String, String>,
+    digest: &str,
+    now: i64,
+) -> Seen {
+    let mut problems = Vec::new();
+    let mut verified = None;
+    for l in loaded {
+        let Check::Cosign(c) = &l.check else {
+            continue;
+        };
+        match c.verify_attestation(a, digest, now) {
+            Ok(checked) => {
+                verified = Some((l.name.as_str(), checked));
+                break;
+            }
+            Err(p) => problems.push(p),
+        }
+    }
+    let Some((attestor, checked)) = verified else {
+        let outcome = sigil_core::VerifierOutcome::failed(problems.len(), problems);
+        let problem = match outcome {
+            sigil_core::VerifierOutcome::Failed { problem, .. } => problem.to_string(),
+            sigil_core::VerifierOutcome::Passed { .. } => String::new(),
+        };
+        return unverified(problem);
+    };
+    let signer = signer_vars(attestor, checked.identity.as_ref());
+    let who = checked
+        .identity
+        .as_ref()
+        .map_or_else(|| "a key".to_owned(), ToString::to_string);
+    let mut seen = Seen {
+        attestor: Some(attestor.to_owned()),
+        signer: who,
+        problem: None,
+        conditions: Vec::new(),
+    };
+    let statement = match Statement::parse(&a.payload, req.max_bytes) {
+        Ok(s) => s,
+        Err(e) => {
+            seen.attestor = None;
+            seen.problem = Some(e.to_string());
+            return seen;
+        }
+    };
+    // Conditions are evaluated by the CEL interpreter: a panic in it is a
+    // failed condition with the reason, never a crashed server.
+    let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        sigil_core::attest::evaluate(
+            &req.conditions,
+            &Evidence {
+                statement: &statement,
+                digest,
+                signer: &signer,
+                image: Some(image),
+                timestamps: &checked.times,
+            },
+            now,
+        )
+    }));
+    seen.conditions = results.unwrap_or_else(|_| {
+        req.conditions
+            .iter()
+            .map(|c| sigil_core::attest::ConditionResult {
+                expression: c.expression.clone(),
+                message: c.message.clone(),
+                outcome: Err("the CEL interpreter failed on this statement".into()),
+                saw: None,
+            })
+            .collect()
+    });
+    seen
+}
