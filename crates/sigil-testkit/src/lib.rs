@@ -5,7 +5,9 @@
 //! `docker-registry` on loopback with pushes through its HTTP API
 //! ([`registry`]), its token service ([`token`]), a fault server for what a
 //! real registry cannot do ([`fault`]), cosign/notation signing helpers
-//! ([`signing`]) and the in-toto statements they sign ([`intoto`]), AdmissionReview builders and the captured fixtures
+//! ([`signing`]) and the in-toto statements they sign ([`intoto`]), the
+//! attestations teams require, signed in every layout ([`attestations`]),
+//! AdmissionReview builders and the captured fixtures
 //! ([`review`]), in-process digest resolvers ([`resolver`]) and signature
 //! sources ([`artifacts`]), `sigil` as a
 //! child process with a kube-apiserver-like webhook client ([`sigil`]), what
@@ -20,6 +22,7 @@
 )]
 
 pub mod artifacts;
+pub mod attestations;
 pub mod fault;
 pub mod intoto;
 pub mod kube;

@@ -17,7 +17,7 @@ use crate::signing::{Layer, Signer, b64, pem};
 pub struct Sigstore {
     ca: Issuer<'static, KeyPair>,
     pub ca_der: Vec<u8>,
-    log: Signer,
+    pub(crate) log: Signer,
     /// The Rekor v2 log's key (Ed25519).
     pub log_v2: Signer,
     /// The timestamp authority's signing key, certificate and root.
@@ -62,10 +62,7 @@ impl KeylessWorld {
 }
 
 fn der_utf8(s: &str) -> Vec<u8> {
-    assert!(s.len() < 128);
-    let mut v = vec![0x0c, s.len() as u8];
-    v.extend_from_slice(s.as_bytes());
-    v
+    der(0x0c, s.as_bytes())
 }
 
 /// A signature made with a short-lived certificate, and its log entry.
@@ -196,6 +193,18 @@ impl Sigstore {
 impl Sigstore {
     /// A ten-minute Fulcio leaf for `subject`/`issuer` from `not_before`: (key, DER).
     fn leaf(&self, subject: &str, issuer: &str, not_before: i64) -> (Signer, Vec<u8>) {
+        self.leaf_with(subject, issuer, not_before, &[])
+    }
+
+    /// [`Sigstore::leaf`] carrying Fulcio v2 extensions: (OID arc number
+    /// under 1.3.6.1.4.1.57264.1, value), each a DER UTF8String.
+    pub(crate) fn leaf_with(
+        &self,
+        subject: &str,
+        issuer: &str,
+        not_before: i64,
+        extensions: &[(u64, &str)],
+    ) -> (Signer, Vec<u8>) {
         let leaf_key = Signer::p256();
         let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
         p.subject_alt_names = vec![SanType::URI(subject.try_into().unwrap())];
@@ -207,6 +216,12 @@ impl Sigstore {
             ISSUER_V2,
             der_utf8(issuer),
         )];
+        for (n, v) in extensions {
+            p.custom_extensions.push(CustomExtension::from_oid_content(
+                &[1, 3, 6, 1, 4, 1, 57264, 1, *n],
+                der_utf8(v),
+            ));
+        }
         let cert = p.signed_by(&leaf_key.rcgen(), &self.ca).unwrap();
         (leaf_key, cert.der().to_vec())
     }
@@ -478,6 +493,6 @@ pub(crate) fn hex_sha(d: &[u8]) -> Vec<u8> {
     sha2::Sha256::digest(d).to_vec()
 }
 
-fn hex(d: &[u8]) -> String {
+pub(crate) fn hex(d: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -308,16 +308,13 @@ fn one(
                 verified = Some((l.name.as_str(), checked));
                 break;
             }
-            Err(p) => problems.push(p),
+            Err(p) => problems.push(format!("{}: {p}", l.name)),
         }
     }
     let Some((attestor, checked)) = verified else {
-        let outcome = sigil_core::VerifierOutcome::failed(problems.len(), problems);
-        let problem = match outcome {
-            sigil_core::VerifierOutcome::Failed { problem, .. } => problem.to_string(),
-            sigil_core::VerifierOutcome::Passed { .. } => String::new(),
-        };
-        return unverified(problem);
+        // Each attestor's own reason: which one was meant to sign it is
+        // for the reader to know.
+        return unverified(problems.join("; "));
     };
     let signer = signer_vars(attestor, checked.identity.as_ref());
     let who = checked
@@ -334,7 +331,7 @@ fn one(
         Ok(s) => s,
         Err(e) => {
             seen.attestor = None;
-            seen.problem = Some(e.to_string());
+            seen.problem = Some(format!("signed by {attestor}, but {e}"));
             return seen;
         }
     };

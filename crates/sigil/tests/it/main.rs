@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod attest;
 mod attest_files;
 mod audit;
 mod cluster;
