@@ -1,6 +1,9 @@
 //! The in-toto statement parser and CEL conditions over arbitrary
 //! statements and expressions: never a panic, never a hang; a condition
-//! compiled from the input is either refused or evaluates to a result.
+//! compiled from the input is either refused or evaluates to a result; and
+//! a statement read only as far as the conditions name its predicate
+//! (`Statement::parse_for`, the webhook's path) answers exactly as the
+//! whole one.
 //! Input: one line of expression, then the statement.
 #![no_main]
 
@@ -54,4 +57,10 @@ fuzz_target!(|data: &[u8]| {
         1_763_900_000,
     );
     assert_eq!(results.len(), conditions.len());
+    // The pruned read: the conditions that name predicate fields (not
+    // `statement`, not the predicate as a whole) plus the input's own.
+    let named: Vec<Condition> = conditions[..4].iter().chain(conditions.get(6)).cloned().collect();
+    let ev = |s| Evidence { statement: s, digest: &digest, signer: &signer, image: None, timestamps: &[0, i64::MAX] };
+    let pruned = Statement::parse_for(rest, 1 << 20, &named).expect("what parses whole parses pruned");
+    assert_eq!(evaluate(&named, &ev(&st), 1_763_900_000), evaluate(&named, &ev(&pruned), 1_763_900_000));
 });

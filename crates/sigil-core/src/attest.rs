@@ -17,7 +17,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
-use serde_json::Value;
 
 /// Longest condition expression accepted, in bytes.
 pub const MAX_EXPRESSION_BYTES: usize = 4096;
@@ -77,65 +76,96 @@ pub enum AttestError {
 pub struct Statement {
     /// `predicateType`, as written.
     pub predicate_type: String,
-    /// `subject[]`: names and digests (`sha256` → hex, …).
+    /// `subject[]`: names and digests (`sha256` → hex, …), in order.
     pub subjects: Vec<(String, BTreeMap<String, String>)>,
-    /// The whole statement (what `statement` is in a condition).
-    pub raw: Value,
-    /// The same, as CEL reads it: converted once, shared by every evaluation.
+    /// The whole statement as CEL reads it (`statement` in a condition):
+    /// built straight from the JSON in one pass, shared by every evaluation.
     cel: cel::Value,
 }
 
 impl PartialEq for Statement {
     fn eq(&self, other: &Self) -> bool {
-        self.raw == other.raw
+        self.cel == other.cel
+    }
+}
+
+/// A string field of a CEL map.
+fn text<'v>(v: &'v cel::Value, field: &str) -> Option<&'v str> {
+    match v {
+        cel::Value::Map(m) => match m.get(&cel::objects::KeyRef::String(field)) {
+            Some(cel::Value::String(s)) => Some(s.as_str()),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
 impl Statement {
     /// Parses a DSSE payload, refusing one over `limit` bytes.
     pub fn parse(payload: &[u8], limit: usize) -> Result<Statement, AttestError> {
+        Statement::parse_with(payload, limit, &Reads::All)
+    }
+
+    /// [`Statement::parse`], reading of the predicate only what `conditions`
+    /// name (the rest is checked as JSON and skipped): what the webhook
+    /// evaluates them on.
+    pub fn parse_for(
+        payload: &[u8],
+        limit: usize,
+        conditions: &[Condition],
+    ) -> Result<Statement, AttestError> {
+        Statement::parse_with(payload, limit, &Reads::of_all(conditions))
+    }
+
+    fn parse_with(payload: &[u8], limit: usize, reads: &Reads) -> Result<Statement, AttestError> {
         if payload.len() > limit {
             return Err(AttestError::TooLarge {
                 size: payload.len(),
                 limit,
             });
         }
-        let raw: Value =
-            serde_json::from_slice(payload).map_err(|e| AttestError::Statement(e.to_string()))?;
-        let kind = raw["_type"].as_str().unwrap_or_default();
+        let cel = json::parse(payload, reads).map_err(|e| AttestError::Statement(e.to_string()))?;
+        let kind = text(&cel, "_type").unwrap_or_default();
         if !kind.starts_with("https://in-toto.io/Statement/") {
             return Err(AttestError::Statement(format!(
                 "_type is {kind:?}, not https://in-toto.io/Statement/v0.1 or v1"
             )));
         }
-        let predicate_type = raw["predicateType"]
-            .as_str()
+        let predicate_type = text(&cel, "predicateType")
             .filter(|t| !t.is_empty())
             .ok_or_else(|| AttestError::Statement("no predicateType".into()))?
             .to_owned();
-        let subjects = raw["subject"]
-            .as_array()
-            .ok_or_else(|| AttestError::Statement("no subject list".into()))?
+        let cel::Value::Map(top) = &cel else {
+            return Err(AttestError::Statement("not an object".into()));
+        };
+        let Some(cel::Value::List(list)) = top.get(&cel::objects::KeyRef::String("subject")) else {
+            return Err(AttestError::Statement("no subject list".into()));
+        };
+        let subjects = list
             .iter()
             .map(|s| {
-                let digests = s["digest"]
-                    .as_object()
-                    .map(|d| {
-                        d.iter()
-                            .filter_map(|(k, v)| {
-                                Some((k.clone(), v.as_str()?.to_ascii_lowercase()))
+                let digests = match s {
+                    cel::Value::Map(m) => match m.get(&cel::objects::KeyRef::String("digest")) {
+                        Some(cel::Value::Map(d)) => d
+                            .map
+                            .iter()
+                            .filter_map(|(k, v)| match (k, v) {
+                                (cel::objects::Key::String(k), cel::Value::String(v)) => {
+                                    Some((k.to_string(), v.to_ascii_lowercase()))
+                                }
+                                _ => None,
                             })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                (s["name"].as_str().unwrap_or_default().to_owned(), digests)
+                            .collect(),
+                        _ => BTreeMap::new(),
+                    },
+                    _ => BTreeMap::new(),
+                };
+                (text(s, "name").unwrap_or_default().to_owned(), digests)
             })
             .collect();
-        let cel = cel::to_value(&raw).map_err(|e| AttestError::Statement(e.to_string()))?;
         Ok(Statement {
             predicate_type,
             subjects,
-            raw,
             cel,
         })
     }
@@ -165,13 +195,11 @@ impl Statement {
     /// The first subject that names `digest`, as a condition sees it.
     fn subject_value(&self, digest: &str) -> cel::Value {
         let (alg, hex) = digest.split_once(':').unwrap_or_default();
-        let at = self.raw["subject"].as_array().and_then(|subjects| {
-            subjects.iter().position(|s| {
-                s["digest"][alg]
-                    .as_str()
-                    .is_some_and(|h| h.eq_ignore_ascii_case(hex))
-            })
-        });
+        let hex = hex.to_ascii_lowercase();
+        let at = self
+            .subjects
+            .iter()
+            .position(|(_, d)| d.get(alg).is_some_and(|h| *h == hex));
         match (at, self.cel_field("subject")) {
             (Some(i), cel::Value::List(l)) => l.get(i).cloned().unwrap_or(cel::Value::Null),
             _ => cel::Value::Null,
@@ -187,6 +215,97 @@ pub struct Condition {
     /// What the denial says when it is false (else the expression).
     pub message: Option<String>,
     program: Arc<cel::Program>,
+    /// Which parts of the predicate it reads.
+    reads: Reads,
+}
+
+/// Which top-level fields of the predicate conditions read: a statement is
+/// parsed into CEL values only as far as that (an SBOM's package list of
+/// megabytes is skipped when no condition names it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reads {
+    /// Only `predicate.<field>…` for these fields.
+    Fields(std::collections::BTreeSet<String>),
+    /// The whole predicate (it is used otherwise, or `statement` is read).
+    All,
+}
+
+impl Reads {
+    fn of(e: &IdedExpr) -> Reads {
+        let mut fields = std::collections::BTreeSet::new();
+        if collect(e, &mut fields) {
+            Reads::All
+        } else {
+            Reads::Fields(fields)
+        }
+    }
+
+    fn merge(self, other: &Reads) -> Reads {
+        match (self, other) {
+            (Reads::Fields(mut a), Reads::Fields(b)) => {
+                a.extend(b.iter().cloned());
+                Reads::Fields(a)
+            }
+            _ => Reads::All,
+        }
+    }
+
+    /// What a set of conditions reads together.
+    pub(crate) fn of_all(conditions: &[Condition]) -> Reads {
+        conditions
+            .iter()
+            .fold(Reads::Fields(Default::default()), |r, c| {
+                if c.program.references().has_variable("statement") {
+                    Reads::All
+                } else {
+                    r.merge(&c.reads)
+                }
+            })
+    }
+}
+
+/// Adds the fields `predicate.<field>` names in `e`; true when `predicate`
+/// is used any other way (so all of it is needed).
+fn collect(e: &IdedExpr, fields: &mut std::collections::BTreeSet<String>) -> bool {
+    let mut all = false;
+    let mut go = |x: &IdedExpr| all |= collect(x, fields);
+    match &e.expr {
+        Expr::Select(s) => match &s.operand.expr {
+            Expr::Ident(n) if n == "predicate" => {
+                fields.insert(s.field.clone());
+            }
+            _ => go(&s.operand),
+        },
+        Expr::Ident(n) => return n == "predicate",
+        Expr::Comprehension(c) => {
+            for x in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                go(x);
+            }
+        }
+        Expr::Call(c) => {
+            c.target.iter().for_each(|t| go(t));
+            c.args.iter().for_each(&mut go);
+        }
+        Expr::List(l) => l.elements.iter().for_each(&mut go),
+        Expr::Map(m) => m
+            .entries
+            .iter()
+            .flat_map(|en| entry_exprs(&en.expr))
+            .for_each(&mut go),
+        Expr::Struct(st) => st
+            .entries
+            .iter()
+            .flat_map(|en| entry_exprs(&en.expr))
+            .for_each(&mut go),
+        Expr::Literal(_) | Expr::Unspecified => {}
+    }
+    all
 }
 
 impl std::fmt::Debug for Condition {
@@ -230,10 +349,12 @@ impl Condition {
                 "comprehensions (all, exists, map, filter) nest {depth} deep; at most {MAX_COMPREHENSION_DEPTH} is allowed, so evaluation stays linear in the statement's size"
             )));
         }
+        let reads = Reads::of(program.expression());
         Ok(Condition {
             expression: expression.to_owned(),
             message: message.filter(|m| !m.is_empty()),
             program: Arc::new(program),
+            reads,
         })
     }
 }
@@ -454,6 +575,7 @@ fn show(v: &cel::Value) -> String {
     crate::text::truncate_chars(&full, 120)
 }
 
+mod json;
 pub mod rules;
 
 #[cfg(test)]

@@ -327,7 +327,7 @@ fn one(
         problem: None,
         conditions: Vec::new(),
     };
-    let statement = match Statement::parse(&a.payload, req.max_bytes) {
+    let statement = match Statement::parse_for(&a.payload, req.max_bytes, &req.conditions) {
         Ok(s) => s,
         Err(e) => {
             seen.attestor = None;

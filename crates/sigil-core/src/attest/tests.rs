@@ -190,3 +190,54 @@ fn a_false_condition_shows_the_value_it_read() {
             .ends_with(r#"false (it read "https://github.com/acme/api")"#)
     );
 }
+
+/// Conditions see the same values whether the statement is read whole or
+/// only as far as they name the predicate; what they do not name is still
+/// checked as JSON, and `statement` (or `predicate` used whole) reads all.
+#[test]
+fn a_statement_read_for_its_conditions_answers_as_the_whole_one() {
+    let exprs = [
+        r#"predicate.buildDefinition.externalParameters.workflow.ref == "refs/heads/main""#,
+        r#"has(predicate.scanner) && predicate.materials.size() == 2"#,
+        r#"predicate.metadata.scanFinishedOn.startsWith("2025")"#,
+    ];
+    let conditions: Vec<Condition> = exprs
+        .iter()
+        .map(|e| Condition::compile(e, None).unwrap())
+        .collect();
+    assert_eq!(
+        Reads::of_all(&conditions),
+        Reads::Fields(
+            ["buildDefinition", "scanner", "materials", "metadata"]
+                .map(String::from)
+                .into()
+        )
+    );
+    let whole = Statement::parse(&slsa_v1(), 1 << 20).unwrap();
+    let pruned = Statement::parse_for(&slsa_v1(), 1 << 20, &conditions).unwrap();
+    assert_ne!(whole, pruned, "runDetails is skipped");
+    let signer = signer();
+    let ev = |s| Evidence {
+        statement: s,
+        digest: D,
+        signer: &signer,
+        image: None,
+        timestamps: &[],
+    };
+    assert_eq!(
+        evaluate(&conditions, &ev(&whole), 0),
+        evaluate(&conditions, &ev(&pruned), 0)
+    );
+    assert!(
+        evaluate(&conditions, &ev(&pruned), 0)
+            .iter()
+            .all(ConditionResult::holds)
+    );
+    let all = [Condition::compile("size(statement.predicate) > 0", None).unwrap()];
+    assert_eq!(Reads::of_all(&all), Reads::All);
+    let whole_use = [Condition::compile("predicate != null", None).unwrap()];
+    assert_eq!(Reads::of_all(&whole_use), Reads::All);
+    // Skipped is not unchecked: broken JSON in an unread field still refuses.
+    let broken = br#"{"_type":"https://in-toto.io/Statement/v1","subject":[],"predicateType":"x","predicate":{"a":1,"b":[1,}}"#;
+    assert!(Statement::parse_for(broken, 1 << 20, &conditions).is_err());
+}

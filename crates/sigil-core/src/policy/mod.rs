@@ -84,7 +84,7 @@ pub(crate) fn verification(r: &RuleSpec) -> Result<Option<Arc<Verification>>, Po
     if r.verify.is_empty() && r.attestations.is_empty() {
         return Ok(None);
     }
-    let mut v = Verification::compile(
+    let v = Verification::compile(
         &r.name.value,
         &r.verify,
         r.threshold,
@@ -92,8 +92,8 @@ pub(crate) fn verification(r: &RuleSpec) -> Result<Option<Arc<Verification>>, Po
         r.signatures.as_ref(),
     )
     .map_err(|m| invalid(&r.name, m))?;
-    v.attestations = crate::attest::rules::compile(&r.name, &r.verify, &r.attestations)?;
-    Ok(Some(Arc::new(v)))
+    let attestations = crate::attest::rules::compile(&r.name, &r.verify, &r.attestations)?;
+    Ok(Some(Arc::new(v.with_attestations(attestations))))
 }
 
 pub(crate) fn invalid<T>(at: &Spanned<T>, message: impl Into<String>) -> PolicyError {

@@ -188,7 +188,12 @@ pub struct SignaturesSpec {
 }
 
 /// A rule's compiled verification requirement.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// It keys the verification cache (three lookups per cached 3-image Pod):
+/// it hashes as a fingerprint of its contents computed once at compile,
+/// not field by field (conditions and attestors made that cost grow with
+/// the rule), and compares in full.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verification {
     /// Verifiers, in the order written.
     pub verifiers: Vec<VerifierSpec>,
@@ -200,6 +205,14 @@ pub struct Verification {
     pub signatures_repository: Option<String>,
     /// Attestations that must be present, verified and satisfy their conditions.
     pub attestations: Vec<AttestationRequirement>,
+    /// Hash of everything above, computed by [`Verification::seal`].
+    fingerprint: u64,
+}
+
+impl std::hash::Hash for Verification {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.fingerprint);
+    }
 }
 
 /// Why one signature (or the lack of one) did not satisfy a verifier.
@@ -548,7 +561,31 @@ impl Verification {
             required: required.to_vec(),
             signatures_repository,
             attestations: Vec::new(),
-        })
+            fingerprint: 0,
+        }
+        .seal())
+    }
+
+    /// The same requirement with `attestations`.
+    pub fn with_attestations(mut self, attestations: Vec<AttestationRequirement>) -> Verification {
+        self.attestations = attestations;
+        self.seal()
+    }
+
+    /// Computes the fingerprint the cache hashes.
+    fn seal(mut self) -> Verification {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        (
+            &self.verifiers,
+            self.threshold,
+            &self.required,
+            &self.signatures_repository,
+            &self.attestations,
+        )
+            .hash(&mut h);
+        self.fingerprint = h.finish();
+        self
     }
 }
 
