@@ -67,3 +67,40 @@ impl ArtifactSource for MemorySource {
             })
     }
 }
+
+/// A shared [`MemorySource`], so a test can read its calls after handing
+/// it to a verifier.
+pub struct Shared(pub std::sync::Arc<MemorySource>);
+
+impl ArtifactSource for Shared {
+    async fn manifest(
+        &self,
+        repo: &Reference,
+        r: &str,
+        creds: &PullCredentials,
+        deadline: Instant,
+    ) -> Result<Option<Vec<u8>>, ResolveFailure> {
+        self.0.manifest(repo, r, creds, deadline).await
+    }
+
+    async fn referrers(
+        &self,
+        repo: &Reference,
+        d: &Digest,
+        creds: &PullCredentials,
+        deadline: Instant,
+    ) -> Result<Option<Vec<u8>>, ResolveFailure> {
+        self.0.referrers(repo, d, creds, deadline).await
+    }
+
+    async fn blob(
+        &self,
+        repo: &Reference,
+        d: &Digest,
+        max: usize,
+        creds: &PullCredentials,
+        deadline: Instant,
+    ) -> Result<Vec<u8>, ResolveFailure> {
+        self.0.blob(repo, d, max, creds, deadline).await
+    }
+}

@@ -363,3 +363,80 @@ fn one(
     });
     seen
 }
+
+#[cfg(test)]
+mod tests {
+    //! The attestation path through the verifier's cache.
+
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use sigil_core::{Digest, Policy, PullCredentials, Reference, SignatureVerifier};
+    use sigil_testkit::artifacts::{MemorySource, Shared};
+    use sigil_testkit::attestations::{SLSA_V1, keyed_layer, predicate};
+    use sigil_testkit::registry::sha256;
+    use sigil_testkit::signing::Signer;
+
+    /// Concurrent admissions of one attested digest verify it once: the
+    /// `.att` manifest and its envelope are fetched once, and every caller
+    /// gets the same report (no stampede on the registry).
+    #[tokio::test]
+    async fn concurrent_attested_lookups_coalesce_into_one_fetch() {
+        let d = Digest::parse(&format!("sha256:{}", "cd".repeat(32))).unwrap();
+        let key = Signer::p256();
+        let st = sigil_testkit::intoto::statement(
+            d.as_str(),
+            SLSA_V1,
+            predicate(SLSA_V1, "https://github.com/acme/api", 1_700_000_000),
+        );
+        let layer = keyed_layer(&key, &st);
+        let ed = sha256(&layer.envelope);
+        let m = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "layers": [
+            {"mediaType": super::DSSE_MEDIA_TYPE, "size": layer.envelope.len(), "digest": ed, "annotations": layer.annotations}
+        ]}))
+        .unwrap();
+        let source = Arc::new(MemorySource {
+            manifests: [(format!("sha256-{}.att", "cd".repeat(32)), m)]
+                .into_iter()
+                .collect(),
+            blobs: [(ed, layer.envelope)].into_iter().collect(),
+            ..MemorySource::default()
+        });
+        let policy = Policy::from_yaml(&format!(
+            "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n    - name: r\n      match: [\"**\"]\n      attestations:\n        - {{name: prov, predicateType: slsaprovenance1, attestors: [{{name: ci, cosign: {{key: {:?}}}}}], conditions: [{{expression: 'predicate.buildDefinition.externalParameters.workflow.ref == \"refs/heads/main\"'}}]}}\n",
+            key.public_pem()
+        ))
+        .unwrap();
+        let v = policy.rules[0].verification.clone().unwrap();
+        let verifier = crate::Verifier::new(
+            Shared(source.clone()),
+            crate::Material::load(&policy).unwrap(),
+            Default::default(),
+            Arc::new(crate::NoObserver),
+        );
+        let repo = Reference::parse("r.example/app").unwrap();
+        let creds = PullCredentials::default();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let reports = futures_util::future::join_all(
+            (0..16).map(|_| verifier.verify(&repo, &d, &v, &creds, deadline)),
+        )
+        .await;
+        assert!(reports.iter().all(|r| r.satisfied()), "{}", reports[0]);
+        assert!(reports.iter().all(|r| Arc::ptr_eq(r, &reports[0])));
+        let calls = source.calls();
+        assert_eq!(
+            calls.iter().filter(|c| c.ends_with(".att")).count(),
+            1,
+            "{calls:?}"
+        );
+        assert_eq!(
+            calls.iter().filter(|c| c.starts_with("blob")).count(),
+            1,
+            "{calls:?}"
+        );
+        assert!(
+            !calls.iter().any(|c| c.ends_with(".sig")),
+            "a rule without verify reads no .sig: {calls:?}"
+        );
+    }
+}

@@ -576,7 +576,10 @@ fn a_team_policy_adds_attestation_requirements() {
         other => panic!("{other:?}"),
     }
     // A deny rule that asks for attestations makes no sense and is refused.
-    let bad = text.replace("    - name: ours\n", "    - name: ours\n      action: deny\n");
+    let bad = text.replace(
+        "    - name: ours\n",
+        "    - name: ours\n      action: deny\n",
+    );
     let err = Policy::from_documents(&bad).unwrap_err().to_string();
     assert!(err.contains("a deny rule verifies nothing"), "{err}");
 }

@@ -577,3 +577,26 @@ async fn verify_pin_audit_and_policy_check_read_attestation_rules() {
         "{text}"
     );
 }
+
+/// The shipped example loads, and `policy check` explains every entry.
+#[test]
+fn the_attestation_example_is_explained_by_policy_check() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/policy-attestations.yaml"
+    );
+    let out = run_sigil(&["policy", "check", "--schema-only", example], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "and it must carry attestation \"built-by-ci\": a https://slsa.dev/provenance/v1 statement about the pinned digest, signed by gha (keyless /^https://github\\.com/acme/api/\\.github/workflows/release\\.yml@/ from https://token.actions.githubusercontent.com), where built from acme/api",
+        "and it must carry attestation \"sbom\": a https://cyclonedx.org/bom statement about the pinned digest, signed by scanner (key), where size(predicate.components) > 0",
+        "where scanned in the last 7 days (now - timestamp(predicate.metadata.scanFinishedOn) < duration(\"168h\")); and no critical finding",
+    ] {
+        assert!(text.contains(want), "{want}\n{text}");
+    }
+}
