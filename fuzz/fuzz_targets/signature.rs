@@ -133,7 +133,7 @@ fuzz_target!(|data: &[u8]| {
             let _ = sigil_verify::bundle::verify(
                 rest,
                 &Artifact::Digest([7; 32]),
-                Signer::Identity { san: &san, issuer: &issuer },
+                Signer::Identity { san: &san, issuer: &issuer, extensions: &[] },
                 Requirements::default(),
                 test_root(),
             );
