@@ -9,7 +9,7 @@
 use serde_json::{Value, json};
 
 use crate::intoto::{self, PAYLOAD_TYPE};
-use crate::registry::{TestRegistry, sha256};
+use crate::registry::TestRegistry;
 use crate::signing::{Signer, b64, pem};
 use crate::sigstore::{Sigstore, hex, hex_sha, inclusion_proof, leaf_hash, tree_root};
 
@@ -150,34 +150,11 @@ pub fn keyed_bundle(key: &Signer, statement: &[u8]) -> Vec<u8> {
 /// API are read).
 pub async fn push_bundles(reg: &TestRegistry, repo: &str, subject: &str, bundles: &[Vec<u8>]) {
     let size = reg.manifest_size(repo, subject).await;
-    let empty = reg.push_blob(repo, b"{}").await;
-    let mut listed = Vec::new();
-    for b in bundles {
-        let bd = reg.push_blob(repo, b).await;
-        let m = serde_json::to_vec(&json!({
-            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "artifactType": BUNDLE_V03,
-            "config": {"mediaType": "application/vnd.oci.empty.v1+json", "size": 2, "digest": empty},
-            "layers": [{"mediaType": BUNDLE_V03, "size": b.len(), "digest": bd}],
-            "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "size": size, "digest": subject}
-        }))
-        .unwrap();
-        let md = sha256(&m);
-        reg.push_manifest(repo, &md, "application/vnd.oci.image.manifest.v1+json", &m)
-            .await;
-        listed.push(json!({"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": m.len(), "artifactType": BUNDLE_V03}));
-    }
-    let index = serde_json::to_vec(&json!({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": listed
-    }))
-    .unwrap();
-    reg.push_manifest(
-        repo,
-        &subject.replace(':', "-"),
-        "application/vnd.oci.image.index.v1+json",
-        &index,
-    )
-    .await;
+    let referrers: Vec<(&str, &str, &[u8])> = bundles
+        .iter()
+        .map(|b| (BUNDLE_V03, BUNDLE_V03, b.as_slice()))
+        .collect();
+    crate::signing::push_referrers(reg, repo, subject, size, &referrers).await;
 }
 
 /// Fulcio extension numbers (1.3.6.1.4.1.57264.1.N) by name, for certificates minted here.

@@ -214,22 +214,44 @@ pub async fn push_referrer(
     layer_media_type: &str,
     blob: &[u8],
 ) {
+    push_referrers(
+        reg,
+        repo,
+        subject,
+        subject_size,
+        &[(artifact_type, layer_media_type, blob)],
+    )
+    .await;
+}
+
+/// Pushes each (artifactType, layer media type, blob) as a referrer of
+/// `subject` and writes one referrers tag-schema index listing them all.
+pub async fn push_referrers(
+    reg: &TestRegistry,
+    repo: &str,
+    subject: &str,
+    subject_size: usize,
+    referrers: &[(&str, &str, &[u8])],
+) {
     let empty = reg.push_blob(repo, b"{}").await;
-    let bd = reg.push_blob(repo, blob).await;
-    let m = serde_json::to_vec(&json!({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "artifactType": artifact_type,
-        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "size": 2, "digest": empty},
-        "layers": [{"mediaType": layer_media_type, "size": blob.len(), "digest": bd}],
-        "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "size": subject_size, "digest": subject}
-    }))
-    .unwrap();
-    let md = sha256(&m);
-    reg.push_manifest(repo, &md, "application/vnd.oci.image.manifest.v1+json", &m)
-        .await;
+    let mut listed = Vec::new();
+    for (artifact_type, layer_media_type, blob) in referrers {
+        let bd = reg.push_blob(repo, blob).await;
+        let m = serde_json::to_vec(&json!({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "artifactType": artifact_type,
+            "config": {"mediaType": "application/vnd.oci.empty.v1+json", "size": 2, "digest": empty},
+            "layers": [{"mediaType": layer_media_type, "size": blob.len(), "digest": bd}],
+            "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "size": subject_size, "digest": subject}
+        }))
+        .unwrap();
+        let md = sha256(&m);
+        reg.push_manifest(repo, &md, "application/vnd.oci.image.manifest.v1+json", &m)
+            .await;
+        listed.push(json!({"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": m.len(), "artifactType": artifact_type}));
+    }
     let index = serde_json::to_vec(&json!({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": m.len(), "artifactType": artifact_type}]
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": listed
     }))
     .unwrap();
     reg.push_manifest(

@@ -153,11 +153,12 @@ async fn legacy_att<S: ArtifactSource>(
             _ => out.push(Err(ArtifactError::Malformed("attestation layer has no valid digest".into()))),
         }
     }
-    let (blobs, n) = fetch_lenient(
+    let (blobs, n) = fetch(
         source,
         repo,
         layers.iter().map(|(d, _)| d),
         limit,
+        true,
         creds,
         deadline,
     )
@@ -174,14 +175,16 @@ async fn legacy_att<S: ArtifactSource>(
     Ok((out, 1 + n))
 }
 
-/// Fetches each distinct blob once; a blob over `limit` or that the
-/// registry lists but cannot find is that blob's problem, while an outage
-/// (timeout, 5xx, refused) fails the whole gather.
-async fn fetch_lenient<'d, S: ArtifactSource>(
+/// Fetches each distinct blob once, concurrently. A blob the registry
+/// lists but cannot find is that blob's problem (a broken signature, not an
+/// outage), and so, when `lenient`, is one over `limit`; anything else (a
+/// timeout, 5xx, refused) fails the whole gather.
+async fn fetch<'d, S: ArtifactSource>(
     source: &S,
     repo: &Reference,
     digests: impl Iterator<Item = &'d Digest>,
     limit: usize,
+    lenient: bool,
     creds: &PullCredentials,
     deadline: Instant,
 ) -> Result<(HashMap<Digest, Result<Vec<u8>, ArtifactError>>, usize), ResolveFailure> {
@@ -204,7 +207,9 @@ async fn fetch_lenient<'d, S: ArtifactSource>(
             Err(ResolveFailure::NotFound { .. }) => Err(ArtifactError::Malformed(format!(
                 "blob {d} is missing from the registry"
             ))),
-            Err(ResolveFailure::BadResponse { detail }) => Err(ArtifactError::Malformed(detail)),
+            Err(ResolveFailure::BadResponse { detail }) if lenient => {
+                Err(ArtifactError::Malformed(detail))
+            }
             Err(e) => return Err(e),
         };
         out.insert((*d).clone(), r);
@@ -247,11 +252,20 @@ async fn legacy<S: ArtifactSource>(
             ))),
         }
     }
-    let (blobs, n) =
-        fetch_blobs(source, repo, layers.iter().map(|(d, _)| d), creds, deadline).await?;
+    let (blobs, n) = fetch(
+        source,
+        repo,
+        layers.iter().map(|(d, _)| d),
+        MAX_SIGNATURE_BLOB,
+        false,
+        creds,
+        deadline,
+    )
+    .await?;
     for (d, ann) in &layers {
         out.push(match blobs.get(d) {
-            Some(payload) => Item::from_legacy(payload.clone(), ann),
+            Some(Ok(payload)) => Item::from_legacy(payload.clone(), ann),
+            Some(Err(e)) => Err(e.clone()),
             None => Err(ArtifactError::Malformed(format!(
                 "signature payload {d} is missing from the registry"
             ))),
@@ -347,11 +361,12 @@ async fn referred<S: ArtifactSource>(
             }
         }
     }
-    let (blobs, n) = fetch_lenient(
+    let (blobs, n) = fetch(
         source,
         repo,
         envelopes.iter().map(|(d, _, _)| d),
         wanted.blob_limit(),
+        true,
         creds,
         deadline,
     )
@@ -393,40 +408,6 @@ async fn referred<S: ArtifactSource>(
         }
     }
     Ok((bundles, envs, atts, fetches))
-}
-
-/// Fetches each distinct blob once, concurrently. A blob the registry lists
-/// but cannot find is left out (a broken signature, not an outage).
-async fn fetch_blobs<'d, S: ArtifactSource>(
-    source: &S,
-    repo: &Reference,
-    digests: impl Iterator<Item = &'d Digest>,
-    creds: &PullCredentials,
-    deadline: Instant,
-) -> Result<(HashMap<Digest, Vec<u8>>, usize), ResolveFailure> {
-    let mut distinct: Vec<&Digest> = Vec::new();
-    for d in digests {
-        if !distinct.contains(&d) {
-            distinct.push(d);
-        }
-    }
-    let got = join_all(
-        distinct
-            .iter()
-            .map(|d| source.blob(repo, d, MAX_SIGNATURE_BLOB, creds, deadline)),
-    )
-    .await;
-    let mut out = HashMap::new();
-    for (d, b) in distinct.iter().zip(got) {
-        match b {
-            Ok(bytes) => {
-                out.insert((*d).clone(), bytes);
-            }
-            Err(ResolveFailure::NotFound { .. }) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok((out, distinct.len()))
 }
 
 /// The referrers index: the API if the registry has it, else the tag schema.
