@@ -439,4 +439,57 @@ mod tests {
             "a rule without verify reads no .sig: {calls:?}"
         );
     }
+
+    /// An image listing many large attestations costs bounded reads: past
+    /// twice the largest allowed, listed layers are reported, not fetched.
+    #[tokio::test]
+    async fn attestations_past_the_per_digest_budget_are_not_fetched() {
+        let d = Digest::parse(&format!("sha256:{}", "ef".repeat(32))).unwrap();
+        let key = Signer::p256();
+        let st = sigil_testkit::intoto::statement(d.as_str(), SLSA_V1, serde_json::json!({}));
+        let layer = keyed_layer(&key, &st);
+        let ed = sha256(&layer.envelope);
+        // Three layers each declared at 900 KiB (the envelope itself is
+        // small): the budget for a 1 MiB limit is 2 MiB, so two are read.
+        let l = serde_json::json!({"mediaType": super::DSSE_MEDIA_TYPE, "size": 900 << 10, "digest": ed, "annotations": layer.annotations});
+        let m = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "layers": [l, l, l]}))
+            .unwrap();
+        let source = Arc::new(MemorySource {
+            manifests: [(format!("sha256-{}.att", "ef".repeat(32)), m)]
+                .into_iter()
+                .collect(),
+            blobs: [(ed, layer.envelope)].into_iter().collect(),
+            ..MemorySource::default()
+        });
+        let wanted = crate::gather::Wanted {
+            signatures: false,
+            attestation_bytes: Some(1 << 10),
+        };
+        let a = crate::gather::gather(
+            &Shared(source.clone()),
+            &Reference::parse("r.example/app").unwrap(),
+            &d,
+            &PullCredentials::default(),
+            wanted,
+            Instant::now() + Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        assert_eq!(a.attestations.len(), 3);
+        assert_eq!(a.attestations.iter().filter(|x| x.is_ok()).count(), 2);
+        let e = a
+            .attestations
+            .iter()
+            .find_map(|x| x.as_ref().err())
+            .unwrap()
+            .to_string();
+        assert!(e.contains("exceed the 2097152-byte budget"), "{e}");
+        // The two in budget share one blob, fetched once; the third is not fetched.
+        let blobs = source
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("blob"))
+            .count();
+        assert_eq!(blobs, 1);
+    }
 }

@@ -47,6 +47,40 @@ fn not_json(what: &str, e: serde_json::Error) -> ResolveFailure {
     }
 }
 
+/// How many bytes of attestations (or bundles) one digest may make sigil
+/// read from each place it looks: twice the largest one allowed. Beyond
+/// it, what is listed is reported, not fetched, so an image with dozens of
+/// huge attestations costs bounded memory per lookup.
+struct Budget {
+    left: u64,
+    total: u64,
+}
+
+impl Budget {
+    fn new(limit: usize) -> Budget {
+        let total = 2 * limit as u64;
+        Budget { left: total, total }
+    }
+
+    /// Takes `size` bytes if they fit.
+    fn take(&mut self, size: u64) -> bool {
+        match self.left.checked_sub(size) {
+            Some(left) => {
+                self.left = left;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn spent(&self) -> ArtifactError {
+        ArtifactError::Malformed(format!(
+            "not read: the attestations listed for this digest exceed the {}-byte budget sigil reads per digest (twice the largest allowed)",
+            self.total
+        ))
+    }
+}
+
 /// What a rule needs gathered.
 #[derive(Debug, Clone, Copy)]
 pub struct Wanted {
@@ -127,6 +161,7 @@ async fn legacy_att<S: ArtifactSource>(
 ) -> Fetched<Attestation> {
     let tag = format!("{}-{}.att", digest.algorithm(), digest.hex());
     let mut out = Vec::new();
+    let mut budget = Budget::new(limit);
     let Some(bytes) = source.manifest(repo, &tag, creds, deadline).await? else {
         return Ok((out, 1));
     };
@@ -149,6 +184,7 @@ async fn legacy_att<S: ArtifactSource>(
             Some(Ok(_)) if size > limit as u64 => out.push(Err(ArtifactError::Malformed(format!(
                 "the attestation is {size} bytes, over the {limit}-byte limit its rule's maxAttestationSize allows"
             )))),
+            Some(Ok(_)) if !budget.take(size) => out.push(Err(budget.spent())),
             Some(Ok(d)) => layers.push((d, ann)),
             _ => out.push(Err(ArtifactError::Malformed("attestation layer has no valid digest".into()))),
         }
@@ -294,6 +330,8 @@ async fn referred<S: ArtifactSource>(
 > {
     let mut fetches = 1;
     let mut listed: Vec<(Digest, &'static str)> = Vec::new();
+    let mut budget = Budget::new(wanted.blob_limit());
+    let mut over_budget = Vec::new();
     if let Some(index) = referrers(source, repo, digest, creds, deadline).await? {
         let v: Value =
             serde_json::from_slice(&index).map_err(|e| not_json("referrers index", e))?;
@@ -357,6 +395,11 @@ async fn referred<S: ArtifactSource>(
                 ok,
                 l.get("digest").and_then(|x| x.as_str()).map(Digest::parse),
             ) {
+                let size = l.get("size").and_then(Value::as_u64).unwrap_or(0);
+                if *kind == "bundle" && !budget.take(size) {
+                    over_budget.push(budget.spent());
+                    continue;
+                }
                 envelopes.push((bd, mt.to_owned(), kind));
             }
         }
@@ -373,6 +416,12 @@ async fn referred<S: ArtifactSource>(
     .await?;
     fetches += n;
     let (mut bundles, mut envs, mut atts) = (Vec::new(), Vec::new(), Vec::new());
+    for e in over_budget {
+        match wanted.attestation_bytes {
+            Some(_) => atts.push(Err(e)),
+            None => bundles.push(Err(e)),
+        }
+    }
     for (d, mt, kind) in &envelopes {
         let b = match blobs.get(d) {
             Some(Ok(b)) => b,
