@@ -576,7 +576,6 @@ fn show(v: &cel::Value) -> String {
 }
 
 mod json;
-pub mod rules;
 
 #[cfg(test)]
 mod tests;

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use base64::Engine as _;
 use serde_json::Value;
 use sigil_core::SignatureProblem;
-use sigil_core::attest::rules::{AttestationRequirement, EntryOutcome, Seen};
 use sigil_core::attest::{Evidence, Statement};
+use sigil_core::verify::attestations::{AttestationRequirement, EntryOutcome, Seen};
 
 use crate::cosign::{CosignCheck, Item};
 use crate::rekor::Entry;

@@ -144,7 +144,7 @@ impl Policy {
                     ),
                 ));
             }
-            let verification = super::verification(r)?;
+            let verification = super::requirements::verification(r)?;
             let namespace_selector = r
                 .namespace_selector
                 .as_ref()

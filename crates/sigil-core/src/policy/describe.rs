@@ -122,7 +122,7 @@ impl Policy {
                 let _ = writeln!(
                     s,
                     "    and it must carry {}",
-                    crate::attest::rules::describe(a)
+                    crate::verify::attestations::describe(a)
                 );
             }
             if let Some(d) = &r.description {
@@ -167,7 +167,7 @@ impl Policy {
                     let _ = writeln!(
                         s,
                         "    and it must carry {}",
-                        crate::attest::rules::describe(a)
+                        crate::verify::attestations::describe(a)
                     );
                 }
             }

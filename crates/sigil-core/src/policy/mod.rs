@@ -13,6 +13,7 @@ mod describe;
 mod documents;
 pub mod namespaced;
 mod plan;
+mod requirements;
 pub mod schema;
 
 pub use namespaced::{DefaultAction, NamespacePolicy, TeamVerdict};
@@ -76,24 +77,6 @@ pub enum PolicyError {
 
 fn fmt_line(line: Option<u64>) -> String {
     line.map(|l| format!("line {l}: ")).unwrap_or_default()
-}
-
-/// A rule's `verify` and `attestations` compiled into one requirement
-/// (`None` when it has neither).
-pub(crate) fn verification(r: &RuleSpec) -> Result<Option<Arc<Verification>>, PolicyError> {
-    if r.verify.is_empty() && r.attestations.is_empty() {
-        return Ok(None);
-    }
-    let v = Verification::compile(
-        &r.name.value,
-        &r.verify,
-        r.threshold,
-        &r.required,
-        r.signatures.as_ref(),
-    )
-    .map_err(|m| invalid(&r.name, m))?;
-    let attestations = crate::attest::rules::compile(&r.name, &r.verify, &r.attestations)?;
-    Ok(Some(Arc::new(v.with_attestations(attestations))))
 }
 
 pub(crate) fn invalid<T>(at: &Spanned<T>, message: impl Into<String>) -> PolicyError {

@@ -238,7 +238,7 @@ impl NamespacePolicy {
                     format!("{who}: rule {name:?}: signatures needs a verify or attestations list"),
                 ));
             }
-            let verification = super::verification(r).map_err(|e| match e {
+            let verification = super::requirements::verification(r).map_err(|e| match e {
                 PolicyError::Invalid { line, message } if !message.starts_with(&who) => {
                     PolicyError::Invalid {
                         line,

@@ -2,6 +2,8 @@
 //! their source position (`Spanned`) so errors can name the line. Nothing
 //! here is validated; `compile` does that.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
@@ -196,7 +198,7 @@ pub struct RuleSpec {
     /// In-toto attestations (provenance, SBOMs, scans) the pinned digest
     /// must carry, with conditions.
     #[serde(default)]
-    pub attestations: Vec<crate::attest::rules::AttestationSpec>,
+    pub attestations: Vec<AttestationSpec>,
     /// Only for objects in namespaces whose labels match (a Kubernetes label
     /// selector; every namespace has `kubernetes.io/metadata.name`).
     #[serde(default)]
@@ -226,4 +228,112 @@ pub struct ExpressionSpec {
     /// Values for `In` and `NotIn`.
     #[serde(default)]
     pub values: Vec<String>,
+}
+
+/// One entry of a rule's `attestations:`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AttestationSpec {
+    /// Named in denials, reports and the audit annotation.
+    pub name: Spanned<String>,
+    /// An exact URI, or one of cosign's short names (`slsaprovenance1`, `spdx`, `vuln`, …).
+    pub predicate_type: Spanned<String>,
+    /// Who may have signed it: inline verifiers, or names of the rule's `verify` entries.
+    #[serde(default)]
+    pub attestors: Vec<AttestorSpec>,
+    /// CEL expressions that must all hold for one attestation.
+    #[serde(default)]
+    pub conditions: Vec<ConditionSpec>,
+    /// Largest statement read (bytes, or `Ki`/`Mi` units); default 8 MiB.
+    #[serde(default)]
+    pub max_attestation_size: Option<Spanned<ByteSize>>,
+}
+
+/// An attestor: the name of one of the rule's `verify` entries, or a verifier inline.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum AttestorSpec {
+    /// `attestors: [scanner]`.
+    Name(String),
+    /// `attestors: [{name: gha, cosign: {...}}]`.
+    Inline(Box<VerifierSpec>),
+}
+
+impl<'de> Deserialize<'de> for AttestorSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = AttestorSpec;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "the name of one of the rule's verify entries, or a verifier (name and cosign)",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<AttestorSpec, E> {
+                Ok(AttestorSpec::Name(v.to_owned()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                m: A,
+            ) -> Result<AttestorSpec, A::Error> {
+                VerifierSpec::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+                    .map(|v| AttestorSpec::Inline(Box::new(v)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One condition as written.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConditionSpec {
+    /// A CEL expression over `predicate`, `signer`, `image`, … that must be true.
+    pub expression: Spanned<String>,
+    /// What a denial says when it is false.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// A size in bytes, written as a number or with a binary unit (`512Ki`, `8Mi`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ByteSize(pub u64);
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size in bytes, or with Ki or Mi (e.g. 8Mi)")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ByteSize, E> {
+                Ok(ByteSize(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ByteSize, E> {
+                u64::try_from(v)
+                    .map(ByteSize)
+                    .map_err(|_| E::custom("a size cannot be negative"))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ByteSize, E> {
+                let t = v.trim();
+                let (num, mul) = if let Some(n) = t.strip_suffix("Mi") {
+                    (n, 1 << 20)
+                } else if let Some(n) = t.strip_suffix("Ki") {
+                    (n, 1 << 10)
+                } else {
+                    (t, 1)
+                };
+                num.trim()
+                    .parse::<u64>()
+                    .ok()
+                    .and_then(|n| n.checked_mul(mul))
+                    .map(ByteSize)
+                    .ok_or_else(|| {
+                        E::custom(format!("{v:?} is not a size like 8388608, 512Ki or 8Mi"))
+                    })
+            }
+        }
+        d.deserialize_any(V)
+    }
 }

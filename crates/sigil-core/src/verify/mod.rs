@@ -1,8 +1,10 @@
 //! What a rule's `verify` section means, and what verifying found.
 //!
 //! This module owns the schema of verifiers (cosign key or keyless, notation),
-//! the threshold/required arithmetic that turns per-verifier results into one
-//! verdict, and the typed reasons a signature did not count. It reads no key
+//! their validation (`compile`), the threshold/required arithmetic that turns
+//! per-verifier results into one verdict, the typed reasons a signature did
+//! not count, and the attestation entries a rule adds and what checking them
+//! found (`attestations`). It reads no key
 //! files and does no cryptography: `sigil-verify` loads the material the
 //! paths name, checks signatures, and reports back in these types, so the
 //! denial text is rendered here, in one place, like every other denial.
@@ -11,8 +13,12 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::attest::rules::{AttestationRequirement, EntryOutcome};
+pub mod attestations;
+mod compile;
+
 use crate::failure::ResolveFailure;
+pub use attestations::{AttestationRequirement, EntryOutcome};
+pub use compile::{FULCIO_EXTENSION_NAMES, MAX_REGEX_BYTES, identity_regex};
 
 /// One entry of a rule's `verify` list.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize)]
@@ -98,32 +104,6 @@ pub struct KeylessSpec {
     #[serde(default)]
     pub extensions_regex: std::collections::BTreeMap<String, String>,
 }
-
-/// The Fulcio certificate extensions a keyless verifier (and a condition's
-/// `signer`) can name, as Fulcio's documentation names them.
-pub const FULCIO_EXTENSION_NAMES: &[&str] = &[
-    "issuerV1",
-    "githubWorkflowTrigger",
-    "githubWorkflowSha",
-    "githubWorkflowName",
-    "githubWorkflowRepository",
-    "githubWorkflowRef",
-    "issuer",
-    "buildSignerUri",
-    "buildSignerDigest",
-    "runnerEnvironment",
-    "sourceRepositoryUri",
-    "sourceRepositoryDigest",
-    "sourceRepositoryRef",
-    "sourceRepositoryIdentifier",
-    "sourceRepositoryOwnerUri",
-    "sourceRepositoryOwnerIdentifier",
-    "buildConfigUri",
-    "buildConfigDigest",
-    "buildTrigger",
-    "runInvocationUri",
-    "sourceRepositoryVisibilityAtSigning",
-];
 
 /// `transparencyLog:`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
@@ -472,198 +452,6 @@ impl fmt::Display for VerificationReport {
         }
         Ok(())
     }
-}
-
-impl Verification {
-    /// Validates a rule's verify section. `Err` carries the message for the policy error.
-    pub fn compile(
-        rule: &str,
-        verifiers: &[VerifierSpec],
-        threshold: Option<u32>,
-        required: &[String],
-        signatures: Option<&SignaturesSpec>,
-    ) -> Result<Verification, String> {
-        let mut names = std::collections::HashSet::new();
-        for v in verifiers {
-            if v.name.trim().is_empty() {
-                return Err(format!("rule {rule:?}: a verifier has an empty name"));
-            }
-            if !names.insert(v.name.as_str()) {
-                return Err(format!(
-                    "rule {rule:?}: verifier {:?} is listed twice",
-                    v.name
-                ));
-            }
-            match (&v.cosign, &v.notation) {
-                (Some(c), None) => check_cosign(rule, &v.name, c)?,
-                (None, Some(n)) => {
-                    if n.trust_roots.is_empty() {
-                        return Err(format!(
-                            "rule {rule:?}: verifier {:?}: notation.trustRoots must list at least one certificate",
-                            v.name
-                        ));
-                    }
-                }
-                _ => {
-                    return Err(format!(
-                        "rule {rule:?}: verifier {:?} must have exactly one of cosign or notation",
-                        v.name
-                    ));
-                }
-            }
-        }
-        let threshold = match threshold {
-            None => verifiers.len(),
-            Some(0) => {
-                return Err(format!(
-                    "rule {rule:?}: threshold must be at least 1 (remove verify to skip verification)"
-                ));
-            }
-            Some(t) if t as usize > verifiers.len() => {
-                return Err(format!(
-                    "rule {rule:?}: threshold {t} exceeds the {} verifiers listed",
-                    verifiers.len()
-                ));
-            }
-            Some(t) => t as usize,
-        };
-        for r in required {
-            if !names.contains(r.as_str()) {
-                return Err(format!(
-                    "rule {rule:?}: required verifier {r:?} is not in verify (have: {})",
-                    verifiers
-                        .iter()
-                        .map(|v| v.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            }
-        }
-        let signatures_repository = match signatures.and_then(|s| s.repository.as_deref()) {
-            None => None,
-            Some(r) => {
-                let parsed = crate::Reference::parse(r.trim()).map_err(|e| {
-                    format!(
-                        "rule {rule:?}: signatures.repository {r:?} is not a repository name: {e}"
-                    )
-                })?;
-                if parsed.digest().is_some() || parsed.tag().is_some() {
-                    return Err(format!(
-                        "rule {rule:?}: signatures.repository {r:?} must be a repository, without tag or digest"
-                    ));
-                }
-                Some(parsed.name())
-            }
-        };
-        Ok(Verification {
-            verifiers: verifiers.to_vec(),
-            threshold,
-            required: required.to_vec(),
-            signatures_repository,
-            attestations: Vec::new(),
-            fingerprint: 0,
-        }
-        .seal())
-    }
-
-    /// The same requirement with `attestations`.
-    pub fn with_attestations(mut self, attestations: Vec<AttestationRequirement>) -> Verification {
-        self.attestations = attestations;
-        self.seal()
-    }
-
-    /// Computes the fingerprint the cache hashes.
-    fn seal(mut self) -> Verification {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::hash::DefaultHasher::new();
-        (
-            &self.verifiers,
-            self.threshold,
-            &self.required,
-            &self.signatures_repository,
-            &self.attestations,
-        )
-            .hash(&mut h);
-        self.fingerprint = h.finish();
-        self
-    }
-}
-
-fn check_cosign(rule: &str, name: &str, c: &CosignSpec) -> Result<(), String> {
-    if c.timestamp_threshold.is_some_and(|t| t > 10) {
-        return Err(format!(
-            "rule {rule:?}: verifier {name:?}: timestampThreshold must be at most 10"
-        ));
-    }
-    match (&c.key, &c.keyless) {
-        (Some(_), None) => Ok(()),
-        (None, Some(k)) => {
-            let pairs = [
-                ("issuer", &k.issuer, &k.issuer_regex),
-                ("subject", &k.subject, &k.subject_regex),
-            ];
-            for (what, exact, re) in pairs {
-                match (exact, re) {
-                    (Some(_), Some(_)) => {
-                        return Err(format!(
-                            "rule {rule:?}: verifier {name:?}: give {what} or {what}Regex, not both"
-                        ));
-                    }
-                    (None, None) => {
-                        return Err(format!(
-                            "rule {rule:?}: verifier {name:?}: keyless needs {what} or {what}Regex (an unconstrained identity would accept anyone's certificate)"
-                        ));
-                    }
-                    (None, Some(r)) => {
-                        identity_regex(r).map_err(|e| {
-                            format!("rule {rule:?}: verifier {name:?}: {what}Regex: {e}")
-                        })?;
-                    }
-                    (Some(_), None) => {}
-                }
-            }
-            for ext in k.extensions.keys().chain(k.extensions_regex.keys()) {
-                if !FULCIO_EXTENSION_NAMES.contains(&ext.as_str()) {
-                    return Err(format!(
-                        "rule {rule:?}: verifier {name:?}: {ext:?} is not a Fulcio certificate extension (one of {})",
-                        FULCIO_EXTENSION_NAMES.join(", ")
-                    ));
-                }
-            }
-            for (ext, r) in &k.extensions_regex {
-                identity_regex(r).map_err(|e| {
-                    format!("rule {rule:?}: verifier {name:?}: extensionsRegex.{ext}: {e}")
-                })?;
-            }
-            Ok(())
-        }
-        _ => Err(format!(
-            "rule {rule:?}: verifier {name:?}: cosign needs exactly one of key or keyless"
-        )),
-    }
-}
-
-/// Longest identity regex accepted (`subjectRegex`, `issuerRegex`): real
-/// ones are tens of bytes; a megabyte one cost seconds and gigabytes to
-/// compile on every reload before it was refused.
-pub const MAX_REGEX_BYTES: usize = 4096;
-/// Compiled size limit of an identity regex (the regex crate's own limits).
-const MAX_REGEX_COMPILED: usize = 1 << 20;
-
-/// Compiles an identity regex within [`MAX_REGEX_BYTES`] and a bounded
-/// compiled size, refusing anything larger up front with a clear error.
-pub fn identity_regex(pattern: &str) -> Result<regex::Regex, String> {
-    if pattern.len() > MAX_REGEX_BYTES {
-        return Err(format!(
-            "the pattern is {} bytes; at most {MAX_REGEX_BYTES} are allowed",
-            pattern.len()
-        ));
-    }
-    regex::RegexBuilder::new(pattern)
-        .size_limit(MAX_REGEX_COMPILED)
-        .dfa_size_limit(MAX_REGEX_COMPILED)
-        .build()
-        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -31,8 +31,8 @@ fn report(results: &[(&str, bool)], threshold: usize, required: &[&str]) -> Veri
     }
 }
 
-fn seen(attestor: Option<&str>, holds: &[bool]) -> crate::attest::rules::Seen {
-    crate::attest::rules::Seen {
+fn seen(attestor: Option<&str>, holds: &[bool]) -> crate::verify::attestations::Seen {
+    crate::verify::attestations::Seen {
         attestor: attestor.map(str::to_owned),
         signer:
             "subject https://github.com/acme/x, issuer https://token.actions.githubusercontent.com"
@@ -58,8 +58,8 @@ fn seen(attestor: Option<&str>, holds: &[bool]) -> crate::attest::rules::Seen {
 /// first failing condition with the value it read.
 #[test]
 fn attestation_entries_pass_only_verified_and_satisfied() {
-    use crate::attest::rules::EntryOutcome;
-    let entry = |seen: Vec<crate::attest::rules::Seen>| EntryOutcome {
+    use crate::verify::attestations::EntryOutcome;
+    let entry = |seen: Vec<crate::verify::attestations::Seen>| EntryOutcome {
         name: "built-by-ci".into(),
         predicate_type: "https://slsa.dev/provenance/v1".into(),
         seen,
