@@ -1,0 +1,228 @@
+//! The trust material a policy names, loaded once per policy load: each
+//! rule's verifiers and each attestation entry's attestors (keys, keyless
+//! identities with their Fulcio-extension matchers, trusted roots shared
+//! between verifiers, notation roots), and the files they read so a
+//! watcher can notice a rotation. It checks nothing itself.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sigil_core::Policy;
+use sigil_core::Verification;
+use sigil_core::verify::{TlogPolicy, VerifierSpec};
+
+use crate::bundle::{self, Matcher};
+use crate::cosign::CosignCheck;
+use crate::notation::NotationCheck;
+use crate::trust::TrustedRoot;
+use crate::{VerifyError, keys, x509};
+
+/// One verifier, ready to check signatures.
+#[derive(Debug)]
+pub enum Check {
+    /// A cosign verifier.
+    Cosign(CosignCheck),
+    /// A notation verifier.
+    Notation(NotationCheck),
+}
+
+/// A verifier with its name.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Name from the policy.
+    pub name: String,
+    /// The check.
+    pub check: Check,
+}
+
+/// One rule's verifiers and each attestation entry's attestors, loaded.
+#[derive(Debug, Default)]
+pub struct LoadedSet {
+    /// The `verify` entries, in order.
+    pub verifiers: Vec<Loaded>,
+    /// Per attestation entry, its attestors, in order.
+    pub attestors: Vec<Vec<Loaded>>,
+}
+
+/// The material of every verifying rule of a policy, loaded once.
+#[derive(Debug, Default)]
+pub struct Material {
+    sets: HashMap<Verification, Arc<LoadedSet>>,
+}
+
+fn matcher(exact: &Option<String>, re: &Option<String>) -> Result<Matcher, VerifyError> {
+    match (exact, re) {
+        (Some(e), _) => Ok(Matcher::Exact(e.clone())),
+        (None, Some(r)) => sigil_core::verify::identity_regex(r)
+            .map(Matcher::Regex)
+            .map_err(|e| {
+                let shown: String = r.chars().take(64).collect();
+                VerifyError::Identity(format!("regex {shown:?}…: {e}"))
+            }),
+        // Policy validation refuses this; never match anything if it slips through.
+        (None, None) => Ok(Matcher::Exact(String::from("\u{0}unset"))),
+    }
+}
+
+impl Material {
+    /// Loads what every rule's `verify` names. Fails on the first unreadable file.
+    pub fn load(policy: &Policy) -> Result<Material, VerifyError> {
+        let mut roots: HashMap<Option<String>, Arc<TrustedRoot>> = HashMap::new();
+        let mut sets = HashMap::new();
+        for (rule, v) in policy.verifications() {
+            if sets.contains_key(v.as_ref()) {
+                continue;
+            }
+            let mut load = |specs: &[VerifierSpec]| -> Result<Vec<Loaded>, VerifyError> {
+                let mut loaded = Vec::with_capacity(specs.len());
+                for spec in specs {
+                    let check = load_one(spec, &mut roots).map_err(|e| VerifyError::Verifier {
+                        rule: rule.clone(),
+                        verifier: spec.name.clone(),
+                        source: Box::new(e),
+                    })?;
+                    loaded.push(Loaded {
+                        name: spec.name.clone(),
+                        check,
+                    });
+                }
+                Ok(loaded)
+            };
+            let set = LoadedSet {
+                verifiers: load(&v.verifiers)?,
+                attestors: v
+                    .attestations
+                    .iter()
+                    .map(|a| load(&a.attestors))
+                    .collect::<Result<_, _>>()?,
+            };
+            sets.insert(v.as_ref().clone(), Arc::new(set));
+        }
+        Ok(Material { sets })
+    }
+
+    /// The files the policy's verifiers read (inline PEM excluded), so a
+    /// watcher can notice a rotated key or trust root.
+    pub fn files(policy: &Policy) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut add = |v: &str| {
+            if !v.contains("-----BEGIN ") && !out.iter().any(|o| o == v.trim()) {
+                out.push(v.trim().to_owned());
+            }
+        };
+        for (_, v) in policy.verifications() {
+            let attestors = v.attestations.iter().flat_map(|a| &a.attestors);
+            for spec in v.verifiers.iter().chain(attestors) {
+                if let Some(c) = &spec.cosign {
+                    c.key.as_deref().into_iter().for_each(&mut add);
+                    c.trusted_root.as_deref().into_iter().for_each(&mut add);
+                }
+                if let Some(n) = &spec.notation {
+                    n.trust_roots.iter().for_each(|r| add(r));
+                }
+            }
+        }
+        out
+    }
+
+    /// How many distinct verification requirements were loaded.
+    pub fn len(&self) -> usize {
+        self.sets.len()
+    }
+
+    /// Whether any rule verifies.
+    pub fn is_empty(&self) -> bool {
+        self.sets.is_empty()
+    }
+
+    /// The loaded verifiers and attestors of a rule's verification.
+    pub fn get(&self, v: &Verification) -> Option<&Arc<LoadedSet>> {
+        self.sets.get(v)
+    }
+}
+
+fn load_one(
+    spec: &VerifierSpec,
+    roots: &mut HashMap<Option<String>, Arc<TrustedRoot>>,
+) -> Result<Check, VerifyError> {
+    if let Some(n) = &spec.notation {
+        let mut certs = Vec::new();
+        for r in &n.trust_roots {
+            let found = x509::certs_from_pem(&keys::pem_text(r)?);
+            if found.is_empty() {
+                return Err(VerifyError::Certificate(format!(
+                    "{} holds no PEM certificate",
+                    if r.contains("-----BEGIN") {
+                        "inline PEM"
+                    } else {
+                        r.as_str()
+                    }
+                )));
+            }
+            certs.extend(found);
+        }
+        return Ok(Check::Notation(NotationCheck {
+            roots: certs,
+            level: n.level,
+            store: n.trust_store_type,
+        }));
+    }
+    let Some(c) = &spec.cosign else {
+        return Err(VerifyError::Key(
+            "verifier has neither cosign nor notation".into(),
+        ));
+    };
+    let trust = match roots.get(&c.trusted_root) {
+        Some(t) => t.clone(),
+        None => {
+            let t = Arc::new(match &c.trusted_root {
+                Some(path) => {
+                    TrustedRoot::from_json(&std::fs::read_to_string(path).map_err(|e| {
+                        VerifyError::File {
+                            path: path.clone(),
+                            detail: e.to_string(),
+                        }
+                    })?)?
+                }
+                None => TrustedRoot::public_good()?,
+            });
+            roots.insert(c.trusted_root.clone(), t.clone());
+            t
+        }
+    };
+    Ok(Check::Cosign(match (&c.key, &c.keyless) {
+        (Some(k), _) => CosignCheck::Key {
+            key: keys::PublicKey::from_pem(&keys::pem_text(k)?)?,
+            req: requirements(c, TlogPolicy::Optional),
+            trust,
+        },
+        (None, Some(kl)) => CosignCheck::Keyless {
+            issuer: matcher(&kl.issuer, &kl.issuer_regex)?,
+            subject: matcher(&kl.subject, &kl.subject_regex)?,
+            extensions: kl
+                .extensions
+                .iter()
+                .map(|(n, v)| Ok((n.clone(), Matcher::Exact(v.clone()))))
+                .chain(
+                    kl.extensions_regex
+                        .iter()
+                        .map(|(n, r)| Ok((n.clone(), matcher(&None, &Some(r.clone()))?))),
+                )
+                .collect::<Result<_, VerifyError>>()?,
+            req: requirements(c, TlogPolicy::Required),
+            trust,
+        },
+        (None, None) => return Err(VerifyError::Key("cosign needs key or keyless".into())),
+    }))
+}
+
+/// A cosign verifier's log and timestamp requirements, with cosign's
+/// defaults (a log entry for keyless, none for keys; a SET or an inclusion
+/// proof; no timestamp authority).
+fn requirements(c: &sigil_core::verify::CosignSpec, tlog: TlogPolicy) -> bundle::Requirements {
+    bundle::Requirements {
+        tlog: c.transparency_log.unwrap_or(tlog),
+        inclusion_proof: c.inclusion_proof.unwrap_or(TlogPolicy::Optional),
+        timestamps: c.timestamp_threshold.unwrap_or(0),
+    }
+}
