@@ -198,28 +198,12 @@ impl CosignCheck {
                 }),
             Form::Legacy(item) => {
                 let checked = self.check_signed(item, now)?;
-                let d = crate::bundle::Artifact::Digest(digest_bytes(digest).ok_or_else(|| {
-                    SignatureProblem::Malformed {
-                        detail: format!("{digest} is not a sha256 digest"),
-                    }
-                })?);
+                let d = crate::bundle::Artifact::Digest(crate::cosign::sha256_bytes(digest)?);
                 crate::bundle::subject_binds(&a.payload, &d)?;
                 Ok(checked)
             }
         }
     }
-}
-
-fn digest_bytes(digest: &str) -> Option<[u8; 32]> {
-    let hex = digest.strip_prefix("sha256:")?;
-    if hex.len() != 64 || !hex.is_ascii() {
-        return None;
-    }
-    let mut d = [0u8; 32];
-    for (i, b) in d.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).ok()?;
-    }
-    Some(d)
 }
 
 /// Checks every entry of a rule against the attestations found for

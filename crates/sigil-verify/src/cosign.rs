@@ -394,7 +394,7 @@ impl CosignCheck {
 }
 
 /// The 32 bytes of a `sha256:<hex>` digest.
-fn sha256_bytes(digest: &str) -> Result<[u8; 32], SignatureProblem> {
+pub(crate) fn sha256_bytes(digest: &str) -> Result<[u8; 32], SignatureProblem> {
     let bad = || SignatureProblem::Malformed {
         detail: format!("{digest} is not a sha256 digest"),
     };
