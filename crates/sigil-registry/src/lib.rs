@@ -219,8 +219,11 @@ impl Registry {
         &self.inner.keychain
     }
 
-    /// Entries in the digest cache (approximate, as moka counts).
-    pub fn cache_size(&self) -> u64 {
+    /// Entries in the digest cache. moka counts lazily (inserts are
+    /// applied by its housekeeping), so the pending work is run first: a
+    /// scrape right after a burst would otherwise report too few.
+    pub async fn cache_size(&self) -> u64 {
+        self.inner.cache.run_pending_tasks().await;
         self.inner.cache.entry_count()
     }
 

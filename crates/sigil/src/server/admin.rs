@@ -41,33 +41,30 @@ pub(super) async fn admin_loop(
         let audit = audit.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
-                let r = match (req.method(), req.uri().path()) {
-                    (&Method::GET | &Method::HEAD, "/livez") => text(StatusCode::OK, "ok\n"),
-                    (&Method::GET | &Method::HEAD, "/readyz") => match health.readiness() {
-                        Ok(()) => text(StatusCode::OK, "ok\n"),
-                        Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
-                    },
-                    (&Method::GET, "/metrics") => {
-                        metrics.cache_entries.set(
-                            i64::try_from(webhook.engine().resolver.cache_size())
-                                .unwrap_or(i64::MAX),
-                        );
-                        let mut r = text(StatusCode::OK, metrics.encode());
-                        r.headers_mut().insert(
-                            header::CONTENT_TYPE,
-                            header::HeaderValue::from_static(
-                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            ),
-                        );
-                        r
-                    }
-                    (&Method::GET, "/audit") => audit_report(audit.as_deref()),
-                    _ => text(
-                        StatusCode::NOT_FOUND,
-                        "not found: /livez /readyz /metrics /audit\n",
-                    ),
-                };
-                async move { Ok::<_, Infallible>(r) }
+                let (health, metrics, webhook, audit) = (
+                    health.clone(),
+                    metrics.clone(),
+                    webhook.clone(),
+                    audit.clone(),
+                );
+                async move {
+                    let r = match (req.method(), req.uri().path()) {
+                        (&Method::GET | &Method::HEAD, "/livez") => text(StatusCode::OK, "ok\n"),
+                        (&Method::GET | &Method::HEAD, "/readyz") => match health.readiness() {
+                            Ok(()) => text(StatusCode::OK, "ok\n"),
+                            Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+                        },
+                        (&Method::GET, "/metrics") => {
+                            metrics_page(&metrics, webhook.engine().resolver.cache_size().await)
+                        }
+                        (&Method::GET, "/audit") => audit_report(audit.as_deref()),
+                        _ => text(
+                            StatusCode::NOT_FOUND,
+                            "not found: /livez /readyz /metrics /audit\n",
+                        ),
+                    };
+                    Ok::<_, Infallible>(r)
+                }
             });
             let mut b = hyper::server::conn::http1::Builder::new();
             b.timer(TokioTimer::new())
@@ -75,6 +72,22 @@ pub(super) async fn admin_loop(
             let _ = b.serve_connection(TokioIo::new(tcp), svc).await;
         });
     }
+}
+
+/// `GET /metrics`: the OpenMetrics page, with the digest cache's size as of
+/// this scrape.
+fn metrics_page(metrics: &Metrics, cache_entries: u64) -> http::Response<super::conn::Body> {
+    metrics
+        .cache_entries
+        .set(i64::try_from(cache_entries).unwrap_or(i64::MAX));
+    let mut r = text(StatusCode::OK, metrics.encode());
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        ),
+    );
+    r
 }
 
 /// `GET /audit`: the last report this replica made (JSON, the AuditReport
