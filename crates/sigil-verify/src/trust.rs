@@ -347,4 +347,38 @@ mod tests {
         assert!(r.log(rekor, 1_717_082_297).is_some());
         assert!(r.log(rekor, 0).is_none(), "before the key's validity");
     }
+
+    /// What today's cosign needs on the public-good instance: the Rekor v2
+    /// log and the timestamp authority (issue 24: the embedded root once
+    /// listed neither, so such bundles failed with the default trust).
+    #[test]
+    fn public_good_root_has_rekor_v2_and_the_timestamp_authority() {
+        let r = TrustedRoot::public_good().unwrap();
+        let v2 = r
+            .logs
+            .iter()
+            .find(|l| l.origin.as_deref() == Some("log2025-1.rekor.sigstore.dev"))
+            .expect("the Rekor v2 log");
+        assert!(r.log(&v2.id, 1_790_000_000).is_some());
+        assert_eq!(r.timestamp_authorities.len(), 1);
+        assert!(r.timestamp_authorities[0].valid_at_with_start(1_790_000_000));
+    }
+
+    #[test]
+    fn a_log_without_validity_start_is_never_trusted() {
+        let mut doc: serde_json::Value = serde_json::from_str(PUBLIC_GOOD).unwrap();
+        doc["tlogs"][0]["publicKey"]
+            .as_object_mut()
+            .unwrap()
+            .remove("validFor");
+        let r = TrustedRoot::from_json(&doc.to_string()).unwrap();
+        let rekor = "c0d23d6ad406973f9559f3ba2d1ca01f84147d8ffc5b8445c224f98b9591801d";
+        assert!(r.log(rekor, 1_717_082_297).is_none());
+        assert!(
+            r.log_by_id(rekor)
+                .unwrap()
+                .validity()
+                .contains("never trusted")
+        );
+    }
 }

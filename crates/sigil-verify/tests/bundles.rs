@@ -268,6 +268,34 @@ fn a_log_outside_its_validity_does_not_verify_an_entry_by_inclusion_proof() {
     );
 }
 
+/// Regression (issue 24): a trusted root whose transparency log has no
+/// `validFor.start` let an entry in that log verify. The client
+/// specification requires a start; such a log is never trusted, whether
+/// `validFor` is missing or empty, and whatever the entry's time.
+#[test]
+fn a_transparency_log_without_validity_start_is_not_trusted() {
+    let s = Sigstore::new();
+    let b = bundle(&s);
+    for edit in [
+        |r: &mut Value| {
+            r["tlogs"][1]["publicKey"]
+                .as_object_mut()
+                .unwrap()
+                .remove("validFor");
+        },
+        |r: &mut Value| {
+            *r.pointer_mut(V2_VALIDITY).unwrap() = json!({"end": "2099-01-01T00:00:00Z"})
+        },
+    ] {
+        let err = check_root(&s, &b, edit).unwrap_err();
+        assert!(err.to_string().contains("no validity start"), "{err}");
+    }
+    assert!(
+        check_root(&s, &b, |_| {}).is_ok(),
+        "the same bundle with a start verifies"
+    );
+}
+
 #[test]
 fn a_timestamp_authority_without_validity_start_is_not_trusted() {
     let s = Sigstore::new();
