@@ -108,6 +108,18 @@ fn ca_label(ca: &str) -> String {
     }
 }
 
+/// An HTTPS client with the same trust as registry clients (system and
+/// Mozilla roots), for fetching that is not a registry's (TUF metadata).
+pub fn web_client() -> Result<reqwest::Client, RegistryError> {
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls_config(None)?)
+        .user_agent(USER_AGENT)
+        .connect_timeout(Duration::from_secs(5))
+        .redirect(reqwest::redirect::Policy::limited(5))
+        .build()
+        .map_err(|e| RegistryError::Tls(e.to_string()))
+}
+
 impl HostClient {
     pub(crate) fn new(spec: &RegistrySpec) -> Result<HostClient, RegistryError> {
         let tls = tls_config(spec.ca.as_deref())?;

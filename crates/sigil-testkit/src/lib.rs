@@ -34,5 +34,6 @@ pub mod sigil;
 pub mod signing;
 pub mod sigstore;
 pub mod token;
+pub mod tuf;
 
 pub use review::{fixture, fixture_bytes, fixtures_dir};

@@ -123,7 +123,7 @@ impl PublicKey {
                 )));
             }
         };
-        let raw = spki.subject_public_key.data.as_ref();
+        let raw: &[u8] = spki.subject_public_key.data.as_ref();
         let mut parsed = Vec::new();
         for enc in [SigEncoding::Der, SigEncoding::Jose] {
             for alg in algorithms(kind, enc) {

@@ -47,9 +47,11 @@ mod material;
 pub mod merkle;
 pub mod notation;
 pub mod rekor;
+pub mod roots;
 pub mod sct;
 pub mod trust;
 pub mod tsa;
+pub mod tuf;
 pub mod x509;
 
 use std::sync::Arc;
@@ -83,6 +85,9 @@ pub enum VerifyError {
     /// A trusted_root.json is malformed.
     #[error("trusted root: {0}")]
     TrustRoot(String),
+    /// A TUF repository could not be read or failed a TUF check.
+    #[error("TUF: {0}")]
+    Tuf(String),
     /// A certificate file holds no usable certificate.
     #[error("certificate: {0}")]
     Certificate(String),

@@ -14,6 +14,7 @@ use sigil_core::verify::{TlogPolicy, VerifierSpec};
 use crate::bundle::{self, Matcher};
 use crate::cosign::CosignCheck;
 use crate::notation::NotationCheck;
+use crate::roots::TrustRoots;
 use crate::trust::TrustedRoot;
 use crate::{VerifyError, keys, x509};
 
@@ -65,9 +66,17 @@ fn matcher(exact: &Option<String>, re: &Option<String>) -> Result<Matcher, Verif
 }
 
 impl Material {
-    /// Loads what every rule's `verify` names. Fails on the first unreadable file.
+    /// Loads what every rule's `verify` names, with the embedded
+    /// public-good root as the default. Fails on the first unreadable file.
     pub fn load(policy: &Policy) -> Result<Material, VerifyError> {
+        Material::load_with(policy, &TrustRoots::embedded())
+    }
+
+    /// [`Material::load`] with the trusted roots in force (`trust`'s
+    /// default is what a verifier naming no trusted root uses).
+    pub fn load_with(policy: &Policy, trust: &TrustRoots) -> Result<Material, VerifyError> {
         let mut roots: HashMap<Option<String>, Arc<TrustedRoot>> = HashMap::new();
+        roots.insert(None, trust.default_root());
         let mut sets = HashMap::new();
         for (rule, v) in policy.verifications() {
             if sets.contains_key(v.as_ref()) {
@@ -184,6 +193,7 @@ fn load_one(
                         }
                     })?)?
                 }
+                // Pre-seeded with the roots in force; never reached.
                 None => TrustedRoot::public_good()?,
             });
             roots.insert(c.trusted_root.clone(), t.clone());

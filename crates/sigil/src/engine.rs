@@ -230,6 +230,8 @@ pub struct Sources {
     pub namespaces: Option<Arc<dyn sigil_core::NamespaceLabels>>,
     /// Distinct lookups one object may need (`--max-lookups-per-object`).
     pub max_lookups: usize,
+    /// The Sigstore trusted roots in force (the default kept current by TUF).
+    pub trust: Arc<sigil_verify::roots::TrustRoots>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -288,7 +290,7 @@ pub fn engine_for(
         &sources.keychain,
         metrics,
     )?;
-    let material = sigil_verify::Material::load(&policy)?;
+    let material = sigil_verify::Material::load_with(&policy, &sources.trust)?;
     let mut engine = Engine::new(policy.clone(), registry.clone());
     engine.max_lookups = sources.max_lookups;
     if !material.is_empty() {

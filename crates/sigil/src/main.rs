@@ -56,6 +56,11 @@ enum Command {
     /// While it is on, images are NOT checked (the cluster runs fail-open).
     /// Afterwards, audit what was admitted: see docs/operations.md.
     BreakGlass(cmd::break_glass::BreakGlassArgs),
+    /// Sigstore trusted roots: what is in force and where it comes from.
+    TrustRoot {
+        #[command(subcommand)]
+        command: cmd::trust_root::TrustRootCommand,
+    },
     /// Print the ClusterImagePolicy and ImagePolicy CRDs (YAML).
     Crds,
     /// Work with policy files.
@@ -81,6 +86,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => cmd::verify::run(*args),
         Command::VerifyBundle(args) => cmd::verify_bundle::run(args),
         Command::BreakGlass(args) => cmd::break_glass::run(args),
+        Command::TrustRoot { command } => cmd::trust_root::run(command),
         Command::Crds => cmd::crds::run(),
         Command::Policy { command } => cmd::policy::run(command),
     };

@@ -75,10 +75,23 @@ pub struct Metrics {
     verifications: Family<VerifierLabels, Counter>,
     verification_cache: Family<CacheLabels, Counter>,
     credential_lookups: Family<SourceLabels, Counter>,
+    trust_root_expiry: Family<TrustRootLabels, Gauge>,
+    trust_root_refreshes: Family<TrustRefreshLabels, Counter>,
     /// Registry requests made by this process (an audit reports its own share).
     registry_requests_total: AtomicU64,
     /// The cluster side's families (sigil-kube's own), in the same registry.
     pub kube: Arc<sigil_kube::Metrics>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TrustRootLabels {
+    trust_root: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TrustRefreshLabels {
+    trust_root: String,
+    result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -116,6 +129,8 @@ impl Default for Metrics {
             verifications: Family::default(),
             verification_cache: Family::default(),
             credential_lookups: Family::default(),
+            trust_root_expiry: Family::default(),
+            trust_root_refreshes: Family::default(),
             registry_requests_total: AtomicU64::new(0),
             registry: Registry::default(),
             kube: Arc::default(),
@@ -191,6 +206,16 @@ impl Default for Metrics {
             "Unix time at which the served TLS certificate expires",
             m.cert_not_after.clone(),
         );
+        registry.register(
+            "trust_root_expiry_timestamp_seconds",
+            "Unix time at which the TUF metadata behind a trusted root in force expires (the first of root, timestamp, snapshot, targets)",
+            m.trust_root_expiry.clone(),
+        );
+        registry.register(
+            "trust_root_refresh",
+            "TUF refreshes of a trusted root, by result (changed, unchanged, error: the last good root stays in force)",
+            m.trust_root_refreshes.clone(),
+        );
         let kube = Arc::new(sigil_kube::Metrics::register(&mut registry));
         Metrics {
             registry,
@@ -261,6 +286,24 @@ impl sigil_verify::Observer for Metrics {
                 result: if hit { "hit" } else { "miss" },
             })
             .inc();
+    }
+}
+
+impl sigil_verify::roots::RefreshObserver for Metrics {
+    fn refreshed(&self, name: &str, outcome: sigil_verify::roots::Refreshed, expires: Option<i64>) {
+        self.trust_root_refreshes
+            .get_or_create(&TrustRefreshLabels {
+                trust_root: name.to_owned(),
+                result: outcome.as_str(),
+            })
+            .inc();
+        if let Some(t) = expires {
+            self.trust_root_expiry
+                .get_or_create(&TrustRootLabels {
+                    trust_root: name.to_owned(),
+                })
+                .set(t);
+        }
     }
 }
 

@@ -24,6 +24,7 @@ pub mod krm;
 pub mod pin;
 pub mod policy;
 pub mod serve;
+pub mod trust_root;
 pub mod verify;
 pub mod verify_bundle;
 
@@ -124,6 +125,7 @@ impl CredentialArgs {
             pull_secrets: None,
             namespaces: None,
             max_lookups: sigil::engine::DEFAULT_MAX_LOOKUPS,
+            trust: Arc::default(),
         })
     }
 }

@@ -111,6 +111,8 @@ pub struct ServeArgs {
     reconcile_interval: Duration,
     #[command(flatten)]
     audit: super::audit::ServeAuditArgs,
+    #[command(flatten)]
+    tuf: super::trust_root::TufArgs,
     /// Also put ClusterImagePolicy and ImagePolicy objects in force (kept by
     /// watches), combined with --policy; one replica writes their status.
     #[arg(long, env = "SIGIL_WATCH_POLICIES")]
@@ -297,6 +299,7 @@ async fn configure(
     let metrics = Arc::new(Metrics::default());
     let mut sources = args.creds.sources()?;
     sources.max_lookups = args.max_lookups_per_object as usize;
+    let trust = sources.trust.clone();
     let mut ready_gates = Vec::new();
     if let (true, Some(client)) = (args.pull_secrets, &client) {
         let (store, synced) = sigil_kube::pullsecrets::start(
@@ -337,6 +340,9 @@ async fn configure(
         cert_settings,
         &metrics,
     );
+    if let Some(task) = args.tuf.task(trust, live.clone())? {
+        tasks.0.push(task);
+    }
     let mut combiner = None;
     if let (true, Some(client)) = (args.watch_policies, &client) {
         let (c, listed) = policies::Combiner::start(

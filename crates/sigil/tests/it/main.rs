@@ -17,6 +17,7 @@ mod pin;
 mod pin_files;
 mod policies;
 mod shipped;
+mod trust;
 use sigil_testkit as support;
 mod verify;
 mod webhook;

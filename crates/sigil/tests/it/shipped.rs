@@ -27,6 +27,7 @@ use crate::support::kube::FakeKube;
 use crate::support::registry::{Mode, TestRegistry, free_port, test_ca};
 use crate::support::review::{pod, review};
 use crate::support::sigil::Sigil;
+use crate::support::tuf::{StaticServer, TufRepo};
 
 const POD_NAME: &str = "sigil-5d8f7c9b6-x2k4q";
 const CIPS: &str = "/apis/sigil.dev/v1alpha1/clusterimagepolicies";
@@ -37,6 +38,9 @@ struct Shipped {
     kube: FakeKube,
     _registry: TestRegistry,
     _root: tempfile::TempDir,
+    /// Stands in for Sigstore's TUF CDN (the only thing the harness adds
+    /// to the shipped configuration besides where the API server is).
+    _tuf: (TufRepo, StaticServer),
 }
 
 fn b64(s: &str) -> String {
@@ -154,6 +158,11 @@ async fn start_shipped(objects: &[Value]) -> Result<Shipped, String> {
     let ca_file = root.path().join("registry-ca.pem");
     std::fs::write(&ca_file, registry.ca_pem.clone().unwrap()).unwrap();
 
+    let tuf = TufRepo::new(sigil_verify::trust::PUBLIC_GOOD.as_bytes());
+    let cdn = tuf.serve().await;
+    let tuf_root = root.path().join("tuf-root.json");
+    std::fs::write(&tuf_root, tuf.bootstrap_root()).unwrap();
+
     let (port, admin) = (free_port(), free_port());
     let mut args = Vec::new();
     for a in container["args"].as_array().unwrap() {
@@ -201,6 +210,8 @@ async fn start_shipped(objects: &[Value]) -> Result<Shipped, String> {
             "127.0.0.1,localhost".to_owned(),
         ),
         ("SSL_CERT_FILE".to_owned(), ca_file.display().to_string()),
+        ("SIGIL_TUF_MIRROR".to_owned(), cdn.url()),
+        ("SIGIL_TUF_ROOT".to_owned(), tuf_root.display().to_string()),
     ]);
     let mut sigil = Sigil::spawn_exact(&args, &env)?;
     sigil.try_wait_ready(Duration::from_secs(30)).await?;
@@ -209,6 +220,7 @@ async fn start_shipped(objects: &[Value]) -> Result<Shipped, String> {
         kube,
         _registry: registry,
         _root: root,
+        _tuf: (tuf, cdn),
     })
 }
 
@@ -340,6 +352,26 @@ async fn check_shipped(s: &Shipped, objects_env: &BTreeMap<String, String>) -> R
             return Err(format!("the audit Lease is not held by this pod: {lease}"));
         }
     }
+    // The trusted root is refreshed from its TUF repository at start, with
+    // the datastore in the shipped /tmp volume.
+    let sigil = &s.sigil;
+    wait_for(
+        Duration::from_secs(15),
+        "a TUF refresh of the trusted root",
+        async || {
+            let mut verified = 0.0;
+            for result in ["changed", "unchanged"] {
+                verified += sigil
+                    .counter(
+                        "sigil_trust_root_refresh_total",
+                        &[("trust_root", "public-good"), ("result", result)],
+                    )
+                    .await;
+            }
+            (verified >= 1.0).then_some(())
+        },
+    )
+    .await?;
     let denied = kube.denied();
     if !denied.is_empty() {
         return Err(format!(

@@ -1,0 +1,218 @@
+//! Trusted roots: the flags that keep the default Sigstore root current
+//! from a TUF repository (shared by `sigil serve` and `sigil trust-root`),
+//! the refresh task the server runs, and `sigil trust-root show`, which
+//! prints what a root holds: transparency logs, certificate authorities,
+//! timestamp authorities, CT logs, and their validity.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use sigil::reload::Live;
+use sigil::server::Task;
+use sigil_verify::roots::{DEFAULT, InForce, Origin, Refresher, TrustRoots};
+use sigil_verify::trust::{Authority, Log, TrustedRoot};
+use sigil_verify::tuf::{self, Client};
+
+/// Where the default trusted root comes from.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TufArgs {
+    /// TUF repository the default (`public-good`) trusted root is kept
+    /// current from: https:// or http:// (a mirror), or file:// (a
+    /// directory, air-gapped).
+    #[arg(long, default_value = tuf::PUBLIC_GOOD_MIRROR, env = "SIGIL_TUF_MIRROR")]
+    tuf_mirror: String,
+    /// That repository's root.json to start from (trusted on first use:
+    /// ship it out of band). Default: the public-good repository's, embedded.
+    #[arg(long, env = "SIGIL_TUF_ROOT")]
+    tuf_root: Option<PathBuf>,
+    /// How often the trusted root is refreshed (± 10 %); 0s turns TUF off
+    /// and the embedded root stays in force.
+    #[arg(long, default_value = "24h", value_parser = humantime::parse_duration, env = "SIGIL_TRUST_ROOT_REFRESH")]
+    trust_root_refresh: Duration,
+    /// Directory keeping the TUF metadata between refreshes (and restarts,
+    /// if it survives them), so a rollback is refused. Default: a temporary one.
+    #[arg(long, env = "SIGIL_TUF_CACHE_DIR")]
+    tuf_cache_dir: Option<PathBuf>,
+}
+
+impl TufArgs {
+    /// Whether a refresh is configured.
+    pub fn enabled(&self) -> bool {
+        !self.trust_root_refresh.is_zero()
+    }
+
+    /// The TUF client these flags describe.
+    fn client(&self) -> Result<Client> {
+        let root = match &self.tuf_root {
+            Some(p) => std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
+            None => tuf::PUBLIC_GOOD_TUF_ROOT.to_vec(),
+        };
+        if let Some(d) = &self.tuf_cache_dir {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        }
+        let http = sigil_registry::client::web_client().context("an HTTPS client")?;
+        Client::new(&self.tuf_mirror, root, http, self.tuf_cache_dir.clone())
+            .context("--tuf-mirror")
+    }
+
+    /// The server's refresh task: refreshes the default root now and on the
+    /// interval, and rebuilds the verifiers when a new root is in force.
+    /// Never on the admission path; a failure keeps the last good root.
+    pub fn task(&self, trust: Arc<TrustRoots>, live: Arc<Live>) -> Result<Option<Task>> {
+        if !self.enabled() {
+            return Ok(None);
+        }
+        let refresher = Refresher::new(DEFAULT, self.client()?, trust);
+        let interval = self.trust_root_refresh;
+        Ok(Some(Box::new(move |_ready, _store| {
+            let observer = live.metrics.clone();
+            Box::pin(refresher.run(interval, observer, move || {
+                let policy = sigil_core::Policy::clone(&live.webhook.policy());
+                use sigil_kube::InForce as _;
+                match live.put_in_force(policy) {
+                    Ok(()) => tracing::info!("a new trusted root is in force; verifiers rebuilt"),
+                    Err(e) => tracing::warn!(error = %e, "a new trusted root is in force but the verifiers could not be rebuilt; the previous ones stay"),
+                }
+            }))
+        })))
+    }
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum TrustRootCommand {
+    /// Print what a trusted root holds: logs, CAs, TSAs, CT logs, validity.
+    ///
+    /// Without flags: the embedded public-good root. With --refresh: the
+    /// root the TUF repository publishes now (verified as the server does).
+    Show(ShowArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ShowArgs {
+    /// The root's name (only `public-good` without a cluster).
+    #[arg(default_value = DEFAULT)]
+    name: String,
+    /// A trusted_root.json file to show instead.
+    #[arg(long, conflicts_with = "refresh")]
+    trusted_root: Option<PathBuf>,
+    /// Fetch and verify the current root from the TUF repository first.
+    #[arg(long)]
+    refresh: bool,
+    #[command(flatten)]
+    tuf: TufArgs,
+    /// Print the trusted_root.json itself.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(command: TrustRootCommand) -> Result<ExitCode> {
+    let TrustRootCommand::Show(args) = command;
+    if args.name != DEFAULT && args.trusted_root.is_none() {
+        bail!(
+            "no trusted root named {:?} outside a cluster (only {DEFAULT:?}, or --trusted-root FILE)",
+            args.name
+        );
+    }
+    let shown: Arc<InForce> = match (&args.trusted_root, args.refresh) {
+        (Some(p), _) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            Arc::new(
+                InForce::from_json(&text, Origin::Inline)
+                    .with_context(|| p.display().to_string())?,
+            )
+        }
+        (None, true) => {
+            let roots = Arc::new(TrustRoots::embedded());
+            let r = Refresher::new(DEFAULT, args.tuf.client()?, roots.clone());
+            let (_, result) = super::runtime()?.block_on(r.refresh_once());
+            result.with_context(|| format!("refreshing from {}", args.tuf.tuf_mirror))?;
+            roots.get(DEFAULT).context("refreshed root")?
+        }
+        (None, false) => TrustRoots::embedded().get(DEFAULT).context("embedded")?,
+    };
+    if args.json {
+        println!("{}", shown.json);
+    } else {
+        print!("{}", describe(&args.name, &shown));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn when(t: Option<i64>) -> String {
+    t.and_then(|t| time::OffsetDateTime::from_unix_timestamp(t).ok())
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| "-".into())
+}
+
+fn log_line(l: &Log) -> String {
+    format!(
+        "  {:<40} id {}…  valid {} .. {}\n",
+        l.origin.as_deref().unwrap_or("(no baseUrl)"),
+        l.id.get(..16).unwrap_or(&l.id),
+        when(l.valid_from),
+        when(l.valid_until),
+    )
+}
+
+fn authority_line(a: &Authority) -> String {
+    let subject = x509_parser::parse_x509_certificate(&a.root)
+        .map(|(_, c)| c.subject().to_string())
+        .unwrap_or_else(|_| "(unparsable certificate)".into());
+    format!(
+        "  {subject:<40} chain {}  valid {} .. {}\n",
+        a.intermediates.len() + 1,
+        when(a.valid_from),
+        when(a.valid_until),
+    )
+}
+
+/// The human-readable form `show` prints.
+pub fn describe(name: &str, r: &InForce) -> String {
+    let mut s = format!("trusted root {name}\n");
+    match &r.origin {
+        Origin::Embedded => s.push_str("  source: embedded in sigil\n"),
+        Origin::Inline => s.push_str("  source: a trusted_root.json file\n"),
+        Origin::Tuf {
+            mirror,
+            root_version,
+            timestamp_version,
+            expires,
+        } => s.push_str(&format!(
+            "  source: TUF {mirror} (root v{root_version}, timestamp v{timestamp_version}, metadata expires {})\n",
+            when(Some(*expires))
+        )),
+    }
+    let root: &TrustedRoot = &r.root;
+    let sections: [(&str, Vec<String>); 4] = [
+        (
+            "transparency logs",
+            root.logs.iter().map(log_line).collect(),
+        ),
+        (
+            "certificate authorities",
+            root.authorities.iter().map(authority_line).collect(),
+        ),
+        (
+            "timestamp authorities",
+            root.timestamp_authorities
+                .iter()
+                .map(authority_line)
+                .collect(),
+        ),
+        ("CT logs", root.ctlogs.iter().map(log_line).collect()),
+    ];
+    for (title, lines) in sections {
+        s.push_str(&format!("{title} ({}):\n", lines.len()));
+        for l in lines {
+            s.push_str(&l);
+        }
+    }
+    s
+}
