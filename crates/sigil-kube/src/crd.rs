@@ -1,6 +1,7 @@
 //! The policy kinds as Kubernetes objects (group `sigil.dev`, `v1alpha1`):
-//! `ClusterImagePolicy` (cluster-scoped, the platform's) and `ImagePolicy`
-//! (namespaced, a team's, tighten-only).
+//! `ClusterImagePolicy` (cluster-scoped, the platform's), `ImagePolicy`
+//! (namespaced, a team's, tighten-only) and `TrustRoot` (cluster-scoped, a
+//! Sigstore trusted root verifiers name).
 //!
 //! Owns the Rust types the CRDs are generated from (`sigil crds`, checked in
 //! under `deploy/kustomize/base/crds/`), their printer columns and the CEL
@@ -248,7 +249,86 @@ pub struct Condition {
     pub last_transition_time: String,
 }
 
-/// Both CRDs, as `sigil crds` prints them.
+/// A Sigstore trusted root sigil keeps in force by name, for verifiers
+/// that say `trustRoot: NAME` (policy-controller's TrustRoot, in sigil's
+/// group). Exactly one source.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Deserialize, Serialize)]
+#[kube(
+    group = "sigil.dev",
+    version = "v1alpha1",
+    kind = "TrustRoot",
+    status = "TrustRootStatus",
+    shortname = "tr",
+    category = "sigil",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Source","type":"string","jsonPath":".status.source"}"#,
+    printcolumn = r#"{"name":"Expires","type":"string","jsonPath":".status.expires"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = Rule::new("[has(self.remote), has(self.repository), has(self.sigstoreKeys)].filter(x, x).size() == 1").message("give exactly one of remote, repository or sigstoreKeys"))]
+#[serde(rename_all = "camelCase")]
+pub struct TrustRootSpec {
+    /// A TUF repository sigil refreshes the root from (a mirror of
+    /// Sigstore's, or a private instance's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<TufRemote>,
+    /// A TUF repository shipped in the object (air-gapped clusters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<TufRepository>,
+    /// A `trusted_root.json`, inline (a private Sigstore without TUF).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form")]
+    pub sigstore_keys: Option<serde_json::Value>,
+}
+
+/// `spec.remote`.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct TufRemote {
+    /// The repository's URL (https://, http:// or file://): metadata at its
+    /// root, targets under `targets/`.
+    pub mirror: String,
+    /// Its `root.json` to start from, base64.
+    pub root: String,
+}
+
+/// `spec.repository`.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct TufRepository {
+    /// Its `root.json` to start from, base64.
+    pub root: String,
+    /// The repository's files by relative path (`timestamp.json`,
+    /// `1.root.json`, `targets/<sha256>.trusted_root.json`, ...), base64.
+    pub files: BTreeMap<String, String>,
+}
+
+/// `status` of a TrustRoot, written by one replica.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TrustRootStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Where the root in force came from (`tuf <mirror>`, `inline`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// TUF root metadata version in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_version: Option<i64>,
+    /// When the TUF metadata in force expires (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
+    /// Last successful refresh (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_refresh: Option<String>,
+    /// Why the last refresh failed (the root in force, if any, stays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `Ready`: True while a root is in force.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// The CRDs, as `sigil crds` prints them.
 pub fn all() -> Vec<CustomResourceDefinition> {
     let mut namespaced = ImagePolicy::crd();
     // Namespace admins and editors manage their own ImagePolicies.
@@ -260,7 +340,13 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         .labels
         .get_or_insert_with(BTreeMap::new)
         .insert("app.kubernetes.io/part-of".into(), "sigil".into());
-    vec![cluster, namespaced]
+    let mut trust = TrustRoot::crd();
+    trust
+        .metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert("app.kubernetes.io/part-of".into(), "sigil".into());
+    vec![cluster, namespaced, trust]
 }
 
 /// The CRDs as one multi-document YAML stream.

@@ -3,7 +3,9 @@
 //! It owns the policy kinds' Rust types, from which the CRDs are generated
 //! ([`crd`]); the watches that keep in-memory stores the decision reads —
 //! pull secrets and ServiceAccounts ([`pullsecrets`]), policy objects and
-//! namespace labels ([`policies`]); the status and Event writers; the Leases
+//! namespace labels ([`policies`]), TrustRoots ([`trustroots`], loaded by
+//! the binary through [`trustroots::TrustRootSink`]); the status and Event
+//! writers; the Leases
 //! that pick one writer among replicas, webhook registration and break-glass
 //! ([`cluster`]); the self-managed certificate Secret ([`certs`]); and the
 //! audit's listing and in-cluster loop ([`audit`]). Its metric families are
@@ -24,6 +26,7 @@ mod in_force;
 pub mod metrics;
 pub mod policies;
 pub mod pullsecrets;
+pub mod trustroots;
 
 pub use error::{BoxError, Error, Result};
 pub use in_force::{Decide, InForce};

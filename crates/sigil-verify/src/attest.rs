@@ -284,8 +284,13 @@ fn one(
     let mut problems = Vec::new();
     let mut verified = None;
     for l in loaded {
-        let Check::Cosign(c) = &l.check else {
-            continue;
+        let c = match &l.check {
+            Check::Cosign(c) => c,
+            Check::Unavailable(why) => {
+                problems.push(format!("{}: trust material unavailable: {why}", l.name));
+                continue;
+            }
+            Check::Notation(_) => continue,
         };
         match c.verify_attestation(a, digest, now) {
             Ok(checked) => {

@@ -180,6 +180,12 @@ pub fn evaluate(
                     c.check(i, digest, now).map(|()| Vec::new())
                 }),
                 Check::Notation(n) => run(&artifacts.notation, |e| n.check(e, digest, now)),
+                Check::Unavailable(why) => VerifierOutcome::failed(
+                    0,
+                    vec![SignatureProblem::TrustUnavailable {
+                        detail: why.clone(),
+                    }],
+                ),
             };
             (l.name.clone(), outcome)
         })

@@ -25,6 +25,10 @@ pub enum Check {
     Cosign(CosignCheck),
     /// A notation verifier.
     Notation(NotationCheck),
+    /// Trust material named by the policy that is not in force (a
+    /// `TrustRoot` not loaded yet, or refused): every check fails with
+    /// this reason, and the rest of the policy stays in force.
+    Unavailable(String),
 }
 
 /// A verifier with its name.
@@ -85,11 +89,12 @@ impl Material {
             let mut load = |specs: &[VerifierSpec]| -> Result<Vec<Loaded>, VerifyError> {
                 let mut loaded = Vec::with_capacity(specs.len());
                 for spec in specs {
-                    let check = load_one(spec, &mut roots).map_err(|e| VerifyError::Verifier {
-                        rule: rule.clone(),
-                        verifier: spec.name.clone(),
-                        source: Box::new(e),
-                    })?;
+                    let check =
+                        load_one(spec, &mut roots, trust).map_err(|e| VerifyError::Verifier {
+                            rule: rule.clone(),
+                            verifier: spec.name.clone(),
+                            source: Box::new(e),
+                        })?;
                     loaded.push(Loaded {
                         name: spec.name.clone(),
                         check,
@@ -153,6 +158,7 @@ impl Material {
 fn load_one(
     spec: &VerifierSpec,
     roots: &mut HashMap<Option<String>, Arc<TrustedRoot>>,
+    in_force: &TrustRoots,
 ) -> Result<Check, VerifyError> {
     if let Some(n) = &spec.notation {
         let mut certs = Vec::new();
@@ -181,9 +187,16 @@ fn load_one(
             "verifier has neither cosign nor notation".into(),
         ));
     };
-    let trust = match roots.get(&c.trusted_root) {
-        Some(t) => t.clone(),
-        None => {
+    let named = match &c.trust_root {
+        Some(name) => match in_force.get(name) {
+            Some(r) => Some(r.root.clone()),
+            None => return Ok(Check::Unavailable(in_force.why_not(name))),
+        },
+        None => None,
+    };
+    let trust = match (named, roots.get(&c.trusted_root).cloned()) {
+        (Some(t), _) | (None, Some(t)) => t,
+        (None, None) => {
             let t = Arc::new(match &c.trusted_root {
                 Some(path) => {
                     TrustedRoot::from_json(&std::fs::read_to_string(path).map_err(|e| {

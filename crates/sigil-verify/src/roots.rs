@@ -73,6 +73,9 @@ impl InForce {
 #[derive(Debug)]
 pub struct TrustRoots {
     map: ArcSwap<BTreeMap<String, Arc<InForce>>>,
+    /// Names with no root in force, and why (a `TrustRoot` whose first
+    /// load failed); a verifier naming one fails with that reason.
+    unavailable: ArcSwap<BTreeMap<String, String>>,
 }
 
 impl TrustRoots {
@@ -85,7 +88,48 @@ impl TrustRoots {
                 DEFAULT.to_owned(),
                 Arc::new(public_good),
             )])),
+            unavailable: ArcSwap::default(),
         }
+    }
+
+    /// Why no root named `name` is in force, for a verifier's failure.
+    pub fn why_not(&self, name: &str) -> String {
+        match self.unavailable.load().get(name) {
+            Some(why) => format!("trust root {name:?} is not in force: {why}"),
+            None => format!(
+                "trust root {name:?} is not in force (no TrustRoot of that name, or it has not loaded yet)"
+            ),
+        }
+    }
+
+    /// Why `name` has no root in force, if that was recorded.
+    pub fn unavailable(&self, name: &str) -> Option<String> {
+        self.unavailable.load().get(name).cloned()
+    }
+
+    /// Records that `name` has no root in force and why (its previous
+    /// root, if any, is removed: the object that defined it changed).
+    pub fn set_unavailable(&self, name: &str, why: &str) {
+        self.remove(name);
+        self.unavailable.rcu(|m| {
+            let mut m = BTreeMap::clone(m);
+            m.insert(name.to_owned(), why.to_owned());
+            m
+        });
+    }
+
+    /// Forgets `name` (its object was deleted).
+    pub fn remove(&self, name: &str) {
+        self.map.rcu(|m| {
+            let mut m = BTreeMap::clone(m);
+            m.remove(name);
+            m
+        });
+        self.unavailable.rcu(|m| {
+            let mut m = BTreeMap::clone(m);
+            m.remove(name);
+            m
+        });
     }
 
     /// The root named `name`, if one is in force.
@@ -108,6 +152,11 @@ impl TrustRoots {
 
     /// Puts `root` in force as `name`.
     pub fn set(&self, name: &str, root: InForce) {
+        self.unavailable.rcu(|m| {
+            let mut m = BTreeMap::clone(m);
+            m.remove(name);
+            m
+        });
         self.map.rcu(|m| {
             let mut m = BTreeMap::clone(m);
             m.insert(name.to_owned(), Arc::new(root.clone()));
@@ -115,8 +164,17 @@ impl TrustRoots {
         });
     }
 
-    /// Records why `name`'s refresh failed; its root stays in force.
+    /// Records why `name`'s refresh failed; its root, if any, stays in
+    /// force (without one, `name` is unavailable for that reason).
     fn failed(&self, name: &str, why: &str) {
+        if self.get(name).is_none() {
+            self.unavailable.rcu(|m| {
+                let mut m = BTreeMap::clone(m);
+                m.insert(name.to_owned(), why.to_owned());
+                m
+            });
+            return;
+        }
         self.map.rcu(|m| {
             let mut m = BTreeMap::clone(m);
             if let Some(r) = m.get(name) {

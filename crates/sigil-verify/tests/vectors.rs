@@ -147,6 +147,7 @@ fn keyless(subject: &str, trusted_root: Option<String>) -> VerifierSpec {
                 ..KeylessSpec::default()
             }),
             trusted_root,
+            trust_root: None,
             transparency_log: None,
             inclusion_proof: None,
             timestamp_threshold: None,

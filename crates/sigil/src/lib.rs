@@ -29,3 +29,4 @@ pub mod reload;
 pub mod selfcheck;
 pub mod server;
 pub mod tls;
+pub mod trust;

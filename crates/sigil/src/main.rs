@@ -61,7 +61,7 @@ enum Command {
         #[command(subcommand)]
         command: cmd::trust_root::TrustRootCommand,
     },
-    /// Print the ClusterImagePolicy and ImagePolicy CRDs (YAML).
+    /// Print the ClusterImagePolicy, ImagePolicy and TrustRoot CRDs (YAML).
     Crds,
     /// Work with policy files.
     Policy {

@@ -325,6 +325,31 @@ fn no_rule_is_a_denial() {
 }
 
 #[test]
+fn trust_root_names_an_object_and_excludes_a_trusted_root_file() {
+    let doc = |extra: &str| {
+        format!(
+            "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n    - name: r\n      match: [\"**\"]\n      verify:\n        - name: ci\n          cosign:\n            keyless: {{issuer: https://i.example, subject: me@example.com}}\n{extra}"
+        )
+    };
+    let p = Policy::from_yaml(&doc("            trustRoot: corp\n")).unwrap();
+    let v = p.rules[0].verification.as_ref().unwrap();
+    assert_eq!(
+        v.verifiers[0].cosign.as_ref().unwrap().trust_root.as_deref(),
+        Some("corp")
+    );
+    let err = Policy::from_yaml(&doc(
+        "            trustRoot: corp\n            trustedRoot: /etc/sigil/root.json\n",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("trustedRoot (a file) or trustRoot"), "{err}");
+    let err = Policy::from_yaml(&doc("            trustRoot: Corp_Root\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("is not a Kubernetes object name"), "{err}");
+}
+
+#[test]
 fn inclusion_proof_and_timestamp_threshold_are_read_and_bounded() {
     let doc = |extra: &str| {
         format!(

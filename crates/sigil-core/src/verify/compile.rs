@@ -152,6 +152,18 @@ fn check_cosign(rule: &str, name: &str, c: &CosignSpec) -> Result<(), String> {
             "rule {rule:?}: verifier {name:?}: timestampThreshold must be at most 10"
         ));
     }
+    if c.trusted_root.is_some() && c.trust_root.is_some() {
+        return Err(format!(
+            "rule {rule:?}: verifier {name:?}: give trustedRoot (a file) or trustRoot (a TrustRoot by name), not both"
+        ));
+    }
+    if let Some(t) = &c.trust_root
+        && !is_object_name(t)
+    {
+        return Err(format!(
+            "rule {rule:?}: verifier {name:?}: trustRoot {t:?} is not a Kubernetes object name (lower case letters, digits, '-' and '.', at most 253)"
+        ));
+    }
     match (&c.key, &c.keyless) {
         (Some(_), None) => Ok(()),
         (None, Some(k)) => {
@@ -198,6 +210,16 @@ fn check_cosign(rule: &str, name: &str, c: &CosignSpec) -> Result<(), String> {
             "rule {rule:?}: verifier {name:?}: cosign needs exactly one of key or keyless"
         )),
     }
+}
+
+/// A DNS-1123 subdomain, as Kubernetes names cluster-scoped objects.
+fn is_object_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
 /// Longest identity regex accepted (`subjectRegex`, `issuerRegex`): real

@@ -59,9 +59,14 @@ pub struct CosignSpec {
     /// Fulcio-certificate identity to require.
     #[serde(default)]
     pub keyless: Option<KeylessSpec>,
-    /// Sigstore `trusted_root.json` (path); default: the embedded public-good root.
+    /// Sigstore `trusted_root.json` (path); default: the public-good root
+    /// (embedded, kept current by TUF).
     #[serde(default)]
     pub trusted_root: Option<String>,
+    /// A trusted root in force by name: a `TrustRoot` object (cluster
+    /// policies and objects), kept current by sigil. Not with `trustedRoot`.
+    #[serde(default)]
+    pub trust_root: Option<String>,
     /// Whether a Rekor entry must be present (default: required for keyless,
     /// optional for keys). A present entry is always checked.
     #[serde(default)]
@@ -232,6 +237,12 @@ pub enum SignatureProblem {
         /// Which check and why.
         detail: String,
     },
+    /// The trust material the verifier names is not available (a
+    /// `TrustRoot` not in force yet, or failing): nothing could be checked.
+    TrustUnavailable {
+        /// Which material and why.
+        detail: String,
+    },
 }
 
 impl SignatureProblem {
@@ -246,6 +257,7 @@ impl SignatureProblem {
             SignatureProblem::LogEntryInvalid { .. } => "log_entry_invalid",
             SignatureProblem::Malformed { .. } => "malformed",
             SignatureProblem::LevelCheck { .. } => "level_check",
+            SignatureProblem::TrustUnavailable { .. } => "trust_unavailable",
         }
     }
 
@@ -253,7 +265,7 @@ impl SignatureProblem {
     /// signatures: a signature that got further is more telling.
     fn rank(&self) -> u8 {
         match self {
-            SignatureProblem::NoSignature => 0,
+            SignatureProblem::NoSignature | SignatureProblem::TrustUnavailable { .. } => 0,
             SignatureProblem::Malformed { .. } => 1,
             SignatureProblem::WrongKey => 2,
             SignatureProblem::ChainInvalid { .. } => 3,
@@ -282,6 +294,9 @@ impl fmt::Display for SignatureProblem {
             }
             SignatureProblem::Malformed { detail } => write!(f, "malformed signature: {detail}"),
             SignatureProblem::LevelCheck { detail } => write!(f, "{detail}"),
+            SignatureProblem::TrustUnavailable { detail } => {
+                write!(f, "trust material unavailable: {detail}")
+            }
         }
     }
 }

@@ -136,6 +136,7 @@ fn default_threshold_is_all_and_bad_settings_are_refused() {
             ..Default::default()
         }),
         trusted_root: None,
+        trust_root: None,
         transparency_log: None,
         inclusion_proof: None,
         timestamp_threshold: None,

@@ -378,6 +378,11 @@ impl FakeKube {
         self.state.lock().unwrap().insert(collection, obj);
     }
 
+    /// Deletes an object (test setup), as [`State::remove`]: watchers see it.
+    pub fn remove(&self, collection: &str, name: &str) -> Option<Value> {
+        self.state.lock().unwrap().remove(collection, name)
+    }
+
     /// Every object of a collection (`*` for all namespaces).
     pub fn list(&self, collection: &str) -> Vec<Value> {
         self.state.lock().unwrap().list(collection)

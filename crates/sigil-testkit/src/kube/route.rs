@@ -15,6 +15,7 @@ pub(super) const CLUSTER_SCOPED: &[&str] = &[
     "clusterroles",
     "clusterrolebindings",
     "clusterimagepolicies",
+    "trustroots",
     "priorityclasses",
     "storageclasses",
     "persistentvolumes",

@@ -340,8 +340,23 @@ async fn configure(
         cert_settings,
         &metrics,
     );
-    if let Some(task) = args.tuf.task(trust, live.clone())? {
+    if let Some(task) = args.tuf.task(trust.clone(), live.clone())? {
         tasks.0.push(task);
+    }
+    let mut trust_objects = None;
+    if let (true, Some(client)) = (args.watch_policies, &client) {
+        let loader = Arc::new(sigil::trust::TrustObjects::new(
+            trust,
+            live.clone(),
+            sigil_registry::client::web_client().context("an HTTPS client for TUF")?,
+            args.tuf.object_interval(),
+        ));
+        let (watch, loaded) = sigil_kube::trustroots::TrustRoots::start(client.clone(), loader);
+        ready_gates.push((
+            "waiting for the TrustRoot watch to list and load TrustRoots once".to_owned(),
+            loaded,
+        ));
+        trust_objects = Some(watch);
     }
     let mut combiner = None;
     if let (true, Some(client)) = (args.watch_policies, &client) {
@@ -368,7 +383,19 @@ async fn configure(
         tasks.0.push(Box::new(move |ready, _store| {
             Box::pin(async move {
                 let instance = lease.identity.clone();
-                let writer = |leading| c2.write_status(client.clone(), instance, leading);
+                let writer = |leading: tokio::sync::watch::Receiver<bool>| {
+                    let trust =
+                        trust_objects.map(|t| t.write_status(client.clone(), leading.clone()));
+                    let policies = c2.write_status(client.clone(), instance, leading);
+                    async move {
+                        match trust {
+                            Some(t) => {
+                                futures_util::future::join(policies, t).await;
+                            }
+                            None => policies.await,
+                        }
+                    }
+                };
                 stopper
                     .lead(client.clone(), lease, ready.wait(), writer, || {})
                     .await;

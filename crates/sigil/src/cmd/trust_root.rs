@@ -44,6 +44,16 @@ impl TufArgs {
         !self.trust_root_refresh.is_zero()
     }
 
+    /// How often TrustRoot objects' TUF sources are refreshed: the same
+    /// interval (a day if the default root's refresh is off).
+    pub fn object_interval(&self) -> Duration {
+        if self.enabled() {
+            self.trust_root_refresh
+        } else {
+            Duration::from_secs(24 * 3600)
+        }
+    }
+
     /// The TUF client these flags describe.
     fn client(&self) -> Result<Client> {
         let root = match &self.tuf_root {

@@ -323,6 +323,23 @@ async fn check_shipped(s: &Shipped, objects_env: &BTreeMap<String, String>) -> R
             },
         )
         .await?;
+        // A TrustRoot is loaded and its status written, as the base's RBAC allows.
+        let trs = "/apis/sigil.dev/v1alpha1/trustroots";
+        let keys: Value = serde_json::from_str(sigil_verify::trust::PUBLIC_GOOD).unwrap();
+        kube.insert(
+            trs,
+            json!({"apiVersion": "sigil.dev/v1alpha1", "kind": "TrustRoot",
+                   "metadata": {"name": "shipped"}, "spec": {"sigstoreKeys": keys}}),
+        );
+        wait_for(
+            Duration::from_secs(15),
+            "the TrustRoot's status",
+            async || {
+                kube.get(trs, "shipped")
+                    .filter(|o| o["status"]["conditions"][0]["status"] == "True")
+            },
+        )
+        .await?;
     }
     if objects_env
         .get("SIGIL_AUDIT_INTERVAL")

@@ -184,3 +184,193 @@ async fn trust_root_show_prints_the_embedded_root_and_a_refreshed_one() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("TUF"));
 }
+
+const TRS: &str = "/apis/sigil.dev/v1alpha1/trustroots";
+
+fn trust_root(name: &str, spec: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "sigil.dev/v1alpha1", "kind": "TrustRoot",
+        "metadata": {"name": name}, "spec": spec})
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// A TUF repository's files as `spec.repository.files` holds them.
+fn files_of(dir: &std::path::Path) -> serde_json::Map<String, serde_json::Value> {
+    let mut out = serde_json::Map::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+                out.insert(rel, serde_json::json!(b64(&std::fs::read(&p).unwrap())));
+            }
+        }
+    }
+    out
+}
+
+fn ready_of(o: &serde_json::Value) -> (String, String) {
+    let c = &o["status"]["conditions"][0];
+    (
+        c["status"].as_str().unwrap_or_default().to_owned(),
+        c["message"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// TrustRoot objects through the kube-apiserver stand-in, as the sigil
+/// ServiceAccount would see them: an inline root (`sigstoreKeys`), a TUF
+/// repository at a URL (`remote`) and one shipped in the object
+/// (`repository`) each verify the images their Sigstore signed, for the
+/// verifier that names them; a refused object and a missing name fail the
+/// verifiers naming them with the reason (the rest of the policy stays in
+/// force); status says what is in force; a deleted TrustRoot stops being
+/// trusted without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_root_objects_are_loaded_named_by_verifiers_and_report_status() {
+    use crate::support::kube::FakeKube;
+    use serde_json::json;
+    let w = KeylessWorld::start().await;
+    let (inline, remote, shipped) = (&w.sigstore, Sigstore::new(), Sigstore::new());
+    let images = [
+        push_signed_by(&w, inline, "kl/inline").await,
+        push_signed_by(&w, &remote, "kl/remote").await,
+        push_signed_by(&w, &shipped, "kl/shipped").await,
+    ];
+    let remote_repo = TufRepo::new(remote.trusted_root().to_string().as_bytes());
+    let cdn = remote_repo.serve().await;
+    let shipped_repo = TufRepo::new(shipped.trusted_root().to_string().as_bytes());
+
+    let kube = FakeKube::start().await;
+    kube.namespaces(&["team"]);
+    kube.insert(
+        TRS,
+        trust_root("inline", json!({"sigstoreKeys": inline.trusted_root()})),
+    );
+    kube.insert(
+        TRS,
+        trust_root(
+            "corp",
+            json!({"remote": {"mirror": cdn.url(), "root": b64(&remote_repo.bootstrap_root())}}),
+        ),
+    );
+    kube.insert(
+        TRS,
+        trust_root(
+            "airgap",
+            json!({"repository": {"root": b64(&shipped_repo.bootstrap_root()),
+                                  "files": files_of(shipped_repo.dir())}}),
+        ),
+    );
+    kube.insert(
+        TRS,
+        trust_root(
+            "broken",
+            json!({"remote": {"mirror": cdn.url(), "root": "not base64!"}}),
+        ),
+    );
+    let h = w.registry.host();
+    let verifier = |name: &str, root: &str| {
+        format!(
+            "    - name: {name}\n      match: [\"{h}/kl/{name}\"]\n      verify:\n        - name: {name}\n          cosign:\n            keyless: {{issuer: \"{ISSUER}\", subject: \"{WHO}\"}}\n            trustRoot: {root}\n"
+        )
+    };
+    let policy = format!(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {{name: objects}}\nspec:\n  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n{}{}{}{}{}",
+        verifier("inline", "inline"),
+        verifier("remote", "corp"),
+        verifier("shipped", "airgap"),
+        verifier("broken", "broken"),
+        verifier("missing", "nope"),
+    );
+    let broken = push_signed_by(&w, inline, "kl/broken").await;
+    let missing = push_signed_by(&w, inline, "kl/missing").await;
+    let sigil = Sigil::start_env(
+        Some(&policy),
+        &["--watch-policies", "--namespace", "sigil-system"],
+        &kube.env(),
+    )
+    .await;
+    let api = sigil.apiserver();
+    for image in &images {
+        let got = api.create_pod("team", &[image]).await;
+        assert!(got.allowed, "{image}: {}\n{}", got.message, sigil.logs());
+    }
+    let got = api.create_pod("team", &[&broken]).await;
+    assert!(!got.allowed);
+    assert!(
+        got.message.contains(
+            "trust material unavailable: trust root \"broken\" is not in force: remote.root is not base64"
+        ),
+        "{}",
+        got.message
+    );
+    let got = api.create_pod("team", &[&missing]).await;
+    assert!(!got.allowed);
+    assert!(
+        got.message
+            .contains("trust root \"nope\" is not in force (no TrustRoot of that name"),
+        "{}",
+        got.message
+    );
+
+    // Status, written by the replica holding the policy-status Lease.
+    let until = Instant::now() + Duration::from_secs(15);
+    while ["inline", "corp", "airgap", "broken"]
+        .iter()
+        .any(|n| kube.get(TRS, n).is_none_or(|o| o["status"].is_null()))
+    {
+        assert!(Instant::now() < until, "TrustRoot status never written");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let corp = kube.get(TRS, "corp").unwrap();
+    assert_eq!(ready_of(&corp).0, "True", "{corp}");
+    assert_eq!(corp["status"]["rootVersion"], 1);
+    assert_eq!(corp["status"]["expires"], "2099-01-01T00:00:00Z");
+    assert!(
+        corp["status"]["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("tuf http://127.0.0.1:")
+    );
+    assert_eq!(
+        kube.get(TRS, "inline").unwrap()["status"]["source"],
+        "inline"
+    );
+    assert!(
+        kube.get(TRS, "airgap").unwrap()["status"]["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("tuf file://")
+    );
+    let (ready, message) = ready_of(&kube.get(TRS, "broken").unwrap());
+    assert_eq!(ready, "False");
+    assert!(message.contains("remote.root is not base64"), "{message}");
+
+    // Deleted: its verifier fails within seconds, no restart.
+    kube.remove(TRS, "inline");
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = api.create_pod("team", &[&images[0]]).await;
+        if !got.allowed {
+            assert!(
+                got.message
+                    .contains("trust root \"inline\" is not in force"),
+                "{}",
+                got.message
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the deleted TrustRoot is still trusted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(kube.denied().is_empty(), "{:?}", kube.denied());
+}
