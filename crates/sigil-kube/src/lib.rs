@@ -4,7 +4,8 @@
 //! ([`crd`]); the watches that keep in-memory stores the decision reads —
 //! pull secrets and ServiceAccounts ([`pullsecrets`]), policy objects and
 //! namespace labels ([`policies`]), TrustRoots ([`trustroots`], loaded by
-//! the binary through [`trustroots::TrustRootSink`]); the status and Event
+//! the binary through [`trustroots::TrustRootSink`]), the ConfigMaps and
+//! Secrets verifiers name by `keyRef` ([`keyrefs`]); the status and Event
 //! writers; the Leases
 //! that pick one writer among replicas, webhook registration and break-glass
 //! ([`cluster`]); the self-managed certificate Secret ([`certs`]); and the
@@ -23,6 +24,7 @@ pub mod cluster;
 pub mod crd;
 pub mod error;
 mod in_force;
+pub mod keyrefs;
 pub mod metrics;
 pub mod policies;
 pub mod pullsecrets;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use sigil_core::Policy;
 use sigil_core::Verification;
-use sigil_core::verify::{TlogPolicy, VerifierSpec};
+use sigil_core::verify::{KeyRef, KeySource, NoKeySource, TlogPolicy, VerifierSpec};
 
 use crate::bundle::{self, Matcher};
 use crate::cosign::CosignCheck;
@@ -73,12 +73,18 @@ impl Material {
     /// Loads what every rule's `verify` names, with the embedded
     /// public-good root as the default. Fails on the first unreadable file.
     pub fn load(policy: &Policy) -> Result<Material, VerifyError> {
-        Material::load_with(policy, &TrustRoots::embedded())
+        Material::load_with(policy, &TrustRoots::embedded(), &NoKeySource)
     }
 
     /// [`Material::load`] with the trusted roots in force (`trust`'s
-    /// default is what a verifier naming no trusted root uses).
-    pub fn load_with(policy: &Policy, trust: &TrustRoots) -> Result<Material, VerifyError> {
+    /// default is what a verifier naming no trusted root uses) and the
+    /// cluster's keys (`keyRef`s: one missing or malformed fails only the
+    /// verifiers naming it, with the reason).
+    pub fn load_with(
+        policy: &Policy,
+        trust: &TrustRoots,
+        keys: &dyn KeySource,
+    ) -> Result<Material, VerifyError> {
         let mut roots: HashMap<Option<String>, Arc<TrustedRoot>> = HashMap::new();
         roots.insert(None, trust.default_root());
         let mut sets = HashMap::new();
@@ -89,12 +95,13 @@ impl Material {
             let mut load = |specs: &[VerifierSpec]| -> Result<Vec<Loaded>, VerifyError> {
                 let mut loaded = Vec::with_capacity(specs.len());
                 for spec in specs {
-                    let check =
-                        load_one(spec, &mut roots, trust).map_err(|e| VerifyError::Verifier {
+                    let check = load_one(spec, &mut roots, trust, keys).map_err(|e| {
+                        VerifyError::Verifier {
                             rule: rule.clone(),
                             verifier: spec.name.clone(),
                             source: Box::new(e),
-                        })?;
+                        }
+                    })?;
                     loaded.push(Loaded {
                         name: spec.name.clone(),
                         check,
@@ -139,6 +146,24 @@ impl Material {
         out
     }
 
+    /// The `keyRef`s the policy's verifiers name (to watch exactly those).
+    pub fn key_refs(policy: &Policy) -> Vec<KeyRef> {
+        let mut out: Vec<KeyRef> = Vec::new();
+        for (_, v) in policy.verifications() {
+            let attestors = v.attestations.iter().flat_map(|a| &a.attestors);
+            for spec in v.verifiers.iter().chain(attestors) {
+                let cosign = spec.cosign.iter().flat_map(|c| c.key_ref.iter());
+                let notation = spec.notation.iter().flat_map(|n| n.trust_root_refs.iter());
+                for r in cosign.chain(notation) {
+                    if !out.contains(r) {
+                        out.push(r.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// How many distinct verification requirements were loaded.
     pub fn len(&self) -> usize {
         self.sets.len()
@@ -159,9 +184,20 @@ fn load_one(
     spec: &VerifierSpec,
     roots: &mut HashMap<Option<String>, Arc<TrustedRoot>>,
     in_force: &TrustRoots,
+    keys: &dyn KeySource,
 ) -> Result<Check, VerifyError> {
     if let Some(n) = &spec.notation {
         let mut certs = Vec::new();
+        for r in &n.trust_root_refs {
+            let found = match keys.pem(r) {
+                Ok(pem) => x509::certs_from_pem(&pem),
+                Err(why) => return Ok(Check::Unavailable(why)),
+            };
+            if found.is_empty() {
+                return Ok(Check::Unavailable(format!("{r} holds no PEM certificate")));
+            }
+            certs.extend(found);
+        }
         for r in &n.trust_roots {
             let found = x509::certs_from_pem(&keys::pem_text(r)?);
             if found.is_empty() {
@@ -213,6 +249,19 @@ fn load_one(
             t
         }
     };
+    if let Some(r) = &c.key_ref {
+        let key = keys.pem(r).and_then(|pem| {
+            crate::keys::PublicKey::from_pem(&pem).map_err(|e| format!("{r}: {e}"))
+        });
+        return Ok(match key {
+            Ok(key) => Check::Cosign(CosignCheck::Key {
+                key,
+                req: requirements(c, TlogPolicy::Optional),
+                trust,
+            }),
+            Err(why) => Check::Unavailable(why),
+        });
+    }
     Ok(Check::Cosign(match (&c.key, &c.keyless) {
         (Some(k), _) => CosignCheck::Key {
             key: keys::PublicKey::from_pem(&keys::pem_text(k)?)?,

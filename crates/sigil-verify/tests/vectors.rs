@@ -139,6 +139,7 @@ fn keyless(subject: &str, trusted_root: Option<String>) -> VerifierSpec {
         name: "ci".into(),
         cosign: Some(CosignSpec {
             key: None,
+            key_ref: None,
             keyless: Some(KeylessSpec {
                 issuer: Some("https://github.com/login/oauth".into()),
                 issuer_regex: None,
@@ -241,6 +242,7 @@ fn notation(root: &str) -> VerifierSpec {
         cosign: None,
         notation: Some(NotationSpec {
             trust_roots: vec![format!("{V}/derived/{root}")],
+            trust_root_refs: Vec::new(),
             trust_store_type: Default::default(),
             level: Default::default(),
         }),

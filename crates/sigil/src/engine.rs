@@ -220,7 +220,7 @@ impl<R: DigestResolver> sigil_kube::Decide for Engine<R> {
 
 /// Where credentials come from besides the policy: set once from flags and
 /// kept across policy reloads.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Sources {
     /// `--docker-config`, credential helpers, credential-provider plugins.
     pub keychain: Arc<Keychain>,
@@ -232,6 +232,21 @@ pub struct Sources {
     pub max_lookups: usize,
     /// The Sigstore trusted roots in force (the default kept current by TUF).
     pub trust: Arc<sigil_verify::roots::TrustRoots>,
+    /// ConfigMaps and Secrets verifiers name by `keyRef` (watched in `serve`).
+    pub keys: Arc<dyn sigil_core::verify::KeySource>,
+}
+
+impl Default for Sources {
+    fn default() -> Self {
+        Sources {
+            keychain: Arc::default(),
+            pull_secrets: None,
+            namespaces: None,
+            max_lookups: DEFAULT_MAX_LOOKUPS,
+            trust: Arc::default(),
+            keys: Arc::new(sigil_core::verify::NoKeySource),
+        }
+    }
 }
 
 impl std::fmt::Debug for Sources {
@@ -290,7 +305,11 @@ pub fn engine_for(
         &sources.keychain,
         metrics,
     )?;
-    let material = sigil_verify::Material::load_with(&policy, &sources.trust)?;
+    sources
+        .keys
+        .want(&sigil_verify::Material::key_refs(&policy));
+    let material =
+        sigil_verify::Material::load_with(&policy, &sources.trust, sources.keys.as_ref())?;
     let mut engine = Engine::new(policy.clone(), registry.clone());
     engine.max_lookups = sources.max_lookups;
     if !material.is_empty() {

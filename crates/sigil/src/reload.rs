@@ -112,6 +112,32 @@ pub struct Live {
     pub metrics: Arc<Metrics>,
 }
 
+impl Live {
+    /// Rebuilds the engine for the policy in force: its verifiers pick up
+    /// trust material that changed without the policy changing (a TrustRoot
+    /// refreshed, a keyRef ConfigMap rotated). Requests in flight finish
+    /// with the engine they started with.
+    pub fn rebuild(&self, why: &str) {
+        let policy = Policy::clone(&self.webhook.policy());
+        match self.put_in_force(policy) {
+            Ok(()) => tracing::info!(why, "verifiers rebuilt with the trust material in force"),
+            Err(e) => {
+                tracing::warn!(why, error = %e, "verifiers could not be rebuilt; the previous ones stay")
+            }
+        }
+    }
+
+    /// Rebuilds whenever `changed` is notified (changes within 200 ms
+    /// coalesce into one rebuild). Runs until the process ends.
+    pub async fn rebuild_on(self: Arc<Self>, changed: Arc<tokio::sync::Notify>, why: &'static str) {
+        loop {
+            changed.notified().await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            self.rebuild(why);
+        }
+    }
+}
+
 impl InForce for Live {
     fn current(&self) -> Arc<dyn Decide> {
         self.webhook.engine()

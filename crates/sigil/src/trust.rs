@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use sigil_kube::InForce as _;
 use sigil_kube::crd::TrustRootSpec;
 use sigil_kube::trustroots::{TrustRootSink, TrustRootState};
 use sigil_verify::roots::{InForce, Origin, RefreshObserver, Refresher, TrustRoots};
@@ -48,17 +47,6 @@ pub struct TrustObjects {
 impl std::fmt::Debug for TrustObjects {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TrustObjects").finish_non_exhaustive()
-    }
-}
-
-/// Rebuilds the verifiers with the roots now in force.
-fn rebuild(live: &Live, why: &str) {
-    let policy = sigil_core::Policy::clone(&live.webhook.policy());
-    match live.put_in_force(policy) {
-        Ok(()) => tracing::info!(why, "verifiers rebuilt with the trusted roots in force"),
-        Err(e) => {
-            tracing::warn!(why, error = %e, "verifiers could not be rebuilt; the previous ones stay")
-        }
     }
 }
 
@@ -132,7 +120,7 @@ impl TrustObjects {
         let (live, interval, name) = (self.live.clone(), self.interval, name.to_owned());
         Ok(tokio::spawn(async move {
             refresher
-                .run(interval, observer, move || rebuild(&live, &name))
+                .run(interval, observer, move || live.rebuild(&name))
                 .await;
         }))
     }
@@ -159,7 +147,7 @@ impl TrustObjects {
                 let root = InForce::from_json(&keys.to_string(), Origin::Inline)
                     .map_err(|e| format!("sigstoreKeys: {e}"))?;
                 self.roots.set(name, root);
-                rebuild(&self.live, name);
+                self.live.rebuild(name);
                 Ok(Loader {
                     task: None,
                     _dir: None,
@@ -183,7 +171,7 @@ impl TrustRootSink for TrustObjects {
             Err(why) => {
                 tracing::warn!(trust_root = %name, error = %why, "TrustRoot refused");
                 self.roots.set_unavailable(name, &why);
-                rebuild(&self.live, name);
+                self.live.rebuild(name);
             }
         }
     }
@@ -194,7 +182,7 @@ impl TrustRootSink for TrustObjects {
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
         self.roots.remove(name);
-        rebuild(&self.live, name);
+        self.live.rebuild(name);
     }
 
     fn state(&self, name: &str) -> Option<TrustRootState> {

@@ -169,8 +169,25 @@ impl NamespacePolicy {
                 });
             }
         }
-        let spec: NamespacedSpec = serde_json::from_value(doc.spec)
+        let mut spec: NamespacedSpec = serde_json::from_value(doc.spec)
             .map_err(|e| PolicyError::Syntax(format!("{who}: spec: {e}")))?;
+        // A team's keyRefs read its own namespace, whatever they say.
+        for r in &mut spec.rules {
+            let inline = r.attestations.iter_mut().flat_map(|a| {
+                a.attestors.iter_mut().filter_map(|x| match x {
+                    super::schema::AttestorSpec::Inline(v) => Some(v.as_mut()),
+                    super::schema::AttestorSpec::Name(_) => None,
+                })
+            });
+            for v in r.verify.iter_mut().chain(inline) {
+                crate::verify::keyref::confine(v, &doc.metadata.namespace).map_err(|e| {
+                    PolicyError::Invalid {
+                        line: None,
+                        message: format!("{who}: rule {:?}: {e}", r.name.value),
+                    }
+                })?;
+            }
+        }
         let mut rules = Vec::with_capacity(spec.rules.len());
         let mut names = std::collections::HashSet::new();
         for r in &spec.rules {

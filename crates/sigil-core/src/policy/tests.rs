@@ -334,7 +334,12 @@ fn trust_root_names_an_object_and_excludes_a_trusted_root_file() {
     let p = Policy::from_yaml(&doc("            trustRoot: corp\n")).unwrap();
     let v = p.rules[0].verification.as_ref().unwrap();
     assert_eq!(
-        v.verifiers[0].cosign.as_ref().unwrap().trust_root.as_deref(),
+        v.verifiers[0]
+            .cosign
+            .as_ref()
+            .unwrap()
+            .trust_root
+            .as_deref(),
         Some("corp")
     );
     let err = Policy::from_yaml(&doc(

@@ -54,11 +54,16 @@ impl Verification {
             match (&v.cosign, &v.notation) {
                 (Some(c), None) => check_cosign(rule, &v.name, c)?,
                 (None, Some(n)) => {
-                    if n.trust_roots.is_empty() {
+                    if n.trust_roots.is_empty() && n.trust_root_refs.is_empty() {
                         return Err(format!(
-                            "rule {rule:?}: verifier {:?}: notation.trustRoots must list at least one certificate",
+                            "rule {rule:?}: verifier {:?}: notation.trustRoots or trustRootRefs must name at least one certificate",
                             v.name
                         ));
+                    }
+                    for r in &n.trust_root_refs {
+                        r.validate().map_err(|e| {
+                            format!("rule {rule:?}: verifier {:?}: trustRootRefs: {e}", v.name)
+                        })?;
                     }
                 }
                 _ => {
@@ -164,9 +169,21 @@ fn check_cosign(rule: &str, name: &str, c: &CosignSpec) -> Result<(), String> {
             "rule {rule:?}: verifier {name:?}: trustRoot {t:?} is not a Kubernetes object name (lower case letters, digits, '-' and '.', at most 253)"
         ));
     }
-    match (&c.key, &c.keyless) {
-        (Some(_), None) => Ok(()),
-        (None, Some(k)) => {
+    if let Some(r) = &c.key_ref {
+        r.validate()
+            .map_err(|e| format!("rule {rule:?}: verifier {name:?}: {e}"))?;
+    }
+    let key = match (&c.key, &c.key_ref) {
+        (Some(_), Some(_)) => {
+            return Err(format!(
+                "rule {rule:?}: verifier {name:?}: give key or keyRef, not both"
+            ));
+        }
+        (k, r) => k.is_some() || r.is_some(),
+    };
+    match (key, &c.keyless) {
+        (true, None) => Ok(()),
+        (false, Some(k)) => {
             let pairs = [
                 ("issuer", &k.issuer, &k.issuer_regex),
                 ("subject", &k.subject, &k.subject_regex),
@@ -207,7 +224,7 @@ fn check_cosign(rule: &str, name: &str, c: &CosignSpec) -> Result<(), String> {
             Ok(())
         }
         _ => Err(format!(
-            "rule {rule:?}: verifier {name:?}: cosign needs exactly one of key or keyless"
+            "rule {rule:?}: verifier {name:?}: cosign needs exactly one of key, keyRef or keyless"
         )),
     }
 }

@@ -15,10 +15,12 @@ use serde::{Deserialize, Serialize};
 
 pub mod attestations;
 mod compile;
+pub mod keyref;
 
 use crate::failure::ResolveFailure;
 pub use attestations::{AttestationRequirement, EntryOutcome};
 pub use compile::{FULCIO_EXTENSION_NAMES, MAX_REGEX_BYTES, identity_regex};
+pub use keyref::{KeyRef, KeySource, NoKeySource};
 
 /// One entry of a rule's `verify` list.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize)]
@@ -56,6 +58,10 @@ pub struct CosignSpec {
     /// Public key: a PEM file path or inline PEM (ECDSA P-256/P-384, Ed25519, RSA).
     #[serde(default)]
     pub key: Option<String>,
+    /// Public key from a ConfigMap or Secret (watched: a rotation is in
+    /// force within seconds).
+    #[serde(default)]
+    pub key_ref: Option<KeyRef>,
     /// Fulcio-certificate identity to require.
     #[serde(default)]
     pub keyless: Option<KeylessSpec>,
@@ -125,7 +131,11 @@ pub enum TlogPolicy {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NotationSpec {
     /// PEM files (or inline PEM) of the CA or signing certificates to trust.
+    #[serde(default)]
     pub trust_roots: Vec<String>,
+    /// Trust-store certificates from ConfigMaps or Secrets (watched).
+    #[serde(default)]
+    pub trust_root_refs: Vec<KeyRef>,
     /// Notary Project verification level (default `strict`).
     #[serde(default)]
     pub level: NotationLevel,

@@ -131,6 +131,7 @@ fn default_threshold_is_all_and_bad_settings_are_refused() {
     let mut ks = key("k");
     ks.cosign = Some(CosignSpec {
         key: None,
+        key_ref: None,
         keyless: Some(KeylessSpec {
             issuer: Some("https://x".into()),
             ..Default::default()

@@ -124,8 +124,7 @@ impl CredentialArgs {
             keychain: Arc::new(keychain),
             pull_secrets: None,
             namespaces: None,
-            max_lookups: sigil::engine::DEFAULT_MAX_LOOKUPS,
-            trust: Arc::default(),
+            ..Sources::default()
         })
     }
 }

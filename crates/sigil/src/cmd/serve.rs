@@ -322,6 +322,13 @@ async fn configure(
             listed,
         ));
     }
+    let mut key_refs = None;
+    // keyRefs are read through watches that come with --watch-policies.
+    if let (true, Some(client)) = (args.watch_policies, &client) {
+        let k = sigil_kube::keyrefs::KeyRefs::new(client.clone(), namespace.clone());
+        sources.keys = k.clone();
+        key_refs = Some(k);
+    }
     let engine = sigil::engine::engine_for(Arc::new(policy), None, &sources, &metrics)
         .context("putting the policy in force")?;
     let live = Arc::new(Live {
@@ -369,8 +376,21 @@ async fn configure(
         ready_gates.push((
             "waiting for the policy watches to list ClusterImagePolicies and ImagePolicies once"
                 .to_owned(),
-            listed,
+            listed.clone(),
         ));
+        if let Some(k) = key_refs.take() {
+            // The keyRefs the combined policy names are watched once it is
+            // in force: readiness waits for both.
+            tokio::spawn(
+                live.clone()
+                    .rebuild_on(k.changed(), "a keyRef object changed"),
+            );
+            ready_gates.push((
+                "waiting for the keyRef watches to read their ConfigMaps and Secrets once"
+                    .to_owned(),
+                listed_within(listed, move || k.all_listed(), Duration::from_secs(20)),
+            ));
+        }
         let lease = lease::LeaseSettings {
             namespace: namespace.clone(),
             name: "sigil-policy-status".into(),
@@ -429,6 +449,27 @@ async fn configure(
         },
     };
     Ok((config, live, leaders))
+}
+
+/// A receiver that turns true once `after` has and `done` holds, or `limit`
+/// after `after` (a
+/// source that cannot be read must not keep a replica out of service:
+/// what needs it fails with the reason instead).
+fn listed_within(
+    mut after: tokio::sync::watch::Receiver<bool>,
+    done: impl Fn() -> bool + Send + 'static,
+    limit: Duration,
+) -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let _ = after.wait_for(|l| *l).await;
+        let until = tokio::time::Instant::now() + limit;
+        while !done() && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = tx.send(true);
+    });
+    rx
 }
 
 /// The in-cluster audit: campaigns for the Lease once Ready.

@@ -80,12 +80,7 @@ impl TufArgs {
         Ok(Some(Box::new(move |_ready, _store| {
             let observer = live.metrics.clone();
             Box::pin(refresher.run(interval, observer, move || {
-                let policy = sigil_core::Policy::clone(&live.webhook.policy());
-                use sigil_kube::InForce as _;
-                match live.put_in_force(policy) {
-                    Ok(()) => tracing::info!("a new trusted root is in force; verifiers rebuilt"),
-                    Err(e) => tracing::warn!(error = %e, "a new trusted root is in force but the verifiers could not be rebuilt; the previous ones stay"),
-                }
+                live.rebuild("a new public-good trusted root")
             }))
         })))
     }

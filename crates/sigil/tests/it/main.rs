@@ -13,6 +13,7 @@ mod credentials;
 mod deploy;
 mod drain;
 mod hardening;
+mod keyrefs;
 mod pin;
 mod pin_files;
 mod policies;

@@ -323,6 +323,34 @@ async fn check_shipped(s: &Shipped, objects_env: &BTreeMap<String, String>) -> R
             },
         )
         .await?;
+        // A keyRef in sigil's namespace is watched as the base's Role allows
+        // (a refused watch would show in `kube.denied()` below).
+        kube.insert(
+            "/api/v1/namespaces/sigil-system/configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "shipped-keys", "namespace": ns},
+                   "data": {"cosign.pub": crate::support::signing::Signer::p256().public_pem()}}),
+        );
+        kube.insert(
+            CIPS,
+            json!({"apiVersion": "sigil.dev/v1alpha1", "kind": "ClusterImagePolicy",
+                   "metadata": {"name": "shipped-keys"},
+                   "spec": {"rules": [{"name": "keyed", "match": ["**/keyed/**"], "mode": "warn",
+                       "verify": [{"name": "k", "cosign": {"keyRef": {"configMap": "shipped-keys", "key": "cosign.pub"}}}]}]}}),
+        );
+        wait_for(
+            Duration::from_secs(15),
+            "the keyRef ConfigMap to be watched",
+            async || {
+                kube.requests()
+                    .iter()
+                    .any(|(m, p, c)| {
+                        m == "GET" && p == "/api/v1/namespaces/sigil-system/configmaps" && *c == 200
+                    })
+                    .then_some(())
+            },
+        )
+        .await?;
         // A TrustRoot is loaded and its status written, as the base's RBAC allows.
         let trs = "/apis/sigil.dev/v1alpha1/trustroots";
         let keys: Value = serde_json::from_str(sigil_verify::trust::PUBLIC_GOOD).unwrap();
