@@ -40,4 +40,10 @@ pub trait InForce: Send + Sync {
     /// Builds what `policy` needs (registry clients, trust material) and
     /// puts it in force for new requests; on error the previous stays.
     fn put_in_force(&self, policy: Policy) -> Result<(), BoxError>;
+
+    /// (rule, verifier, why) for verifiers in force whose trust material
+    /// (a `keyRef`, a `trustRoot`) is unavailable: policy status reports it.
+    fn unavailable(&self) -> Vec<(String, String, String)> {
+        Vec::new()
+    }
 }

@@ -281,7 +281,9 @@ impl Combiner {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
-            for ((kind, ns, name), d) in desired {
+            let unavailable = self.in_force.unavailable();
+            for ((kind, ns, name), mut d) in desired {
+                material_problems(&mut d, kind, &ns, &name, &unavailable, &self.cluster);
                 let current = match kind {
                     "ClusterImagePolicy" => self
                         .cluster
@@ -355,6 +357,53 @@ impl Combiner {
             }
         }
     }
+}
+
+/// Marks `d` not Ready when verifiers of its object's rules cannot verify
+/// for want of trust material (a `keyRef` or `trustRoot`): the rules are in
+/// force and deny what those verifiers should pass, and the message says
+/// which verifier lacks what.
+fn material_problems(
+    d: &mut Desired,
+    kind: &str,
+    ns: &str,
+    name: &str,
+    unavailable: &[(String, String, String)],
+    cluster: &Store<ClusterImagePolicy>,
+) {
+    if !d.ready {
+        return;
+    }
+    let team_prefix = format!("ImagePolicy {ns}/{name}, rule ");
+    let rules: Vec<String> = match kind {
+        "ClusterImagePolicy" => cluster
+            .state()
+            .iter()
+            .find(|c| c.name_any() == name)
+            .map(|c| c.spec.rules.iter().map(|r| r.name.clone()).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let mine: Vec<String> = unavailable
+        .iter()
+        .filter_map(|(rule, verifier, why)| {
+            let rule = match kind {
+                "ClusterImagePolicy" => rules.contains(rule).then_some(rule.as_str()),
+                _ => rule.strip_prefix(&team_prefix),
+            }?;
+            Some(format!("rule {rule:?} verifier {verifier:?}: {why}"))
+        })
+        .collect();
+    if mine.is_empty() {
+        return;
+    }
+    d.ready = false;
+    d.reason = "TrustMaterialUnavailable";
+    d.message = format!(
+        "{}; these verifiers fail every image until their trust material is available: {}",
+        d.message,
+        mine.join("; ")
+    );
 }
 
 /// The Ready condition for `d`, keeping the transition time while its status holds.

@@ -53,6 +53,8 @@ pub struct LoadedSet {
 #[derive(Debug, Default)]
 pub struct Material {
     sets: HashMap<Verification, Arc<LoadedSet>>,
+    /// (rule, verifier, why) for every verifier whose material is unavailable.
+    unavailable: Vec<(String, String, String)>,
 }
 
 fn matcher(exact: &Option<String>, re: &Option<String>) -> Result<Matcher, VerifyError> {
@@ -88,6 +90,7 @@ impl Material {
         let mut roots: HashMap<Option<String>, Arc<TrustedRoot>> = HashMap::new();
         roots.insert(None, trust.default_root());
         let mut sets = HashMap::new();
+        let mut unavailable = Vec::new();
         for (rule, v) in policy.verifications() {
             if sets.contains_key(v.as_ref()) {
                 continue;
@@ -102,6 +105,12 @@ impl Material {
                             source: Box::new(e),
                         }
                     })?;
+                    if let Check::Unavailable(why) = &check {
+                        let entry = (rule.clone(), spec.name.clone(), why.clone());
+                        if !unavailable.contains(&entry) {
+                            unavailable.push(entry);
+                        }
+                    }
                     loaded.push(Loaded {
                         name: spec.name.clone(),
                         check,
@@ -119,7 +128,7 @@ impl Material {
             };
             sets.insert(v.as_ref().clone(), Arc::new(set));
         }
-        Ok(Material { sets })
+        Ok(Material { sets, unavailable })
     }
 
     /// The files the policy's verifiers read (inline PEM excluded), so a
@@ -162,6 +171,12 @@ impl Material {
             }
         }
         out
+    }
+
+    /// (rule, verifier, why) for each verifier whose trust material is not
+    /// available (a `keyRef` or `trustRoot`): they fail every check.
+    pub fn unavailable(&self) -> &[(String, String, String)] {
+        &self.unavailable
     }
 
     /// How many distinct verification requirements were loaded.

@@ -44,6 +44,9 @@ pub struct Engine<R> {
     pub namespaces: Option<Arc<dyn NamespaceLabels>>,
     /// Beyond this many distinct lookups an object is denied, unlooked-up.
     pub max_lookups: usize,
+    /// (rule, verifier, why) for verifiers whose trust material is not
+    /// available; policy status reports them.
+    pub unavailable: Vec<(String, String, String)>,
 }
 
 impl<R: std::fmt::Debug> std::fmt::Debug for Engine<R> {
@@ -67,6 +70,7 @@ impl<R: DigestResolver> Engine<R> {
             pull_secrets: None,
             namespaces: None,
             max_lookups: DEFAULT_MAX_LOOKUPS,
+            unavailable: Vec::new(),
         }
     }
 
@@ -312,6 +316,7 @@ pub fn engine_for(
         sigil_verify::Material::load_with(&policy, &sources.trust, sources.keys.as_ref())?;
     let mut engine = Engine::new(policy.clone(), registry.clone());
     engine.max_lookups = sources.max_lookups;
+    engine.unavailable = material.unavailable().to_vec();
     if !material.is_empty() {
         let cache = sigil_verify::CacheConfig {
             ttl: policy.cache_ttl,

@@ -147,6 +147,10 @@ impl InForce for Live {
         self.webhook.policy()
     }
 
+    fn unavailable(&self) -> Vec<(String, String, String)> {
+        self.webhook.engine().unavailable.clone()
+    }
+
     fn put_in_force(&self, policy: Policy) -> Result<(), BoxError> {
         let current = self.webhook.engine();
         let engine = engine_for(

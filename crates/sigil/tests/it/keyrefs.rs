@@ -188,3 +188,77 @@ fn a_team_keyref_into_another_namespace_is_refused() {
         "{err}"
     );
 }
+
+/// A policy object whose verifier names a keyRef that is not there says so
+/// in its status (Ready False, TrustMaterialUnavailable, which verifier and
+/// why); once the ConfigMap exists, it is Ready again, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_object_reports_a_missing_keyref_in_its_status() {
+    let reg = TestRegistry::start(Mode::Plain).await;
+    let h = reg.host();
+    let key = Signer::p256();
+    push_signed(&reg, "kr/app", "v1", "kr/app", &key).await;
+    let kube = FakeKube::start().await;
+    kube.namespaces(&["sigil-system", "team"]);
+    let cips = "/apis/sigil.dev/v1alpha1/clusterimagepolicies";
+    kube.insert(
+        cips,
+        json!({"apiVersion": "sigil.dev/v1alpha1", "kind": "ClusterImagePolicy",
+               "metadata": {"name": "keyed"},
+               "spec": {"registries": [{"host": h, "insecure": true}],
+                        "rules": [{"name": "signed", "match": [format!("{h}/kr/**")],
+                            "verify": [{"name": "release", "cosign": {"keyRef": {"configMap": "release-keys", "key": "cosign.pub"}}}]}]}}),
+    );
+    let sigil = Sigil::start_env(
+        None,
+        &["--watch-policies", "--namespace", "sigil-system"],
+        &kube.env(),
+    )
+    .await;
+    let ready = |want: &'static str| {
+        let kube = &kube;
+        async move {
+            let until = Instant::now() + Duration::from_secs(20);
+            loop {
+                let o = kube.get(cips, "keyed").unwrap();
+                let c = &o["status"]["conditions"][0];
+                if c["status"] == want {
+                    return (
+                        c["reason"].as_str().unwrap_or_default().to_owned(),
+                        c["message"].as_str().unwrap_or_default().to_owned(),
+                    );
+                }
+                assert!(Instant::now() < until, "status never {want}: {o}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let (reason, message) = ready("False").await;
+    assert_eq!(reason, "TrustMaterialUnavailable");
+    assert!(
+        message.contains(
+            "rule \"signed\" verifier \"release\": ConfigMap sigil-system/release-keys not found"
+        ),
+        "{message}"
+    );
+    let got = sigil
+        .apiserver()
+        .create_pod("team", &[&format!("{h}/kr/app:v1")])
+        .await;
+    assert!(!got.allowed);
+    kube.insert(
+        &cms("sigil-system"),
+        configmap(
+            "sigil-system",
+            "release-keys",
+            json!({"cosign.pub": key.public_pem()}),
+        ),
+    );
+    let (reason, _) = ready("True").await;
+    assert_eq!(reason, "InForce");
+    let got = sigil
+        .apiserver()
+        .create_pod("team", &[&format!("{h}/kr/app:v1")])
+        .await;
+    assert!(got.allowed, "{}", got.message);
+}
