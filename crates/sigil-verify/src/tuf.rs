@@ -78,6 +78,18 @@ impl Datastore {
     }
 }
 
+/// Checks a `root.json` as a TUF client's starting point: it parses as
+/// root metadata and meets its own root-role threshold. Returns its version.
+/// (Expiry does not matter here: the client walks to newer roots.)
+pub fn bootstrap_version(root: &[u8]) -> Result<u64, VerifyError> {
+    let signed: tough::schema::Signed<tough::schema::Root> =
+        serde_json::from_slice(root).map_err(|e| VerifyError::Tuf(format!("root.json: {e}")))?;
+    signed.signed.verify_role(&signed).map_err(|e| {
+        VerifyError::Tuf(format!("root.json does not verify itself: {}", chain(&e)))
+    })?;
+    Ok(signed.signed.version.get())
+}
+
 /// `mirror` with a trailing slash, parsed.
 fn base(mirror: &str) -> Result<Url, VerifyError> {
     let with_slash = if mirror.ends_with('/') {
@@ -106,6 +118,7 @@ impl Client {
         http: reqwest::Client,
         datastore: Option<PathBuf>,
     ) -> Result<Client, VerifyError> {
+        bootstrap_version(&bootstrap_root)?;
         let metadata = base(mirror)?;
         let targets = metadata
             .join("targets/")
@@ -266,6 +279,21 @@ mod tests {
         let root: Signed<Root> = serde_json::from_slice(PUBLIC_GOOD_TUF_ROOT).unwrap();
         assert_eq!(root.signed.version.get(), 15);
         root.signed.verify_role(&root).unwrap();
+        assert_eq!(bootstrap_version(PUBLIC_GOOD_TUF_ROOT).unwrap(), 15);
+    }
+
+    /// A bootstrap that is not root metadata, or whose signatures do not
+    /// meet its threshold, is refused when the client is made (a bad
+    /// `--tuf-root` fails at start, not at the first refresh).
+    #[test]
+    fn a_bootstrap_root_that_does_not_verify_itself_is_refused() {
+        let mut doc: serde_json::Value = serde_json::from_slice(PUBLIC_GOOD_TUF_ROOT).unwrap();
+        doc["signatures"].as_array_mut().unwrap().truncate(2);
+        let err = bootstrap_version(doc.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("does not verify itself"), "{err}");
+        let err =
+            Client::new("https://x/", b"{}".to_vec(), reqwest::Client::new(), None).unwrap_err();
+        assert!(err.to_string().contains("root.json"), "{err}");
     }
 
     #[test]
