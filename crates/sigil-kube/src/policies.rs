@@ -451,7 +451,31 @@ pub fn watch_namespaces(client: Client) -> (Arc<Namespaces>, tokio::sync::watch:
     let (store, writer) = reflector::store();
     let (tx, rx) = tokio::sync::watch::channel(false);
     let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
-    let ready = store.clone();
+    reflect(
+        api,
+        writer,
+        store.clone(),
+        "namespace watch (grant list/watch on namespaces: ClusterRole sigil-policies)",
+        move || {
+            let _ = tx.send(true);
+        },
+    );
+    (Arc::new(Namespaces(store)), rx)
+}
+
+/// Runs a reflector of `api` into `writer` until the process ends; after
+/// each event, once `store` has listed, calls `listed`. Watch errors are
+/// logged with `what` (which should say which grant is missing).
+pub(crate) fn reflect<K>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    store: Store<K>,
+    what: &'static str,
+    mut listed: impl FnMut() + Send + 'static,
+) where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
     tokio::spawn(async move {
         let mut events =
             reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
@@ -459,13 +483,12 @@ pub fn watch_namespaces(client: Client) -> (Arc<Namespaces>, tokio::sync::watch:
                 .boxed();
         while let Some(ev) = events.next().await {
             if let Err(e) = ev {
-                tracing::warn!(error = %e, "namespace watch (grant list/watch on namespaces: ClusterRole sigil-policies)");
+                tracing::warn!(error = %e, "{what}");
                 continue;
             }
-            if ready.wait_until_ready().now_or_never_ready() {
-                let _ = tx.send(true);
+            if store.wait_until_ready().now_or_never_ready() {
+                listed();
             }
         }
     });
-    (Arc::new(Namespaces(store)), rx)
 }

@@ -12,10 +12,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt as _;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, ResourceExt as _};
 use serde_json::json;
 
@@ -87,31 +85,25 @@ impl TrustRoots {
         let (tx, rx) = tokio::sync::watch::channel(false);
         let api: Api<TrustRoot> = Api::all(client);
         let w = me.clone();
-        tokio::spawn(async move {
-            let mut events =
-                reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
-                    .default_backoff()
-                    .boxed();
-            while let Some(ev) = events.next().await {
-                if let Err(e) = ev {
-                    tracing::warn!(error = %e, "TrustRoot watch (grant list/watch on trustroots.sigil.dev: ClusterRole sigil-policies)");
-                    continue;
+        crate::policies::reflect(
+            api,
+            writer,
+            me.store.clone(),
+            "TrustRoot watch (grant list/watch on trustroots.sigil.dev: ClusterRole sigil-policies)",
+            move || {
+                w.sync();
+                if !*tx.borrow() {
+                    let (w, tx) = (w.clone(), tx.clone());
+                    tokio::spawn(async move {
+                        let until = Instant::now() + FIRST_LOAD;
+                        while !w.all_loaded() && Instant::now() < until {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        let _ = tx.send(true);
+                    });
                 }
-                if futures_util::FutureExt::now_or_never(w.store.wait_until_ready()).is_some() {
-                    w.sync();
-                    if !*tx.borrow() {
-                        let (w, tx) = (w.clone(), tx.clone());
-                        tokio::spawn(async move {
-                            let until = Instant::now() + FIRST_LOAD;
-                            while !w.all_loaded() && Instant::now() < until {
-                                tokio::time::sleep(Duration::from_millis(50)).await;
-                            }
-                            let _ = tx.send(true);
-                        });
-                    }
-                }
-            }
-        });
+            },
+        );
         (me, rx)
     }
 

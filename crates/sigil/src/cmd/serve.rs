@@ -388,7 +388,12 @@ async fn configure(
             ready_gates.push((
                 "waiting for the keyRef watches to read their ConfigMaps and Secrets once"
                     .to_owned(),
-                listed_within(listed, move || k.all_listed(), Duration::from_secs(20)),
+                listed_within(listed, move || k.all_listed(), Duration::from_secs(20), {
+                    // Ready with verifiers built from what was read, not
+                    // from before the first read.
+                    let live = live.clone();
+                    move || live.rebuild("keyRef objects read")
+                }),
             ));
         }
         let lease = lease::LeaseSettings {
@@ -451,14 +456,15 @@ async fn configure(
     Ok((config, live, leaders))
 }
 
-/// A receiver that turns true once `after` has and `done` holds, or `limit`
-/// after `after` (a
+/// A receiver that turns true (after running `then`) once `after` has and
+/// `done` holds, or `limit` after `after` (a
 /// source that cannot be read must not keep a replica out of service:
 /// what needs it fails with the reason instead).
 fn listed_within(
     mut after: tokio::sync::watch::Receiver<bool>,
     done: impl Fn() -> bool + Send + 'static,
     limit: Duration,
+    then: impl FnOnce() + Send + 'static,
 ) -> tokio::sync::watch::Receiver<bool> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -467,6 +473,7 @@ fn listed_within(
         while !done() && tokio::time::Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        then();
         let _ = tx.send(true);
     });
     rx

@@ -147,18 +147,21 @@ async fn trust_root_show_prints_the_embedded_root_and_a_refreshed_one() {
     let dir = tempfile::tempdir().unwrap();
     let bootstrap = dir.path().join("root.json");
     std::fs::write(&bootstrap, repo.bootstrap_root()).unwrap();
-    let out = crate::support::sigil::run_sigil(
-        &[
-            "trust-root",
-            "show",
-            "--refresh",
-            "--tuf-mirror",
-            &repo.file_url(),
-            "--tuf-root",
-            bootstrap.to_str().unwrap(),
-        ],
-        None,
-    );
+    let show = || {
+        crate::support::sigil::run_sigil(
+            &[
+                "trust-root",
+                "show",
+                "--refresh",
+                "--tuf-mirror",
+                &repo.file_url(),
+                "--tuf-root",
+                bootstrap.to_str().unwrap(),
+            ],
+            None,
+        )
+    };
+    let out = show();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -169,18 +172,7 @@ async fn trust_root_show_prints_the_embedded_root_and_a_refreshed_one() {
     assert!(text.contains("root v1, timestamp v1"), "{text}");
     // A repository that fails TUF's checks is an error, exit 2.
     repo.corrupt_target();
-    let out = crate::support::sigil::run_sigil(
-        &[
-            "trust-root",
-            "show",
-            "--refresh",
-            "--tuf-mirror",
-            &repo.file_url(),
-            "--tuf-root",
-            bootstrap.to_str().unwrap(),
-        ],
-        None,
-    );
+    let out = show();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("TUF"));
 }
