@@ -175,10 +175,9 @@ impl Statement {
         let Some((alg, hex)) = digest.split_once(':') else {
             return false;
         };
-        let hex = hex.to_ascii_lowercase();
         self.subjects
             .iter()
-            .any(|(_, d)| d.get(alg).is_some_and(|h| *h == hex))
+            .any(|(_, d)| d.get(alg).is_some_and(|h| h.eq_ignore_ascii_case(hex)))
     }
 
     /// A top-level field of the statement, as CEL reads it.

@@ -75,6 +75,26 @@ fn statements_are_read_and_matched_on_any_digest_case() {
     assert!(Statement::parse(b"not json", 1 << 20).is_err());
 }
 
+/// Found by the `attest` fuzz target (its subject-naming invariant): a
+/// subject digest written in upper case, or under an algorithm that is not
+/// an OCI algorithm name (`sh:512`), must behave predictably — the first
+/// names the image whatever the case, the second never names one.
+#[test]
+fn subject_digests_in_upper_case_name_the_image_and_odd_algorithms_never_do() {
+    let hex = "EFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEFEF";
+    let doc = |alg: &str| {
+        format!(
+            r#"{{"_type":"https://in-toto.io/Statement/v1","subject":[{{"name":"img","digest":{{"{alg}":"{hex}"}}}}],"predicateType":"https://openvex.dev/ns","predicate":{{}}}}"#
+        )
+    };
+    let st = Statement::parse(doc("sha256").as_bytes(), 1 << 20).unwrap();
+    assert!(st.names(&format!("sha256:{}", hex.to_lowercase())));
+    assert!(st.names(&format!("sha256:{hex}")));
+    let st = Statement::parse(doc("sh:512").as_bytes(), 1 << 20).unwrap();
+    assert!(!st.names(&format!("sh:512:{hex}")));
+    assert!(!st.names(&format!("sha512:{hex}")));
+}
+
 #[test]
 fn short_predicate_names_are_cosigns() {
     assert_eq!(
