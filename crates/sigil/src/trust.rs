@@ -158,6 +158,39 @@ impl TrustObjects {
     }
 }
 
+/// Loads one TrustRoot spec once, as the server would, without keeping it
+/// current (`sigil trust-root show NAME`): an inline root as written; a
+/// remote or shipped repository through one TUF refresh.
+pub async fn load_once(
+    name: &str,
+    spec: &TrustRootSpec,
+    http: reqwest::Client,
+) -> Result<Arc<InForce>, String> {
+    let (mirror, root, _dir) = match (&spec.remote, &spec.repository, &spec.sigstore_keys) {
+        (Some(r), None, None) => (r.mirror.clone(), b64("remote.root", &r.root)?, None),
+        (None, Some(r), None) => {
+            let dir = write_repository(&r.files)?;
+            let url = format!("file://{}/", dir.path().display());
+            (url, b64("repository.root", &r.root)?, Some(dir))
+        }
+        (None, None, Some(keys)) => {
+            return InForce::from_json(&keys.to_string(), Origin::Inline)
+                .map(Arc::new)
+                .map_err(|e| format!("sigstoreKeys: {e}"));
+        }
+        _ => return Err("give exactly one of remote, repository or sigstoreKeys".into()),
+    };
+    let roots = Arc::new(TrustRoots::embedded());
+    let client = Client::new(&mirror, root, http, None).map_err(|e| e.to_string())?;
+    let (_, result) = Refresher::new(name, client, roots.clone())
+        .refresh_once()
+        .await;
+    result.map_err(|e| e.to_string())?;
+    roots
+        .get(name)
+        .ok_or_else(|| format!("{name}: refreshed but not in force"))
+}
+
 impl TrustRootSink for TrustObjects {
     fn apply(&self, name: &str, spec: &TrustRootSpec) {
         let mut loaders = self.loaders.lock().unwrap_or_else(|e| e.into_inner());

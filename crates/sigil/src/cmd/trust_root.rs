@@ -97,7 +97,8 @@ pub enum TrustRootCommand {
 
 #[derive(clap::Args, Debug)]
 pub struct ShowArgs {
-    /// The root's name (only `public-good` without a cluster).
+    /// The root's name: `public-good` (built in), or a TrustRoot object in
+    /// the current kubeconfig's cluster, loaded from its spec as the server would.
     #[arg(default_value = DEFAULT)]
     name: String,
     /// A trusted_root.json file to show instead.
@@ -116,10 +117,7 @@ pub struct ShowArgs {
 pub fn run(command: TrustRootCommand) -> Result<ExitCode> {
     let TrustRootCommand::Show(args) = command;
     if args.name != DEFAULT && args.trusted_root.is_none() {
-        bail!(
-            "no trusted root named {:?} outside a cluster (only {DEFAULT:?}, or --trusted-root FILE)",
-            args.name
-        );
+        return super::runtime()?.block_on(show_object(&args));
     }
     let shown: Arc<InForce> = match (&args.trusted_root, args.refresh) {
         (Some(p), _) => {
@@ -144,6 +142,55 @@ pub fn run(command: TrustRootCommand) -> Result<ExitCode> {
     } else {
         print!("{}", describe(&args.name, &shown));
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `sigil trust-root show NAME`: the TrustRoot object of that name in the
+/// current kubeconfig's cluster — what its status says is in force, and its
+/// root loaded from its spec as the server loads it.
+async fn show_object(args: &ShowArgs) -> Result<ExitCode> {
+    let client = sigil_kube::cluster::connect("sigil trust-root show NAME").await?;
+    let api: kube::Api<sigil_kube::crd::TrustRoot> = kube::Api::all(client);
+    let object = api.get_opt(&args.name).await.with_context(|| {
+        format!(
+            "reading TrustRoot {} (needs get on trustroots.sigil.dev)",
+            args.name
+        )
+    })?;
+    let Some(object) = object else {
+        bail!(
+            "no TrustRoot named {:?} in the cluster (`kubectl get trustroots` lists them; {DEFAULT:?} is built in)",
+            args.name
+        );
+    };
+    let http = sigil_registry::client::web_client().context("an HTTPS client")?;
+    let root = sigil::trust::load_once(&args.name, &object.spec, http)
+        .await
+        .map_err(|e| anyhow::anyhow!("TrustRoot {}: {e}", args.name))?;
+    if args.json {
+        println!("{}", root.json);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(st) = &object.status {
+        let ready = st.conditions.iter().find(|c| c.type_ == "Ready");
+        println!(
+            "status (written by sigil): Ready {}{}; source {}; root v{}; expires {}; last refresh {}{}",
+            ready.map_or("Unknown", |c| c.status.as_str()),
+            ready
+                .map(|c| format!(" ({})", c.reason))
+                .unwrap_or_default(),
+            st.source.as_deref().unwrap_or("-"),
+            st.root_version
+                .map_or_else(|| "-".into(), |v| v.to_string()),
+            st.expires.as_deref().unwrap_or("-"),
+            st.last_refresh.as_deref().unwrap_or("-"),
+            st.error
+                .as_deref()
+                .map(|e| format!("; last error: {e}"))
+                .unwrap_or_default(),
+        );
+    }
+    print!("{}", describe(&args.name, &root));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -183,7 +230,7 @@ pub fn describe(name: &str, r: &InForce) -> String {
     let mut s = format!("trusted root {name}\n");
     match &r.origin {
         Origin::Embedded => s.push_str("  source: embedded in sigil\n"),
-        Origin::Inline => s.push_str("  source: a trusted_root.json file\n"),
+        Origin::Inline => s.push_str("  source: a trusted_root.json given as is (file or sigstoreKeys)\n"),
         Origin::Tuf {
             mirror,
             root_version,

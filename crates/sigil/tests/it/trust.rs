@@ -366,3 +366,59 @@ async fn trust_root_objects_are_loaded_named_by_verifiers_and_report_status() {
     }
     assert!(kube.denied().is_empty(), "{:?}", kube.denied());
 }
+
+/// `sigil trust-root show NAME` reads the TrustRoot object from the current
+/// kubeconfig's cluster, prints the status sigil wrote and the root loaded
+/// from its spec as the server loads it; an unknown name is an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_root_show_reads_a_trust_root_object_from_the_cluster() {
+    use crate::support::kube::FakeKube;
+    use serde_json::json;
+    let ss = Sigstore::new();
+    let repo = TufRepo::new(ss.trusted_root().to_string().as_bytes());
+    let kube = FakeKube::start().await;
+    kube.insert(
+        TRS,
+        json!({"apiVersion": "sigil.dev/v1alpha1", "kind": "TrustRoot",
+               "metadata": {"name": "corp"},
+               "spec": {"remote": {"mirror": repo.file_url(), "root": b64(&repo.bootstrap_root())}},
+               "status": {"source": "tuf x", "rootVersion": 1, "conditions": [
+                   {"type": "Ready", "status": "True", "reason": "Refreshed", "message": "m",
+                    "lastTransitionTime": "2026-11-24T00:00:00Z"}]}}),
+    );
+    kube.insert(
+        TRS,
+        trust_root("lab", json!({"sigstoreKeys": ss.trusted_root()})),
+    );
+    let kubeconfig = kube.env()[0].1.clone();
+    let show = |name: &str| {
+        let mut cmd = std::process::Command::new(crate::support::sigil::bin());
+        cmd.args(["trust-root", "show", name])
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("KUBECONFIG", &kubeconfig);
+        crate::support::sigil::run_bounded(&mut cmd, None)
+    };
+    let out = show("corp");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("status (written by sigil): Ready True (Refreshed)"),
+        "{text}"
+    );
+    assert!(text.contains("source: TUF file://"), "{text}");
+    assert!(text.contains("transparency logs (2)"), "{text}");
+    let out = show("lab");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("source: a trusted_root.json given as is"),
+        "{text}"
+    );
+    let out = show("nope");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no TrustRoot named \"nope\""));
+}
