@@ -183,6 +183,12 @@ impl Denial {
             },
             Denial::Unverified { report, .. } => match &report.fetch_failure {
                 Some(f) => f.hint(),
+                None if report.is_transient() => {
+                    "retry in a few seconds: the signing chain's revocation status is not known yet (sigil fetches its CRLs in the background); if it persists, check that sigil can reach the CRL distribution points named in the denial"
+                }
+                None if report.revoked() => {
+                    "a certificate that signed this image is revoked by its CA: sign it again with a valid certificate; the revoked one no longer counts"
+                }
                 None if report.only_attestations_failed() => {
                     "attach an attestation of that type about this exact digest, signed by one of the entry's attestors, whose statement satisfies the conditions (cosign attest, actions/attest with push-to-registry), or ask the platform team to change the rule"
                 }

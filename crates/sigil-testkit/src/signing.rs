@@ -17,7 +17,8 @@ pub fn b64(d: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(d)
 }
 
-pub(crate) fn pem(label: &str, der: &[u8]) -> String {
+/// DER as PEM with `label` (CERTIFICATE, PUBLIC KEY, X509 CRL, …).
+pub fn pem(label: &str, der: &[u8]) -> String {
     let body = b64(der);
     let lines: Vec<&str> = body
         .as_bytes()
@@ -331,6 +332,25 @@ pub fn notation_jws_with(
     size: usize,
     header: Value,
 ) -> Vec<u8> {
+    notation_jws_chain(key, alg, &[cert_der.to_vec()], digest, size, header, None)
+}
+
+/// A timestamp authority's countersignature over a signature (`notation
+/// sign --timestamp-url`): given the signature bytes, the RFC 3161 token.
+pub type Countersign<'a> = &'a dyn Fn(&[u8]) -> Vec<u8>;
+
+/// [`notation_jws_with`] carrying the whole `chain` (signing certificate
+/// first) and, given `stamp`, an RFC 3161 timestamp countersignature in the
+/// unprotected header.
+pub fn notation_jws_chain(
+    key: &Signer,
+    alg: &str,
+    chain: &[Vec<u8>],
+    digest: &str,
+    size: usize,
+    header: Value,
+    stamp: Option<Countersign<'_>>,
+) -> Vec<u8> {
     let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
     let payload = serde_json::to_vec(&json!({"targetArtifact": {"digest": digest, "mediaType": "application/vnd.oci.image.manifest.v1+json", "size": size}})).unwrap();
     let mut protected = json!({
@@ -348,7 +368,12 @@ pub fn notation_jws_with(
     let protected = serde_json::to_vec(&protected).unwrap();
     let (p64, pl64) = (url.encode(&protected), url.encode(&payload));
     let sig = key.sign_jose(format!("{p64}.{pl64}").as_bytes());
-    serde_json::to_vec(&json!({"payload": pl64, "protected": p64, "header": {"x5c": [b64(cert_der)]}, "signature": url.encode(sig)})).unwrap()
+    let x5c: Vec<String> = chain.iter().map(|c| b64(c)).collect();
+    let mut unprotected = json!({"x5c": x5c});
+    if let Some(stamp) = stamp {
+        unprotected["io.cncf.notary.timestampSignature"] = b64(&stamp(&sig)).into();
+    }
+    serde_json::to_vec(&json!({"payload": pl64, "protected": p64, "header": unprotected, "signature": url.encode(sig)})).unwrap()
 }
 
 /// The same notation signature as a COSE_Sign1 envelope (`notation sign

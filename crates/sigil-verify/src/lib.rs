@@ -39,6 +39,7 @@ pub mod attest;
 pub mod bundle;
 pub mod checkpoint;
 pub mod cosign;
+pub mod crl;
 pub mod der;
 pub mod envelope;
 pub mod gather;
@@ -147,6 +148,21 @@ pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
     .into_bytes();
     m.extend_from_slice(payload);
     m
+}
+
+/// An error with its causes, one line.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
 }
 
 /// SHA-256 of `data`.
@@ -342,6 +358,16 @@ impl<S: ArtifactSource + 'static> Verifier<S> {
             Ok(a) => {
                 let now = unix_now();
                 let mut r = evaluate(v, &loaded.verifiers, &a, digest.as_str(), now);
+                // One-shot commands have no background CRL fetcher: fetch
+                // what the check asked for (within the deadline) and check again.
+                let crls = self.material.revocation();
+                if r.is_transient() && !crls.is_background() {
+                    let fetched =
+                        tokio::time::timeout_at(deadline.into(), crls.fetch_due(now)).await;
+                    if fetched.is_ok_and(|n| n > 0) {
+                        r = evaluate(v, &loaded.verifiers, &a, digest.as_str(), unix_now());
+                    }
+                }
                 r.attestations = attest::entries(
                     &v.attestations,
                     &loaded.attestors,

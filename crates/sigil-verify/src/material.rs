@@ -55,6 +55,8 @@ pub struct Material {
     sets: HashMap<Verification, Arc<LoadedSet>>,
     /// (rule, verifier, why) for every verifier whose material is unavailable.
     unavailable: Vec<(String, String, String)>,
+    /// The CRLs its notation verifiers look revocation up in.
+    revocation: Arc<crate::crl::Crls>,
 }
 
 fn matcher(exact: &Option<String>, re: &Option<String>) -> Result<Matcher, VerifyError> {
@@ -128,7 +130,11 @@ impl Material {
             };
             sets.insert(v.as_ref().clone(), Arc::new(set));
         }
-        Ok(Material { sets, unavailable })
+        Ok(Material {
+            sets,
+            unavailable,
+            revocation: trust.revocation(),
+        })
     }
 
     /// The files the policy's verifiers read (inline PEM excluded), so a
@@ -148,7 +154,10 @@ impl Material {
                     c.trusted_root.as_deref().into_iter().for_each(&mut add);
                 }
                 if let Some(n) = &spec.notation {
-                    n.trust_roots.iter().for_each(|r| add(r));
+                    n.trust_roots
+                        .iter()
+                        .chain(&n.tsa_roots)
+                        .for_each(|r| add(r));
                 }
             }
         }
@@ -162,7 +171,7 @@ impl Material {
             let attestors = v.attestations.iter().flat_map(|a| &a.attestors);
             for spec in v.verifiers.iter().chain(attestors) {
                 let cosign = spec.cosign.iter().flat_map(|c| c.key_ref.iter());
-                let notation = spec.notation.iter().flat_map(|n| n.trust_root_refs.iter());
+                let notation = spec.notation.iter().flat_map(|n| n.refs());
                 for r in cosign.chain(notation) {
                     if !out.contains(r) {
                         out.push(r.clone());
@@ -177,6 +186,11 @@ impl Material {
     /// available (a `keyRef` or `trustRoot`): they fail every check.
     pub fn unavailable(&self) -> &[(String, String, String)] {
         &self.unavailable
+    }
+
+    /// The CRL cache its notation verifiers use.
+    pub fn revocation(&self) -> &Arc<crate::crl::Crls> {
+        &self.revocation
     }
 
     /// How many distinct verification requirements were loaded.
@@ -195,6 +209,42 @@ impl Material {
     }
 }
 
+/// The certificates of one notation trust store: from `keyRef`s (`Ok(Err)`
+/// when one is unavailable: the verifier fails with that reason) and from
+/// files or inline PEM (an error: the policy cannot load).
+fn store_certs(
+    pems: &[String],
+    refs: &[KeyRef],
+    keys: &dyn KeySource,
+) -> Result<Result<Vec<Vec<u8>>, String>, VerifyError> {
+    let mut certs = Vec::new();
+    for r in refs {
+        let found = match keys.pem(r) {
+            Ok(pem) => x509::certs_from_pem(&pem),
+            Err(why) => return Ok(Err(why)),
+        };
+        if found.is_empty() {
+            return Ok(Err(format!("{r} holds no PEM certificate")));
+        }
+        certs.extend(found);
+    }
+    for r in pems {
+        let found = x509::certs_from_pem(&keys::pem_text(r)?);
+        if found.is_empty() {
+            return Err(VerifyError::Certificate(format!(
+                "{} holds no PEM certificate",
+                if r.contains("-----BEGIN") {
+                    "inline PEM"
+                } else {
+                    r.as_str()
+                }
+            )));
+        }
+        certs.extend(found);
+    }
+    Ok(Ok(certs))
+}
+
 fn load_one(
     spec: &VerifierSpec,
     roots: &mut HashMap<Option<String>, Arc<TrustedRoot>>,
@@ -202,36 +252,17 @@ fn load_one(
     keys: &dyn KeySource,
 ) -> Result<Check, VerifyError> {
     if let Some(n) = &spec.notation {
-        let mut certs = Vec::new();
-        for r in &n.trust_root_refs {
-            let found = match keys.pem(r) {
-                Ok(pem) => x509::certs_from_pem(&pem),
-                Err(why) => return Ok(Check::Unavailable(why)),
-            };
-            if found.is_empty() {
-                return Ok(Check::Unavailable(format!("{r} holds no PEM certificate")));
-            }
-            certs.extend(found);
-        }
-        for r in &n.trust_roots {
-            let found = x509::certs_from_pem(&keys::pem_text(r)?);
-            if found.is_empty() {
-                return Err(VerifyError::Certificate(format!(
-                    "{} holds no PEM certificate",
-                    if r.contains("-----BEGIN") {
-                        "inline PEM"
-                    } else {
-                        r.as_str()
-                    }
-                )));
-            }
-            certs.extend(found);
-        }
-        return Ok(Check::Notation(NotationCheck {
-            roots: certs,
-            level: n.level,
-            store: n.trust_store_type,
-        }));
+        let roots = match store_certs(&n.trust_roots, &n.trust_root_refs, keys)? {
+            Ok(c) => c,
+            Err(why) => return Ok(Check::Unavailable(why)),
+        };
+        let tsa = match store_certs(&n.tsa_roots, &n.tsa_root_refs, keys)? {
+            Ok(c) => c,
+            Err(why) => return Ok(Check::Unavailable(why)),
+        };
+        return NotationCheck::from_spec(n, roots, tsa, Some(in_force.revocation()))
+            .map(Check::Notation)
+            .map_err(VerifyError::Certificate);
     }
     let Some(c) = &spec.cosign else {
         return Err(VerifyError::Key(

@@ -76,6 +76,9 @@ pub struct TrustRoots {
     /// Names with no root in force, and why (a `TrustRoot` whose first
     /// load failed); a verifier naming one fails with that reason.
     unavailable: ArcSwap<BTreeMap<String, String>>,
+    /// The CRLs notation verifiers check revocation against (kept current
+    /// by [`crate::crl::Crls::run`] in the server, fetched on demand by the CLI).
+    revocation: Arc<crate::crl::Crls>,
 }
 
 impl TrustRoots {
@@ -89,7 +92,13 @@ impl TrustRoots {
                 Arc::new(public_good),
             )])),
             unavailable: ArcSwap::default(),
+            revocation: Arc::default(),
         }
+    }
+
+    /// The CRL cache notation verifiers use.
+    pub fn revocation(&self) -> Arc<crate::crl::Crls> {
+        self.revocation.clone()
     }
 
     /// Why no root named `name` is in force, for a verifier's failure.

@@ -124,8 +124,54 @@ fn signing_certificate(attrs: &[u8]) -> Result<(String, Vec<u8>), TimestampError
     })
 }
 
-/// Verifies one timestamp over `signature`; returns the stamped time.
-pub fn verify(token: &[u8], signature: &[u8], trust: &TrustedRoot) -> Result<i64, TimestampError> {
+/// What a verified timestamp says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    /// `TSTInfo.genTime`, Unix seconds.
+    pub time: i64,
+    /// `TSTInfo.accuracy` in whole seconds, rounded up (1 for the baseline
+    /// time-stamp policy without one, else 0), as RFC 3161 §2.4.2 reads it.
+    pub accuracy: i64,
+}
+
+/// A timestamp token read, its imprint checked against the signature, its
+/// signer not yet trusted.
+struct Token<'a> {
+    stamp: Stamp,
+    certs: Vec<Vec<u8>>,
+    /// The signed attributes re-tagged as a SET: what the signature covers.
+    signed: Vec<u8>,
+    sig: &'a [u8],
+    ess: (String, Vec<u8>),
+}
+
+/// ETSI's baseline time-stamp policy (RFC 3628 §5.2): accuracy 1 s.
+const BASELINE_POLICY: &str = "0.4.0.2023.1.1";
+
+fn accuracy(tst: &[Tlv<'_>]) -> Result<i64, TimestampError> {
+    // TSTInfo: version, policy, messageImprint, serialNumber, genTime, accuracy?, …
+    let Some(acc) = tst.get(5).filter(|t| t.tag == 0x30) else {
+        let policy = tst.get(1).map(|p| der::oid(p.content)).unwrap_or_default();
+        return Ok(i64::from(policy == BASELINE_POLICY));
+    };
+    let mut seconds = 0i64;
+    let mut fraction = false;
+    for part in der::children(acc.content)? {
+        let n = part
+            .content
+            .iter()
+            .try_fold(0i64, |a, &b| a.checked_mul(256).map(|a| a + i64::from(b)))
+            .ok_or("accuracy is too large")?;
+        match part.tag {
+            0x02 => seconds = n,
+            0x80 | 0x81 => fraction |= n > 0,
+            _ => return Err("accuracy is malformed".into()),
+        }
+    }
+    Ok(seconds + i64::from(fraction))
+}
+
+fn read<'t>(token: &'t [u8], signature: &[u8]) -> Result<Token<'t>, TimestampError> {
     let (outer, _) = der::expect(token, 0x30, "timestamp")?;
     let parts = der::children(outer.content)?;
     // A TimeStampResp starts with PKIStatusInfo (a SEQUENCE starting with an INTEGER).
@@ -182,6 +228,10 @@ pub fn verify(token: &[u8], signature: &[u8], trust: &TrustedRoot) -> Result<i64
             .ok_or("TSTInfo has no genTime")?
             .content,
     )?;
+    let stamp = Stamp {
+        time: gen_time,
+        accuracy: accuracy(&tst)?,
+    };
     if hash(&alg_oid(imprint_alg)?, signature)? != imprint_hash.content {
         return Err("the timestamp is not over this signature (message imprint differs)".into());
     }
@@ -213,23 +263,52 @@ pub fn verify(token: &[u8], signature: &[u8], trust: &TrustedRoot) -> Result<i64
     let (ess_alg, ess_hash) = signing_certificate(attrs.content)?;
     let mut signed = attrs.raw.to_vec();
     signed[0] = 0x31;
+    Ok(Token {
+        stamp,
+        certs,
+        signed,
+        sig: sig.content,
+        ess: (ess_alg, ess_hash),
+    })
+}
+
+impl Token<'_> {
+    /// The certificate among `candidates` whose key made the signature and
+    /// that the signing-certificate attribute names.
+    fn signer<'c>(&self, candidates: &[&'c Vec<u8>]) -> Result<&'c Vec<u8>, TimestampError> {
+        let leaf = candidates
+            .iter()
+            .find(|c| {
+                x509::spki(c)
+                    .ok()
+                    .and_then(|k| PublicKey::from_spki(&k).ok())
+                    .is_some_and(|k| k.verify(SigEncoding::Der, &self.signed, self.sig))
+            })
+            .ok_or("the timestamp's signature does not verify with a trusted timestamp authority's key")?;
+        if hash(&self.ess.0, leaf)? != self.ess.1 {
+            return Err("the timestamp's signing-certificate attribute names another certificate than the one that signed it".into());
+        }
+        Ok(leaf)
+    }
+}
+
+/// Verifies one timestamp over `signature` against the trusted root's
+/// timestamp authorities; returns the stamped time.
+pub fn verify(token: &[u8], signature: &[u8], trust: &TrustedRoot) -> Result<i64, TimestampError> {
+    let t = read(token, signature)?;
+    let gen_time = t.stamp.time;
     let mut last = "no timestamp authority in the trusted root".to_owned();
     for a in &trust.timestamp_authorities {
-        let candidates: Vec<&Vec<u8>> = certs.iter().chain(a.intermediates.first()).collect();
-        let Some(leaf) = candidates.into_iter().find(|c| {
-            x509::spki(c)
-                .ok()
-                .and_then(|k| PublicKey::from_spki(&k).ok())
-                .is_some_and(|k| k.verify(SigEncoding::Der, &signed, sig.content))
-        }) else {
-            last = "the timestamp's signature does not verify with a trusted timestamp authority's key".into();
-            continue;
+        let candidates: Vec<&Vec<u8>> = t.certs.iter().chain(a.intermediates.first()).collect();
+        let leaf = match t.signer(&candidates) {
+            Ok(l) => l,
+            Err(e) => {
+                last = e.0;
+                continue;
+            }
         };
-        if hash(&ess_alg, leaf)? != ess_hash {
-            last = "the timestamp's signing-certificate attribute names another certificate than the one that signed it".into();
-            continue;
-        }
-        let inter: Vec<Vec<u8>> = certs
+        let inter: Vec<Vec<u8>> = t
+            .certs
             .iter()
             .chain(a.intermediates.iter())
             .filter(|c| *c != leaf)
@@ -258,6 +337,32 @@ pub fn verify(token: &[u8], signature: &[u8], trust: &TrustedRoot) -> Result<i64
         return Ok(gen_time);
     }
     Err(last.into())
+}
+
+/// Verifies one timestamp countersignature over `signature` against a
+/// notation `tsa` trust store (root certificates; the token carries its
+/// signing certificate and any intermediates, as `notation sign
+/// --timestamp-url` asks TSAs to).
+pub fn verify_with_store(
+    token: &[u8],
+    signature: &[u8],
+    roots: &[Vec<u8>],
+) -> Result<Stamp, TimestampError> {
+    if roots.is_empty() {
+        return Err("no tsa trust store to verify it against (tsaRoots)".into());
+    }
+    let t = read(token, signature)?;
+    let candidates: Vec<&Vec<u8>> = t.certs.iter().collect();
+    let leaf = t.signer(&candidates)?;
+    let inter: Vec<Vec<u8>> = t.certs.iter().filter(|c| *c != leaf).cloned().collect();
+    for at in [
+        t.stamp.time - t.stamp.accuracy,
+        t.stamp.time + t.stamp.accuracy,
+    ] {
+        x509::verify_chain(leaf, &inter, roots, at, Eku::TimeStamping)
+            .map_err(|e| format!("timestamp authority certificate: {e}"))?;
+    }
+    Ok(t.stamp)
 }
 
 #[cfg(test)]

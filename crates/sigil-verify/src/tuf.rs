@@ -85,7 +85,10 @@ pub fn bootstrap_version(root: &[u8]) -> Result<u64, VerifyError> {
     let signed: tough::schema::Signed<tough::schema::Root> =
         serde_json::from_slice(root).map_err(|e| VerifyError::Tuf(format!("root.json: {e}")))?;
     signed.signed.verify_role(&signed).map_err(|e| {
-        VerifyError::Tuf(format!("root.json does not verify itself: {}", chain(&e)))
+        VerifyError::Tuf(format!(
+            "root.json does not verify itself: {}",
+            crate::error_chain(&e)
+        ))
     })?;
     Ok(signed.signed.version.get())
 }
@@ -152,7 +155,7 @@ impl Client {
     /// Any failure leaves what was verified before untouched.
     pub async fn refresh(&self) -> Result<Fetched, VerifyError> {
         let root = self.root.lock().map(|r| r.clone()).unwrap_or_default();
-        let tuf = |e: tough::error::Error| VerifyError::Tuf(chain(&e));
+        let tuf = |e: tough::error::Error| VerifyError::Tuf(crate::error_chain(&e));
         let repo = RepositoryLoader::new(&root, self.metadata.clone(), self.targets.clone())
             .transport(self.transport.clone())
             .datastore(self.datastore.path())
@@ -193,21 +196,6 @@ impl Client {
     }
 }
 
-/// An error with its causes, one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = c.source();
-    }
-    s
-}
-
 /// `file://` through tough's own transport; `http(s)://` through sigil's
 /// client, with every file capped at [`MAX_FILE`].
 #[derive(Debug, Clone)]
@@ -234,7 +222,7 @@ impl Transport for HttpOrFile {
                     .timeout(Duration::from_secs(60))
                     .send()
                     .await
-                    .map_err(|e| other(chain(&e)))?;
+                    .map_err(|e| other(crate::error_chain(&e)))?;
                 let status = resp.status();
                 // Object stores answer a missing file with 403 as often as 404.
                 if status == reqwest::StatusCode::NOT_FOUND
@@ -249,7 +237,11 @@ impl Transport for HttpOrFile {
                     return Err(other(format!("HTTP {status}")));
                 }
                 let mut body = Vec::new();
-                while let Some(chunk) = resp.chunk().await.map_err(|e| other(chain(&e)))? {
+                while let Some(chunk) = resp
+                    .chunk()
+                    .await
+                    .map_err(|e| other(crate::error_chain(&e)))?
+                {
                     if body.len() + chunk.len() > MAX_FILE {
                         return Err(other(format!("larger than {MAX_FILE} bytes")));
                     }

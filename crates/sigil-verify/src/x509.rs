@@ -54,9 +54,66 @@ pub fn verify_chain(
     at: i64,
     eku: Eku,
 ) -> Result<(), ArtifactError> {
+    build_path(leaf, intermediates, roots, at, eku, None)
+        .map_err(|e| ArtifactError::Chain(describe(&e, leaf, at)))
+}
+
+/// What checking a chain against CRLs found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RevocationFailure {
+    /// A CRL lists a certificate of the path.
+    Revoked(String),
+    /// A CRL could not be used (bad signature, unsupported form, …).
+    Unknown(String),
+}
+
+/// [`verify_chain`] with revocation: every certificate of the path the
+/// given CRLs speak for must not be listed (a certificate none of them
+/// speaks for passes; callers make sure each certificate with distribution
+/// points has its CRL here). CRL expiry is the caller's to judge.
+pub fn verify_chain_revocation(
+    leaf: &[u8],
+    intermediates: &[Vec<u8>],
+    roots: &[Vec<u8>],
+    at: i64,
+    crls: &[&webpki::CertRevocationList<'_>],
+) -> Result<(), RevocationFailure> {
+    let Ok(builder) = webpki::RevocationOptionsBuilder::new(crls) else {
+        return Ok(());
+    };
+    let options = builder
+        .with_depth(webpki::RevocationCheckDepth::Chain)
+        .with_status_policy(webpki::UnknownStatusPolicy::Allow)
+        .with_expiration_policy(webpki::ExpirationPolicy::Ignore)
+        .build();
+    match build_path(
+        leaf,
+        intermediates,
+        roots,
+        at,
+        Eku::IfPresent,
+        Some(options),
+    ) {
+        Ok(()) => Ok(()),
+        Err(webpki::Error::CertRevoked) => Err(RevocationFailure::Revoked(
+            "a certificate of the signing chain is listed in its CA's CRL".into(),
+        )),
+        Err(e) => Err(RevocationFailure::Unknown(format!(
+            "the CRL could not be used: {e:?}"
+        ))),
+    }
+}
+
+fn build_path(
+    leaf: &[u8],
+    intermediates: &[Vec<u8>],
+    roots: &[Vec<u8>],
+    at: i64,
+    eku: Eku,
+    revocation: Option<webpki::RevocationOptions<'_>>,
+) -> Result<(), webpki::Error> {
     let leaf_der = CertificateDer::from(leaf);
-    let ee = EndEntityCert::try_from(&leaf_der)
-        .map_err(|e| ArtifactError::Chain(format!("leaf certificate: {e}")))?;
+    let ee = EndEntityCert::try_from(&leaf_der)?;
     let root_ders: Vec<CertificateDer<'_>> = roots
         .iter()
         .map(|r| CertificateDer::from(r.as_slice()))
@@ -66,23 +123,22 @@ pub fn verify_chain(
         .filter_map(|r| webpki::anchor_from_trusted_cert(r).ok())
         .collect();
     if anchors.is_empty() {
-        return Err(ArtifactError::Chain("no usable trust root".into()));
+        return Err(webpki::Error::UnknownIssuer);
     }
     let inter: Vec<CertificateDer<'_>> = intermediates
         .iter()
         .map(|c| CertificateDer::from(c.as_slice()))
         .collect();
     let time = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
-        u64::try_from(at).map_err(|_| ArtifactError::Chain("time before 1970".into()))?,
+        u64::try_from(at).map_err(|_| webpki::Error::BadDerTime)?,
     ));
     let usage = match eku {
         Eku::Required => KeyUsage::required(CODE_SIGNING),
         Eku::IfPresent => KeyUsage::required_if_present(CODE_SIGNING),
         Eku::TimeStamping => KeyUsage::required(TIME_STAMPING),
     };
-    ee.verify_for_usage(ALGS, &anchors, &inter, time, usage, None, None)
+    ee.verify_for_usage(ALGS, &anchors, &inter, time, usage, revocation, None)
         .map(|_| ())
-        .map_err(|e| ArtifactError::Chain(describe(&e, leaf, at)))
 }
 
 fn describe(e: &webpki::Error, leaf: &[u8], at: i64) -> String {
@@ -103,6 +159,7 @@ fn describe(e: &webpki::Error, leaf: &[u8], at: i64) -> String {
             format!("certificate not valid at {when}{validity}")
         }
         webpki::Error::UnknownIssuer => "issuer is not a trusted root".into(),
+        webpki::Error::BadDerTime if at < 0 => "time before 1970".into(),
         other => format!("{other:?} (checked at {when})"),
     }
 }
@@ -236,6 +293,97 @@ pub fn spki(der: &[u8]) -> Result<Vec<u8>, ArtifactError> {
     let (_, cert) = X509Certificate::from_der(der)
         .map_err(|e| ArtifactError::Malformed(format!("certificate: {e}")))?;
     Ok(cert.public_key().raw.to_vec())
+}
+
+/// A certificate's subject as `trustedIdentities` match it: attributes by
+/// short name (`C`, `ST`, `L`, `O`, `OU`, `CN`, …; others by dotted OID).
+/// An attribute present twice is refused, as notation refuses it.
+pub fn subject_attributes(
+    der: &[u8],
+) -> Result<std::collections::BTreeMap<String, String>, ArtifactError> {
+    let (_, cert) = X509Certificate::from_der(der)
+        .map_err(|e| ArtifactError::Malformed(format!("certificate: {e}")))?;
+    let mut out = std::collections::BTreeMap::new();
+    for rdn in cert.subject().iter_rdn() {
+        for atv in rdn.iter() {
+            let oid = atv.attr_type().to_id_string();
+            let name = match oid.as_str() {
+                "2.5.4.6" => "C",
+                "2.5.4.8" => "ST",
+                "2.5.4.7" => "L",
+                "2.5.4.10" => "O",
+                "2.5.4.11" => "OU",
+                "2.5.4.3" => "CN",
+                "2.5.4.5" => "SERIALNUMBER",
+                "2.5.4.9" => "STREET",
+                "2.5.4.17" => "POSTALCODE",
+                other => other,
+            }
+            .to_owned();
+            let value = atv.as_str().map_err(|e| {
+                ArtifactError::Malformed(format!("certificate subject {name}: {e}"))
+            })?;
+            if out.insert(name.clone(), value.to_owned()).is_some() {
+                return Err(ArtifactError::Chain(format!(
+                    "the signing certificate's subject has {name} twice (notation matches identities only on subjects with unique attributes)"
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The `http://` CRL distribution points of a certificate, in order (the
+/// Notary Project uses HTTP CRL URLs only).
+pub fn crl_urls(der: &[u8]) -> Vec<String> {
+    let Ok((_, cert)) = X509Certificate::from_der(der) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for ext in cert.extensions() {
+        if let ParsedExtension::CRLDistributionPoints(points) = ext.parsed_extension() {
+            for p in points.iter() {
+                if let Some(x509_parser::extensions::DistributionPointName::FullName(names)) =
+                    &p.distribution_point
+                {
+                    for n in names {
+                        if let GeneralName::URI(u) = n
+                            && u.starts_with("http://")
+                        {
+                            out.push((*u).to_owned());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The latest `notBefore` among `certs` (Unix seconds): a moment at which
+/// a chain of them can be valid, to check its shape apart from its time.
+pub fn latest_not_before(certs: &[Vec<u8>]) -> i64 {
+    certs
+        .iter()
+        .filter_map(|c| X509Certificate::from_der(c).ok())
+        .map(|(_, c)| c.validity().not_before.timestamp())
+        .max()
+        .unwrap_or(0)
+        .max(0)
+}
+
+/// The serial number as its DER INTEGER content (what CRLs list).
+pub fn serial(der: &[u8]) -> Result<Vec<u8>, ArtifactError> {
+    let (_, cert) = X509Certificate::from_der(der)
+        .map_err(|e| ArtifactError::Malformed(format!("certificate: {e}")))?;
+    Ok(cert.raw_serial().to_vec())
+}
+
+/// The raw DER issuer and subject names and the subject's display form.
+pub fn names(der: &[u8]) -> Result<(Vec<u8>, String), ArtifactError> {
+    let (_, cert) = X509Certificate::from_der(der)
+        .map_err(|e| ArtifactError::Malformed(format!("certificate: {e}")))?;
+    Ok((cert.issuer().as_raw().to_vec(), cert.subject().to_string()))
 }
 
 /// Certificates (DER) from PEM text, in order.

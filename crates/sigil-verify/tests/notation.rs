@@ -39,13 +39,9 @@ impl Case {
         level: NotationLevel,
     ) -> Result<Vec<String>, String> {
         let env = self.envelope(header)?;
-        NotationCheck {
-            roots: vec![self.cert.clone()],
-            level,
-            store,
-        }
-        .check(&env, DIGEST, NOW)
-        .map_err(|e| e.to_string())
+        NotationCheck::new(vec![self.cert.clone()], level, store, None)
+            .check(&env, DIGEST, NOW)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -181,11 +177,12 @@ fn a_signing_certificate_without_digital_signature_key_usage_is_refused() {
 fn store_mismatch_is_an_authenticity_failure() {
     let expired = Case::new(Some(Y2020), true);
     let env = expired.envelope(signing_authority(Some(IN_2020))).unwrap();
-    let r = NotationCheck {
-        roots: vec![expired.cert.clone()],
-        level: NotationLevel::Strict,
-        store: NotationStoreType::Ca,
-    }
+    let r = NotationCheck::new(
+        vec![expired.cert.clone()],
+        NotationLevel::Strict,
+        NotationStoreType::Ca,
+        None,
+    )
     .check(&env, DIGEST, NOW);
     assert!(
         matches!(r, Err(SignatureProblem::ChainInvalid { .. })),

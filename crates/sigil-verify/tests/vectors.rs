@@ -242,9 +242,7 @@ fn notation(root: &str) -> VerifierSpec {
         cosign: None,
         notation: Some(NotationSpec {
             trust_roots: vec![format!("{V}/derived/{root}")],
-            trust_root_refs: Vec::new(),
-            trust_store_type: Default::default(),
-            level: Default::default(),
+            ..NotationSpec::default()
         }),
     }
 }

@@ -77,10 +77,17 @@ pub struct Metrics {
     credential_lookups: Family<SourceLabels, Counter>,
     trust_root_expiry: Family<TrustRootLabels, Gauge>,
     trust_root_refreshes: Family<TrustRefreshLabels, Counter>,
+    crl_fetches: Family<ResultLabels, Counter>,
+    crl_next_update: Family<UrlLabels, Gauge>,
     /// Registry requests made by this process (an audit reports its own share).
     registry_requests_total: AtomicU64,
     /// The cluster side's families (sigil-kube's own), in the same registry.
     pub kube: Arc<sigil_kube::Metrics>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UrlLabels {
+    url: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -131,6 +138,8 @@ impl Default for Metrics {
             credential_lookups: Family::default(),
             trust_root_expiry: Family::default(),
             trust_root_refreshes: Family::default(),
+            crl_fetches: Family::default(),
+            crl_next_update: Family::default(),
             registry_requests_total: AtomicU64::new(0),
             registry: Registry::default(),
             kube: Arc::default(),
@@ -215,6 +224,16 @@ impl Default for Metrics {
             "trust_root_refresh",
             "TUF refreshes of a trusted root, by result (changed, unchanged, error: the last good root stays in force)",
             m.trust_root_refreshes.clone(),
+        );
+        registry.register(
+            "crl_fetch",
+            "Fetches of the CRLs notation verifiers check revocation against, by result (ok, stale: past its nextUpdate, error: the last CRL fetched stays in use)",
+            m.crl_fetches.clone(),
+        );
+        registry.register(
+            "crl_next_update_timestamp_seconds",
+            "nextUpdate of the CRL last fetched from a distribution point",
+            m.crl_next_update.clone(),
         );
         let kube = Arc::new(sigil_kube::Metrics::register(&mut registry));
         Metrics {
@@ -301,6 +320,27 @@ impl sigil_verify::roots::RefreshObserver for Metrics {
             self.trust_root_expiry
                 .get_or_create(&TrustRootLabels {
                     trust_root: name.to_owned(),
+                })
+                .set(t);
+        }
+    }
+}
+
+impl sigil_verify::crl::CrlObserver for Metrics {
+    fn fetched(&self, url: &str, result: &str, next_update: Option<i64>) {
+        self.crl_fetches
+            .get_or_create(&ResultLabels {
+                result: match result {
+                    "ok" => "ok",
+                    "stale" => "stale",
+                    _ => "error",
+                },
+            })
+            .inc();
+        if let Some(t) = next_update {
+            self.crl_next_update
+                .get_or_create(&UrlLabels {
+                    url: url.to_owned(),
                 })
                 .set(t);
         }

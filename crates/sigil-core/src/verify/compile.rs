@@ -60,11 +60,12 @@ impl Verification {
                             v.name
                         ));
                     }
-                    for r in &n.trust_root_refs {
-                        r.validate().map_err(|e| {
-                            format!("rule {rule:?}: verifier {:?}: trustRootRefs: {e}", v.name)
-                        })?;
+                    for r in n.refs() {
+                        r.validate()
+                            .map_err(|e| format!("rule {rule:?}: verifier {:?}: {e}", v.name))?;
                     }
+                    n.validate()
+                        .map_err(|e| format!("rule {rule:?}: verifier {:?}: {e}", v.name))?;
                 }
                 _ => {
                     return Err(format!(

@@ -84,11 +84,7 @@ pub fn confine(spec: &mut super::VerifierSpec, namespace: &str) -> Result<(), St
         .cosign
         .iter_mut()
         .flat_map(|c| c.key_ref.iter_mut())
-        .chain(
-            spec.notation
-                .iter_mut()
-                .flat_map(|n| n.trust_root_refs.iter_mut()),
-        );
+        .chain(spec.notation.iter_mut().flat_map(|n| n.refs_mut()));
     for r in refs {
         match &r.namespace {
             Some(ns) if ns != namespace => {

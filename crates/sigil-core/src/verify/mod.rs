@@ -16,11 +16,16 @@ use serde::{Deserialize, Serialize};
 pub mod attestations;
 mod compile;
 pub mod keyref;
+pub mod notation;
 
 use crate::failure::ResolveFailure;
 pub use attestations::{AttestationRequirement, EntryOutcome};
 pub use compile::{FULCIO_EXTENSION_NAMES, MAX_REGEX_BYTES, identity_regex};
 pub use keyref::{KeyRef, KeySource, NoKeySource};
+pub use notation::{
+    Action, NotationActions, NotationLevel, NotationOverride, NotationSpec, NotationStoreType,
+    TrustedIdentity, VerifyTimestamp,
+};
 
 /// One entry of a rule's `verify` list.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize)]
@@ -126,53 +131,6 @@ pub enum TlogPolicy {
     Optional,
 }
 
-/// `notation:`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct NotationSpec {
-    /// PEM files (or inline PEM) of the CA or signing certificates to trust.
-    #[serde(default)]
-    pub trust_roots: Vec<String>,
-    /// Trust-store certificates from ConfigMaps or Secrets (watched).
-    #[serde(default)]
-    pub trust_root_refs: Vec<KeyRef>,
-    /// Notary Project verification level (default `strict`).
-    #[serde(default)]
-    pub level: NotationLevel,
-    /// What `trustRoots` are, as notation types its trust stores: `ca`
-    /// (default) verifies `notary.x509` signatures only; `signingAuthority`
-    /// verifies only `notary.x509.signingAuthority` signatures, whose
-    /// authentic signing time a signing authority vouches for. A `ca` root
-    /// never validates a signingAuthority signature (it would let an expired
-    /// key keep signing by naming its own signing time).
-    #[serde(default)]
-    pub trust_store_type: NotationStoreType,
-}
-
-/// notation's trust store types, as far as `trustRoots` can be one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum NotationStoreType {
-    /// Certificate authorities: `notary.x509` signatures.
-    #[default]
-    Ca,
-    /// Signing authorities: `notary.x509.signingAuthority` signatures.
-    SigningAuthority,
-}
-
-/// Verification levels as the Notary Project trust policy defines them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum NotationLevel {
-    /// Every check enforced.
-    #[default]
-    Strict,
-    /// Integrity and authenticity enforced; timestamp and expiry only logged.
-    Permissive,
-    /// Only integrity enforced; everything else logged.
-    Audit,
-}
-
 /// `signatures:` on a rule.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -253,6 +211,18 @@ pub enum SignatureProblem {
         /// Which material and why.
         detail: String,
     },
+    /// A certificate of the signing chain is revoked (its CA's CRL lists it).
+    Revoked {
+        /// Which certificate, by which CRL.
+        detail: String,
+    },
+    /// The signing chain's revocation status could not be determined (a
+    /// CRL not fetched yet, unreachable, stale or not the issuer's). It may
+    /// resolve by itself, so it is never cached.
+    RevocationUnknown {
+        /// Which certificate and CRL, and why.
+        detail: String,
+    },
 }
 
 impl SignatureProblem {
@@ -268,6 +238,8 @@ impl SignatureProblem {
             SignatureProblem::Malformed { .. } => "malformed",
             SignatureProblem::LevelCheck { .. } => "level_check",
             SignatureProblem::TrustUnavailable { .. } => "trust_unavailable",
+            SignatureProblem::Revoked { .. } => "revoked",
+            SignatureProblem::RevocationUnknown { .. } => "revocation_unknown",
         }
     }
 
@@ -281,8 +253,9 @@ impl SignatureProblem {
             SignatureProblem::ChainInvalid { .. } => 3,
             SignatureProblem::IdentityMismatch { .. } => 4,
             SignatureProblem::LogEntryInvalid { .. } => 5,
-            SignatureProblem::LevelCheck { .. } => 6,
-            SignatureProblem::DigestMismatch { .. } => 7,
+            SignatureProblem::LevelCheck { .. } | SignatureProblem::RevocationUnknown { .. } => 6,
+            SignatureProblem::Revoked { .. } => 7,
+            SignatureProblem::DigestMismatch { .. } => 8,
         }
     }
 }
@@ -306,6 +279,10 @@ impl fmt::Display for SignatureProblem {
             SignatureProblem::LevelCheck { detail } => write!(f, "{detail}"),
             SignatureProblem::TrustUnavailable { detail } => {
                 write!(f, "trust material unavailable: {detail}")
+            }
+            SignatureProblem::Revoked { detail } => write!(f, "revoked: {detail}"),
+            SignatureProblem::RevocationUnknown { detail } => {
+                write!(f, "revocation status unknown: {detail}")
             }
         }
     }
@@ -399,6 +376,28 @@ impl VerificationReport {
         self.fetch_failure
             .as_ref()
             .is_some_and(|f| f.is_transient())
+            || self.results.iter().any(|(_, o)| {
+                matches!(
+                    o,
+                    VerifierOutcome::Failed {
+                        problem: SignatureProblem::RevocationUnknown { .. },
+                        ..
+                    }
+                )
+            })
+    }
+
+    /// Whether a verifier failed only because its signer was revoked.
+    pub fn revoked(&self) -> bool {
+        self.results.iter().any(|(_, o)| {
+            matches!(
+                o,
+                VerifierOutcome::Failed {
+                    problem: SignatureProblem::Revoked { .. },
+                    ..
+                }
+            )
+        })
     }
 
     /// Names of the verifiers that passed.

@@ -17,11 +17,6 @@ use crate::ArtifactError;
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::Value;
-use sigil_core::SignatureProblem;
-use sigil_core::verify::{NotationLevel, NotationStoreType};
-
-use crate::keys::{KeyType, PublicKey};
-use crate::x509::{self, Eku};
 
 /// `artifactType` of notation signature manifests.
 pub const ARTIFACT_TYPE: &str = "application/vnd.cncf.notary.signature";
@@ -36,6 +31,8 @@ const EXPIRY: &str = "io.cncf.notary.expiry";
 const AUTHENTIC_TIME: &str = "io.cncf.notary.authenticSigningTime";
 const PLUGIN: &str = "io.cncf.notary.verificationPlugin";
 const PLUGIN_MIN_VERSION: &str = "io.cncf.notary.verificationPluginMinVersion";
+/// Unprotected header carrying the RFC 3161 countersignature.
+const TIMESTAMP_SIGNATURE: &str = "io.cncf.notary.timestampSignature";
 /// Signing scheme whose signing time a signing authority vouches for.
 const SIGNING_AUTHORITY: &str = "notary.x509.signingAuthority";
 const KNOWN_CRIT: &[&str] = &[SCHEME, EXPIRY, AUTHENTIC_TIME, PLUGIN, PLUGIN_MIN_VERSION];
@@ -59,6 +56,9 @@ pub struct Envelope {
     pub signing_time: Option<i64>,
     /// Signature expiry, Unix seconds.
     pub expiry: Option<i64>,
+    /// The RFC 3161 timestamp countersignature over `signature`
+    /// (`io.cncf.notary.timestampSignature`, unprotected), if any.
+    pub timestamp: Option<Vec<u8>>,
 }
 
 #[derive(Deserialize)]
@@ -74,6 +74,8 @@ struct Jws {
 struct JwsHeader {
     #[serde(default)]
     x5c: Vec<String>,
+    #[serde(default, rename = "io.cncf.notary.timestampSignature")]
+    timestamp_signature: Option<String>,
 }
 
 fn rfc3339(s: &str) -> Option<i64> {
@@ -222,6 +224,16 @@ impl Envelope {
             scheme,
             signing_time,
             expiry,
+            timestamp: jws
+                .header
+                .timestamp_signature
+                .as_deref()
+                .map(|t| {
+                    std.decode(t.trim()).map_err(|e| {
+                        ArtifactError::Malformed(format!("{TIMESTAMP_SIGNATURE}: {e}"))
+                    })
+                })
+                .transpose()?,
         })
     }
 
@@ -334,6 +346,20 @@ impl Envelope {
                 ));
             }
         };
+        let timestamp = sign1
+            .unprotected
+            .rest
+            .iter()
+            .find_map(|(l, v)| match l {
+                Label::Text(t) if t == TIMESTAMP_SIGNATURE => Some(v),
+                _ => None,
+            })
+            .map(|v| {
+                v.as_bytes().cloned().ok_or_else(|| {
+                    ArtifactError::Malformed(format!("{TIMESTAMP_SIGNATURE} is not bytes"))
+                })
+            })
+            .transpose()?;
         let payload = sign1.payload.clone().ok_or(ArtifactError::Malformed(
             "COSE envelope has a detached payload".into(),
         ))?;
@@ -346,6 +372,7 @@ impl Envelope {
             scheme,
             signing_time,
             expiry,
+            timestamp,
         })
     }
 
@@ -360,155 +387,8 @@ impl Envelope {
     }
 }
 
-/// A loaded notation verifier.
-#[derive(Debug)]
-pub struct NotationCheck {
-    /// Trusted roots (DER).
-    pub roots: Vec<Vec<u8>>,
-    /// Verification level.
-    pub level: NotationLevel,
-    /// What kind of trust store `roots` are.
-    pub store: NotationStoreType,
-}
-
-/// The leaf's keyUsage must include digitalSignature (the Notary Project's
-/// certificate requirements for signing certificates).
-fn digital_signature_usage(leaf: &[u8]) -> Result<(), SignatureProblem> {
-    use x509_parser::prelude::{FromDer, X509Certificate};
-    let (_, cert) = X509Certificate::from_der(leaf).map_err(|e| SignatureProblem::Malformed {
-        detail: format!("signing certificate: {e}"),
-    })?;
-    let ku = cert.key_usage().map_err(|e| SignatureProblem::Malformed {
-        detail: format!("signing certificate keyUsage: {e}"),
-    })?;
-    match ku {
-        Some(ku) if ku.value.digital_signature() => Ok(()),
-        Some(_) => Err(SignatureProblem::ChainInvalid {
-            detail: "the signing certificate's keyUsage does not include digitalSignature".into(),
-        }),
-        None => Err(SignatureProblem::ChainInvalid {
-            detail: "the signing certificate has no keyUsage (notation requires digitalSignature)"
-                .into(),
-        }),
-    }
-}
-
-fn key_fits(alg: &str, kind: KeyType) -> bool {
-    matches!(
-        (alg, kind),
-        ("PS256" | "PS384" | "PS512", KeyType::Rsa)
-            | ("ES256", KeyType::P256)
-            | ("ES384", KeyType::P384)
-    )
-}
-
-impl NotationCheck {
-    /// Checks one envelope for `digest` at time `now`. `Ok` carries the
-    /// failed checks the level only logs.
-    pub fn check(
-        &self,
-        env: &Envelope,
-        digest: &str,
-        now: i64,
-    ) -> Result<Vec<String>, SignatureProblem> {
-        // Integrity: always enforced.
-        let leaf = env.certs.first().ok_or(SignatureProblem::Malformed {
-            detail: "envelope carries no certificate".into(),
-        })?;
-        let spki = x509::spki(leaf).map_err(SignatureProblem::from)?;
-        let key = PublicKey::from_spki(&spki).map_err(|e| SignatureProblem::Malformed {
-            detail: e.to_string(),
-        })?;
-        if !key_fits(&env.alg, key.kind) {
-            return Err(SignatureProblem::Malformed {
-                detail: format!(
-                    "algorithm {} does not fit the certificate's {:?} key",
-                    env.alg, key.kind
-                ),
-            });
-        }
-        if !key.verify_jose(&env.alg, &env.message, &env.signature) {
-            return Err(SignatureProblem::WrongKey);
-        }
-        if !matches!(env.scheme.as_str(), "notary.x509" | SIGNING_AUTHORITY) {
-            return Err(SignatureProblem::Malformed {
-                detail: format!("signing scheme {:?} is not supported", env.scheme),
-            });
-        }
-        digital_signature_usage(leaf)?;
-        // Binding: sigil's rule, at every level.
-        let target = env.target_digest().map_err(SignatureProblem::from)?;
-        let mut logged = Vec::new();
-        let mut enforce =
-            |enforced: bool, problem: SignatureProblem| -> Result<(), SignatureProblem> {
-                if enforced {
-                    Err(problem)
-                } else {
-                    logged.push(problem.to_string());
-                    Ok(())
-                }
-            };
-        let (authenticity, timestamp, expiry) = match self.level {
-            NotationLevel::Strict => (true, true, true),
-            NotationLevel::Permissive => (true, false, false),
-            NotationLevel::Audit => (false, false, false),
-        };
-        // notation-go validates each scheme only against its own store type.
-        let authority = env.scheme == SIGNING_AUTHORITY;
-        let store_fits = match self.store {
-            NotationStoreType::Ca => !authority,
-            NotationStoreType::SigningAuthority => authority,
-        };
-        let at = env.signing_time.unwrap_or(now);
-        if !store_fits {
-            let (need, have) = if authority {
-                ("signingAuthority", "ca")
-            } else {
-                ("ca", "signingAuthority")
-            };
-            enforce(
-                authenticity,
-                SignatureProblem::ChainInvalid {
-                    detail: format!(
-                        "a {} signature is verified only by a trust store of type {need}; these trustRoots are of type {have} (trustStoreType)",
-                        env.scheme
-                    ),
-                },
-            )?;
-        } else if let Err(e) =
-            x509::verify_chain(leaf, &env.certs[1..], &self.roots, at, Eku::IfPresent)
-        {
-            enforce(authenticity, e.into())?;
-        } else if !authority {
-            // Without a timestamp countersignature, the signing time is only a
-            // claim: the chain must still be valid now.
-            if let Err(detail) =
-                x509::verify_chain(leaf, &env.certs[1..], &self.roots, now, Eku::IfPresent)
-            {
-                enforce(
-                    timestamp,
-                    SignatureProblem::LevelCheck {
-                        detail: format!("authentic timestamp: {detail}"),
-                    },
-                )?;
-            }
-        }
-        if let Some(exp) = env.expiry
-            && now >= exp
-        {
-            enforce(
-                expiry,
-                SignatureProblem::LevelCheck {
-                    detail: format!("signature expired at Unix time {exp}"),
-                },
-            )?;
-        }
-        if target != digest {
-            return Err(SignatureProblem::DigestMismatch { signed: target });
-        }
-        Ok(logged)
-    }
-}
+mod check;
+pub use check::NotationCheck;
 
 #[cfg(test)]
 mod tests;

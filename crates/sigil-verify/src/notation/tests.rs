@@ -1,6 +1,9 @@
 //! notation's checks on the real JWS vector and on COSE envelopes made here.
 
 use super::*;
+use crate::x509;
+use sigil_core::SignatureProblem;
+use sigil_core::verify::{NotationLevel, NotationStoreType};
 
 mod jws {
     use super::*;
@@ -19,11 +22,12 @@ mod jws {
         digest: &str,
     ) -> Result<Vec<String>, SignatureProblem> {
         let env = Envelope::from_jws(ENVELOPE).unwrap();
-        NotationCheck {
-            roots: x509::certs_from_pem(root),
+        NotationCheck::new(
+            x509::certs_from_pem(root),
             level,
-            store: NotationStoreType::Ca,
-        }
+            NotationStoreType::Ca,
+            None,
+        )
         .check(&env, digest, NOW)
     }
 
@@ -64,11 +68,12 @@ mod jws {
         let other = url.encode(br#"{"targetArtifact":{"digest":"sha256:c51f6b33b43f9f234af90bf310d976ea1bec487ab00ab61bd684b0efbbc15b53","mediaType":"x","size":1}}"#);
         v["payload"] = Value::String(other);
         let env = Envelope::from_jws(&serde_json::to_vec(&v).unwrap()).unwrap();
-        let r = NotationCheck {
-            roots: x509::certs_from_pem(ROOT),
-            level: NotationLevel::Audit,
-            store: NotationStoreType::Ca,
-        }
+        let r = NotationCheck::new(
+            x509::certs_from_pem(ROOT),
+            NotationLevel::Audit,
+            NotationStoreType::Ca,
+            None,
+        )
         .check(&env, DIGEST, NOW);
         assert_eq!(r, Err(SignatureProblem::WrongKey));
     }
@@ -144,11 +149,12 @@ mod cose {
         let env = Envelope::parse(COSE_MEDIA_TYPE, &bytes).unwrap();
         assert_eq!(env.alg, "ES256");
         assert_eq!(env.signing_time, Some(1_700_000_000));
-        let check = NotationCheck {
-            roots: vec![cert],
-            level: NotationLevel::Strict,
-            store: NotationStoreType::Ca,
-        };
+        let check = NotationCheck::new(
+            vec![cert],
+            NotationLevel::Strict,
+            NotationStoreType::Ca,
+            None,
+        );
         assert_eq!(check.check(&env, DIGEST, 1_795_000_000), Ok(vec![]));
         let other = "sha256:c51f6b33b43f9f234af90bf310d976ea1bec487ab00ab61bd684b0efbbc15b53";
         assert!(matches!(
@@ -161,11 +167,12 @@ mod cose {
     fn tampered_cose_payload_fails_integrity_and_untagged_form_reads() {
         let (bytes, cert) = envelope(DIGEST, true);
         let env = Envelope::parse(COSE_MEDIA_TYPE, &bytes).unwrap();
-        let check = NotationCheck {
-            roots: vec![cert],
-            level: NotationLevel::Audit,
-            store: NotationStoreType::Ca,
-        };
+        let check = NotationCheck::new(
+            vec![cert],
+            NotationLevel::Audit,
+            NotationStoreType::Ca,
+            None,
+        );
         assert_eq!(
             check.check(&env, DIGEST, 1_795_000_000),
             Err(SignatureProblem::WrongKey)

@@ -14,6 +14,7 @@ mod deploy;
 mod drain;
 mod hardening;
 mod keyrefs;
+mod notation_trust;
 mod pin;
 mod pin_files;
 mod policies;
