@@ -442,6 +442,31 @@ mod tests {
     }
 
     #[test]
+    fn a_team_verifiers_tsa_store_refs_are_confined_to_its_namespace_too() {
+        let r = |ns: Option<&str>| KeyRef {
+            config_map: Some("tsa".into()),
+            secret: None,
+            key: "root.crt".into(),
+            namespace: ns.map(str::to_owned),
+        };
+        let mut v = crate::verify::VerifierSpec {
+            name: "release".into(),
+            cosign: None,
+            notation: Some(NotationSpec {
+                tsa_root_refs: vec![r(None)],
+                ..NotationSpec::default()
+            }),
+        };
+        crate::verify::keyref::confine(&mut v, "team-a").unwrap();
+        let n = v.notation.as_ref().unwrap();
+        assert_eq!(n.tsa_root_refs[0].namespace.as_deref(), Some("team-a"));
+        assert_eq!(n.refs().count(), 1);
+        v.notation.as_mut().unwrap().tsa_root_refs = vec![r(Some("kube-system"))];
+        let e = crate::verify::keyref::confine(&mut v, "team-a").unwrap_err();
+        assert!(e.contains("kube-system"), "{e}");
+    }
+
+    #[test]
     fn levels_and_overrides_give_each_check_its_action() {
         let mut s = NotationSpec::default();
         assert_eq!(s.actions().revocation, Action::Enforce);
