@@ -379,6 +379,18 @@ pub fn notation_jws_chain(
 /// The same notation signature as a COSE_Sign1 envelope (`notation sign
 /// --signature-format cose`), ES256 with a P-256 key.
 pub fn notation_cose(key: &Signer, cert_der: &[u8], digest: &str, size: usize) -> Vec<u8> {
+    notation_cose_stamped(key, cert_der, digest, size, None)
+}
+
+/// [`notation_cose`] with, given `stamp`, an RFC 3161 countersignature in
+/// the unprotected header.
+pub fn notation_cose_stamped(
+    key: &Signer,
+    cert_der: &[u8],
+    digest: &str,
+    size: usize,
+    stamp: Option<Countersign<'_>>,
+) -> Vec<u8> {
     use coset::{CoseSign1Builder, HeaderBuilder, TaggedCborSerializable, iana};
     let payload = serde_json::to_vec(&json!({"targetArtifact": {"digest": digest, "mediaType": "application/vnd.oci.image.manifest.v1+json", "size": size}})).unwrap();
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
@@ -403,12 +415,18 @@ pub fn notation_cose(key: &Signer, cert_der: &[u8], digest: &str, size: usize) -
             ciborium::Value::Array(vec![ciborium::Value::Bytes(cert_der.to_vec())]),
         )
         .build();
-    CoseSign1Builder::new()
+    let mut sign1 = CoseSign1Builder::new()
         .protected(protected)
         .unprotected(unprotected)
         .payload(payload)
         .create_signature(b"", |m| key.sign_jose(m))
-        .build()
-        .to_tagged_vec()
-        .unwrap()
+        .build();
+    if let Some(stamp) = stamp {
+        let token = stamp(&sign1.signature);
+        sign1.unprotected.rest.push((
+            coset::Label::Text("io.cncf.notary.timestampSignature".into()),
+            ciborium::Value::Bytes(token),
+        ));
+    }
+    sign1.to_tagged_vec().unwrap()
 }

@@ -418,3 +418,33 @@ async fn an_unreachable_distribution_point_follows_the_level() {
         Ok(vec![])
     );
 }
+
+#[test]
+fn a_cose_envelope_carries_its_countersignature_in_the_unprotected_header() {
+    use sigil_testkit::signing::{Signer, notation_cert_with, notation_cose_stamped};
+    let key = Signer::p256();
+    let (cert, _) = notation_cert_with(&key, "cose-signer", Some(Y2020), true);
+    let tsa = Sigstore::new();
+    let june = |sig: &[u8]| tsa.timestamp(sig, JUNE_2020, true, None);
+    let check = NotationCheck::from_spec(
+        &spec(NotationLevel::Strict),
+        vec![cert.clone()],
+        vec![tsa.tsa_root.clone()],
+        None,
+    )
+    .unwrap();
+    let stamped = Envelope::parse(
+        "application/cose",
+        &notation_cose_stamped(&key, &cert, DIGEST, 1, Some(&june)),
+    )
+    .unwrap();
+    assert!(stamped.timestamp.is_some());
+    assert_eq!(check.check(&stamped, DIGEST, NOW), Ok(vec![]));
+    let bare = Envelope::parse(
+        "application/cose",
+        &notation_cose_stamped(&key, &cert, DIGEST, 1, None),
+    )
+    .unwrap();
+    let e = check.check(&bare, DIGEST, NOW).unwrap_err();
+    assert!(e.to_string().starts_with("authentic timestamp"), "{e}");
+}
