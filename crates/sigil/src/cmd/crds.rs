@@ -1,6 +1,7 @@
 //! `sigil crds`: the ClusterImagePolicy and ImagePolicy CRDs, generated from
 //! the Rust types in `sigil::crd`, as YAML on stdout (what
-//! `deploy/kustomize/base/crds/policies.yaml` holds).
+//! `deploy/kustomize/base/crds/policies.yaml` and the chart's
+//! `deploy/helm/sigil/crds/policies.yaml` hold).
 
 use std::process::ExitCode;
 

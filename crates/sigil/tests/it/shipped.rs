@@ -440,6 +440,12 @@ async fn check_shipped(s: &Shipped, objects_env: &BTreeMap<String, String>) -> R
 async fn run_shipped(overlay: &str, edit: impl FnOnce(&mut Vec<Value>)) -> Result<(), String> {
     let mut objects = render(overlay);
     edit(&mut objects);
+    run_objects(&objects).await
+}
+
+/// Starts sigil from rendered `objects` (kustomize's or Helm's) and checks it.
+pub(crate) async fn run_objects(objects: &[Value]) -> Result<(), String> {
+    let objects = objects.to_vec();
     let env = env_of(find(&objects, "Deployment", "sigil"));
     let s = start_shipped(&objects).await?;
     check_shipped(&s, &env)
