@@ -117,6 +117,8 @@ pub struct FieldAudit {
     pub running: Option<Digest>,
     /// Empty when compliant.
     pub violations: Vec<Violation>,
+    /// The rule that decided it (none when exempt or no rule applies).
+    pub rule: Option<crate::object::RuleRef>,
 }
 
 /// The audit of one object.
@@ -195,6 +197,7 @@ pub fn audit_object(
                     expected: None,
                     running: None,
                     violations: Vec::new(),
+                    rule: None,
                 })
                 .collect(),
         };
@@ -275,6 +278,7 @@ pub fn audit_object(
                 expected,
                 running: run,
                 violations,
+                rule: v.rule.clone(),
             }
         })
         .collect();

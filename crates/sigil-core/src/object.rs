@@ -203,6 +203,42 @@ pub struct FieldVerdict {
     pub outcome: Outcome,
     /// The signature report, when its rule verifies and a check ran.
     pub report: Option<Arc<VerificationReport>>,
+    /// The rule that decided it (a team policy's when that one refused),
+    /// for reports; `None` when no rule applies (an invalid reference, no
+    /// matching rule).
+    pub rule: Option<RuleRef>,
+}
+
+/// A rule by name and the policy object stating it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleRef {
+    /// The rule's name.
+    pub name: String,
+    /// `ClusterImagePolicy base`, `ImagePolicy team-a/strict`; `None` for
+    /// the policy file's rules.
+    pub source: Option<String>,
+}
+
+impl RuleRef {
+    /// The rule that decided `outcome` for a field planned as `plan`.
+    fn of(outcome: &Outcome, plan: Option<&Plan>) -> Option<RuleRef> {
+        if let Outcome::Failed(f) = outcome
+            && let Denial::TeamPolicy { policy, refusal } = &f.denial
+        {
+            let name = match refusal.as_ref() {
+                Denial::StaticDeny { rule, .. } | Denial::Unverified { rule, .. } => rule.clone(),
+                _ => "allowed-images".to_owned(),
+            };
+            return Some(RuleRef {
+                name,
+                source: Some(policy.clone()),
+            });
+        }
+        plan.map(|p| RuleRef {
+            name: p.rule.clone(),
+            source: p.source.clone(),
+        })
+    }
 }
 
 impl FieldVerdict {
@@ -481,10 +517,12 @@ impl ObjectPlan {
                     answers,
                 );
                 let outcome = downgrade_unchanged(outcome, &field, &f.old);
+                let rule = RuleRef::of(&outcome, plan.as_ref().ok());
                 FieldVerdict {
                     field,
                     outcome,
                     report,
+                    rule,
                 }
             })
             .collect();

@@ -56,6 +56,7 @@ pub struct Metrics {
     audit_duration: Gauge<f64, AtomicU64>,
     audit_runs: Family<ResultLabels, Counter>,
     audit_events: Family<ResultLabels, Counter>,
+    policy_reports: Family<ResultLabels, Counter>,
     policies: Family<PolicyLabels, Gauge>,
 }
 
@@ -117,6 +118,11 @@ impl Metrics {
             "audit_events",
             "Audit Events by result (published, deduplicated, rate_limited, error)",
             m.audit_events.clone(),
+        );
+        registry.register(
+            "policy_reports",
+            "Policy report objects the audit wrote, by result (created, updated, deleted, error)",
+            m.policy_reports.clone(),
         );
         registry.register(
             "policies",
@@ -202,6 +208,13 @@ impl Metrics {
     /// Counts one audit Event outcome.
     pub fn audit_event(&self, result: &'static str) {
         self.audit_events
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    /// Counts one policy report write.
+    pub fn policy_report(&self, result: &'static str) {
+        self.policy_reports
             .get_or_create(&ResultLabels { result })
             .inc();
     }

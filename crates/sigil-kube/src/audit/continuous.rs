@@ -3,8 +3,9 @@
 //! on the interval and whenever the policy in force changes, and publishes
 //! the result three ways — Prometheus gauges (no image or object names in
 //! labels), a Warning Event per offending object and reason (events.k8s.io
-//! through kube-runtime's recorder, deduplicated and capped per run), and
-//! the last report at `GET /audit` on the admin port. A replica that loses
+//! through kube-runtime's recorder, deduplicated and capped per run), policy
+//! reports per namespace ([`super::reports`]), and the last report at
+//! `GET /audit` on the admin port. A replica that loses
 //! the Lease stops mid-audit and withdraws its gauges, so a dashboard never
 //! sums two replicas' counts. It decides nothing itself: it runs
 //! [`super::run`] with the engine in force.
@@ -43,6 +44,8 @@ pub struct Settings {
     pub event_refresh: Duration,
     /// `reportingInstance` of the Events (the Lease identity).
     pub instance: String,
+    /// Which policy reports to write.
+    pub reports: super::reports::Mode,
 }
 
 /// The last report this replica made, as served at `GET /audit`.
@@ -166,6 +169,7 @@ pub async fn run(
     mut leading: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut events = EventSink::new(client.clone(), &settings);
+    let mut reports = super::reports::Writer::new(client.clone(), settings.reports);
     loop {
         metrics.audit_leader.set(0);
         latest
@@ -204,6 +208,10 @@ pub async fn run(
             metrics.audit_report(&report, ok);
             latest.set(&report);
             events.publish(&report, &metrics).await;
+            // An incomplete audit would delete reports of what it could not list.
+            if ok {
+                reports.write(&report, &metrics).await;
+            }
             // Next: the interval, a policy change, or losing the Lease.
             let next = tokio::time::Instant::now() + settings.interval;
             tokio::time::sleep(MIN_GAP).await;

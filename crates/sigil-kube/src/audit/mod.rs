@@ -12,7 +12,9 @@
 
 pub mod continuous;
 pub mod kinds;
+pub mod policyreport;
 pub mod report;
+pub mod reports;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};

@@ -86,6 +86,13 @@ pub struct FieldReport {
     pub running_digest: Option<String>,
     /// Empty when compliant.
     pub violations: Vec<Violation>,
+    /// The rule that decided it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The policy object stating that rule (`ClusterImagePolicy base`,
+    /// `ImagePolicy team-a/strict`); `None` for the policy file's rules.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule_source: Option<String>,
 }
 
 /// One audited object.
@@ -165,6 +172,8 @@ fn field_report(f: FieldAudit) -> FieldReport {
         expected_digest: f.expected.map(|d| d.to_string()),
         running_digest: f.running.map(|d| d.to_string()),
         violations: f.violations,
+        rule: f.rule.as_ref().map(|r| r.name.clone()),
+        rule_source: f.rule.and_then(|r| r.source),
     }
 }
 

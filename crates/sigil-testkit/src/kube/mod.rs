@@ -344,6 +344,33 @@ impl FakeKube {
         }
     }
 
+    /// The CRDs of a policy report API (`wgpolicyk8s` or `openreports`),
+    /// namespaced and cluster kinds: their group, names and scope, as a
+    /// cluster that runs Policy Reporter or Kyverno has them (the stand-in
+    /// checks no schema, so none is given; the upstream files are not copied).
+    pub fn report_crds(api: &str) -> Vec<Value> {
+        let (group, version, kinds) = match api {
+            "openreports" => ("openreports.io", "v1alpha1", ["Report", "ClusterReport"]),
+            _ => (
+                "wgpolicyk8s.io",
+                "v1alpha2",
+                ["PolicyReport", "ClusterPolicyReport"],
+            ),
+        };
+        kinds
+            .iter()
+            .map(|kind| {
+                let plural = format!("{}s", kind.to_ascii_lowercase());
+                json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                    "metadata": {"name": format!("{plural}.{group}")},
+                    "spec": {"group": group, "scope": if kind.starts_with("Cluster") { "Cluster" } else { "Namespaced" },
+                        "names": {"kind": kind, "plural": plural, "singular": kind.to_ascii_lowercase(), "listKind": format!("{kind}List")},
+                        "versions": [{"name": version, "served": true, "storage": true,
+                            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
+            })
+            .collect()
+    }
+
     /// `kubectl apply` of rendered objects, as the admin (test setup).
     pub fn apply(&self, objects: &[Value]) {
         // CRDs first, so the kinds they define are stored where they belong.

@@ -16,6 +16,8 @@ pub(super) const CLUSTER_SCOPED: &[&str] = &[
     "clusterrolebindings",
     "clusterimagepolicies",
     "trustroots",
+    "clusterpolicyreports",
+    "clusterreports",
     "priorityclasses",
     "storageclasses",
     "persistentvolumes",

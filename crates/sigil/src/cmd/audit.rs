@@ -25,6 +25,10 @@ pub enum Output {
     Json,
     /// The same, as YAML.
     Yaml,
+    /// wgpolicyk8s.io/v1alpha2 PolicyReports, one per namespace (YAML).
+    Policyreport,
+    /// openreports.io/v1alpha1 Reports, one per namespace (YAML).
+    Openreports,
 }
 
 /// Flags of `sigil audit`.
@@ -171,6 +175,20 @@ pub fn run(args: AuditArgs) -> Result<ExitCode> {
                 "{}",
                 serde_saphyr::to_string(&report).context("rendering YAML")?
             ),
+            Output::Policyreport | Output::Openreports => {
+                use sigil_kube::audit::policyreport::{Api, reports};
+                let api = if args.output == Output::Policyreport {
+                    Api::Wgpolicyk8s
+                } else {
+                    Api::OpenReports
+                };
+                for r in reports(&report, api) {
+                    print!(
+                        "---\n{}",
+                        serde_saphyr::to_string(&r).context("rendering YAML")?
+                    );
+                }
+            }
         }
         Ok(if !report.errors.is_empty() {
             ExitCode::from(EXIT_ERROR)
@@ -232,6 +250,38 @@ pub struct ServeAuditArgs {
     /// Objects decided at once by the in-cluster audit.
     #[arg(long, default_value_t = 8, env = "SIGIL_AUDIT_CONCURRENCY")]
     pub audit_concurrency: usize,
+    /// Policy reports the in-cluster audit writes, one per namespace:
+    /// `auto` (whichever CRD is installed, wgpolicyk8s first), `wgpolicyk8s`,
+    /// `openreports` or `off`.
+    #[arg(long, value_enum, default_value_t = PolicyReports::Auto, env = "SIGIL_POLICY_REPORTS")]
+    pub policy_reports: PolicyReports,
+}
+
+/// `--policy-reports`.
+#[derive(Copy, Clone, Debug, ValueEnum, PartialEq, Eq)]
+pub enum PolicyReports {
+    /// The first installed of wgpolicyk8s.io and openreports.io.
+    Auto,
+    /// `wgpolicyk8s.io/v1alpha2` PolicyReport.
+    Wgpolicyk8s,
+    /// `openreports.io/v1alpha1` Report.
+    Openreports,
+    /// None.
+    Off,
+}
+
+impl PolicyReports {
+    /// The writer's mode.
+    pub fn mode(self) -> sigil_kube::audit::reports::Mode {
+        use sigil_kube::audit::policyreport::Api;
+        use sigil_kube::audit::reports::Mode;
+        match self {
+            PolicyReports::Auto => Mode::Auto,
+            PolicyReports::Wgpolicyk8s => Mode::Only(Api::Wgpolicyk8s),
+            PolicyReports::Openreports => Mode::Only(Api::OpenReports),
+            PolicyReports::Off => Mode::Off,
+        }
+    }
 }
 
 impl ServeAuditArgs {

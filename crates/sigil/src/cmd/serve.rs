@@ -518,6 +518,7 @@ fn audit_task(
             max_events: a.audit_max_events,
             event_refresh: a.audit_event_refresh,
             instance: identity.clone(),
+            reports: a.policy_reports.mode(),
         },
         lease: lease::LeaseSettings {
             namespace,

@@ -164,6 +164,60 @@ fn reasons(o: &Value) -> Vec<String> {
         .collect()
 }
 
+/// `-o policyreport` / `-o openreports`: the same audit as report objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_audit_prints_policy_reports_per_namespace() {
+    let w = World::start().await;
+    for (flag, api, kind) in [
+        ("policyreport", "wgpolicyk8s.io/v1alpha2", "PolicyReport"),
+        ("openreports", "openreports.io/v1alpha1", "Report"),
+    ] {
+        let (code, out, err) = w.audit(&["-A", "-o", flag]);
+        assert_eq!(code, 1, "{err}");
+        let docs: Vec<Value> = sigil_core::manifest::parse_stream(&out)
+            .unwrap_or_else(|e| panic!("{e}: {out}"))
+            .into_iter()
+            .map(|d| d.value)
+            .collect();
+        assert!(
+            docs.iter()
+                .all(|d| d["apiVersion"] == api && d["kind"] == kind),
+            "{out}"
+        );
+        assert!(
+            !docs
+                .iter()
+                .any(|d| d["metadata"]["namespace"] == "kube-system"),
+            "exempt namespaces are not reported"
+        );
+        let shop = docs
+            .iter()
+            .find(|d| d["metadata"]["namespace"] == "shop")
+            .unwrap_or_else(|| panic!("{out}"));
+        let results = shop["results"].as_array().unwrap();
+        let of = |name: &str| -> Vec<&Value> {
+            results
+                .iter()
+                .filter(|r| r["resources"][0]["name"] == name)
+                .collect()
+        };
+        assert_eq!(of("compliant")[0]["result"], "pass");
+        let unsigned = of("unsigned");
+        assert_eq!(unsigned[0]["result"], "fail", "{unsigned:?}");
+        assert_eq!(unsigned[0]["category"], "signature");
+        assert_eq!(unsigned[0]["policy"], "audit-test");
+        assert!(
+            unsigned[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("no signature found")
+        );
+        assert_eq!(of("missing")[0]["result"], "error");
+        let fails = results.iter().filter(|r| r["result"] == "fail").count() as u64;
+        assert_eq!(shop["summary"]["fail"], fails);
+    }
+}
+
 // `sigil audit` runs as a blocking child while the stand-in serves it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_audit_reports_every_reason_across_pages_with_exit_codes() {
@@ -425,6 +479,92 @@ async fn wait_for<T>(limit: Duration, what: &str, mut f: impl AsyncFnMut() -> Op
         assert!(Instant::now() < until, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+const SHOP_REPORTS: &str = "/apis/wgpolicyk8s.io/v1alpha2/namespaces/shop/policyreports";
+
+/// The Lease holder writes a PolicyReport per namespace once the CRD is
+/// installed (no restart), keeps it current (a deleted object's results
+/// go), deletes it when its namespace has nothing left, and without any
+/// report CRD says so once and audits on.
+#[tokio::test]
+async fn the_audit_writes_policy_reports_once_their_crd_is_installed() {
+    let w = World::start().await;
+    let policy = std::fs::read_to_string(&w.policy).unwrap();
+    let args = ["--audit-interval", "1s", "--namespace", "sigil-system"];
+    let s = Sigil::start_env(Some(&policy), &args, &w.kube.env()).await;
+    let admin = format!("http://{}/audit", s.admin);
+    wait_for(Duration::from_secs(20), "a first audit", async || {
+        (get(&admin).await.0 == 200).then_some(())
+    })
+    .await;
+    wait_for(Duration::from_secs(10), "the no-CRD log line", async || {
+        s.logs()
+            .contains("no policy report CRD is installed")
+            .then_some(())
+    })
+    .await;
+    assert!(w.kube.list(SHOP_REPORTS).is_empty());
+    w.kube.apply(&FakeKube::report_crds("wgpolicyk8s"));
+    let report = wait_for(
+        Duration::from_secs(20),
+        "the shop PolicyReport",
+        async || w.kube.get(SHOP_REPORTS, "sigil"),
+    )
+    .await;
+    assert_eq!(
+        report["summary"]["fail"].as_u64().unwrap() + report["summary"]["error"].as_u64().unwrap(),
+        6,
+        "{report:#}"
+    );
+    let names = |r: &Value| -> Vec<String> {
+        r["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["resources"][0]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(
+        names(&report).contains(&"unsigned".to_owned()),
+        "{report:#}"
+    );
+    assert!(
+        w.kube
+            .get(
+                "/apis/wgpolicyk8s.io/v1alpha2/namespaces/kube-system/policyreports",
+                "sigil"
+            )
+            .is_none()
+    );
+    // A deleted object's results disappear from the next report.
+    w.kube.remove(PODS, "unsigned").unwrap();
+    wait_for(
+        Duration::from_secs(20),
+        "unsigned gone from the report",
+        async || {
+            let r = w.kube.get(SHOP_REPORTS, "sigil")?;
+            (!names(&r).contains(&"unsigned".to_owned())).then_some(())
+        },
+    )
+    .await;
+    // A namespace with nothing left loses its report.
+    let clean = "/apis/wgpolicyk8s.io/v1alpha2/namespaces/clean/policyreports";
+    assert!(w.kube.get(clean, "sigil").is_some());
+    w.kube
+        .remove("/api/v1/namespaces/clean/pods", "fine")
+        .unwrap();
+    wait_for(
+        Duration::from_secs(20),
+        "the clean report deleted",
+        async || w.kube.get(clean, "sigil").is_none().then_some(()),
+    )
+    .await;
+    assert!(
+        s.counter("sigil_policy_reports_total", &[("result", "created")])
+            .await
+            >= 2.0
+    );
 }
 
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/sigil-system/leases";

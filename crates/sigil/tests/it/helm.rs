@@ -188,6 +188,7 @@ fn every_value_the_chart_offers_changes_what_it_renders() {
         "extraEnv[0].name=SIGIL_TUF_MIRROR",
         "extraEnv[0].value=https://tuf.example.com/",
         "audit.interval=1h",
+        "audit.policyReports=openreports",
         "policy=apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: mine}\n",
     ]);
     let d = deployment(&o);
@@ -212,6 +213,10 @@ fn every_value_the_chart_offers_changes_what_it_renders() {
         Some("32")
     );
     assert_eq!(env(&o, "SIGIL_AUDIT_INTERVAL").as_deref(), Some("1h"));
+    assert_eq!(
+        env(&o, "SIGIL_POLICY_REPORTS").as_deref(),
+        Some("openreports")
+    );
     assert_eq!(
         env(&o, "SIGIL_TUF_MIRROR").as_deref(),
         Some("https://tuf.example.com/")
@@ -254,6 +259,7 @@ fn every_value_the_chart_offers_changes_what_it_renders() {
         ("ClusterRole", "sigil-pull-secrets"),
         ("ClusterRoleBinding", "sigil-pull-secrets"),
         ("ClusterRole", "sigil-audit"),
+        ("ClusterRole", "sigil-policy-reports"),
         ("ClusterRole", "sigil-policies"),
         ("ClusterRole", "sigil-key-refs"),
         ("RoleBinding", "sigil-key-refs"),

@@ -141,6 +141,15 @@ fn remap(value: &str, mounts: &[(String, PathBuf)]) -> String {
 async fn start_shipped(objects: &[Value]) -> Result<Shipped, String> {
     let kube = FakeKube::start().await;
     kube.apply(objects);
+    // A cluster with the PolicyReport CRDs and a workload to report on.
+    kube.apply(&FakeKube::report_crds("wgpolicyk8s"));
+    kube.namespaces(&["team"]);
+    kube.insert(
+        "/api/v1/namespaces/team/pods",
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "app", "namespace": "team", "uid": "uid-team-app"},
+               "spec": {"containers": [{"name": "app", "image": "registry.invalid/team/app:v1"}]}}),
+    );
     issue_certificates(&kube, objects);
     let d = find(objects, "Deployment", "sigil").clone();
     let ns = d["metadata"]["namespace"].as_str().unwrap().to_owned();
@@ -395,6 +404,22 @@ async fn check_shipped(s: &Shipped, objects_env: &BTreeMap<String, String>) -> R
             .starts_with(POD_NAME)
         {
             return Err(format!("the audit Lease is not held by this pod: {lease}"));
+        }
+        if objects_env
+            .get("SIGIL_POLICY_REPORTS")
+            .is_some_and(|v| v != "off")
+        {
+            wait_for(
+                Duration::from_secs(20),
+                "the team namespace's PolicyReport",
+                async || {
+                    kube.get(
+                        "/apis/wgpolicyk8s.io/v1alpha2/namespaces/team/policyreports",
+                        "sigil",
+                    )
+                },
+            )
+            .await?;
         }
     }
     // The trusted root is refreshed from its TUF repository at start, with
