@@ -19,6 +19,7 @@ use crate::decision::{Finding, Outcome, decide};
 use crate::denial::{Denial, Mode};
 use crate::failure::ResolveFailure;
 use crate::patch::Replacement;
+pub use crate::policy::RuleRef;
 use crate::policy::{Labels, Plan, Policy, Scope, Step, TeamVerdict, default_labels};
 use crate::reference::{Digest, Reference};
 use crate::verify::{Verification, VerificationReport};
@@ -207,38 +208,6 @@ pub struct FieldVerdict {
     /// for reports; `None` when no rule applies (an invalid reference, no
     /// matching rule).
     pub rule: Option<RuleRef>,
-}
-
-/// A rule by name and the policy object stating it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuleRef {
-    /// The rule's name.
-    pub name: String,
-    /// `ClusterImagePolicy base`, `ImagePolicy team-a/strict`; `None` for
-    /// the policy file's rules.
-    pub source: Option<String>,
-}
-
-impl RuleRef {
-    /// The rule that decided `outcome` for a field planned as `plan`.
-    fn of(outcome: &Outcome, plan: Option<&Plan>) -> Option<RuleRef> {
-        if let Outcome::Failed(f) = outcome
-            && let Denial::TeamPolicy { policy, refusal } = &f.denial
-        {
-            let name = match refusal.as_ref() {
-                Denial::StaticDeny { rule, .. } | Denial::Unverified { rule, .. } => rule.clone(),
-                _ => "allowed-images".to_owned(),
-            };
-            return Some(RuleRef {
-                name,
-                source: Some(policy.clone()),
-            });
-        }
-        plan.map(|p| RuleRef {
-            name: p.rule.clone(),
-            source: p.source.clone(),
-        })
-    }
 }
 
 impl FieldVerdict {

@@ -5,8 +5,10 @@
 //! under the object's name — `sigstoreKeys` parsed at once, `remote` and
 //! `repository` (written to a private directory and read as `file://`)
 //! kept current by a TUF refresher task of their own — and every change
-//! rebuilds the verifiers for new requests. What a TUF refresh checks is
-//! sigil-verify's; watching the objects and writing status is sigil-kube's.
+//! rebuilds the verifiers for new requests — and the start of the
+//! background CRL fetcher notation's revocation checks read. What a TUF
+//! refresh or a CRL checks is sigil-verify's; watching the objects and
+//! writing status is sigil-kube's.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -269,4 +271,16 @@ impl TrustRootSink for TrustObjects {
             ..TrustRootState::default()
         })
     }
+}
+
+/// How often the CRL fetcher looks for CRLs due (a new distribution point
+/// wakes it at once).
+const CRL_TICK: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Starts keeping notation's CRLs current in the background (`sigil
+/// serve`): from then on no verification fetches a CRL itself.
+pub fn start_revocation(trust: &TrustRoots, metrics: Arc<crate::metrics::Metrics>) {
+    let crls = trust.revocation();
+    crls.observe(metrics);
+    crls.start(CRL_TICK);
 }

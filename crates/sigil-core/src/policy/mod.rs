@@ -13,6 +13,7 @@ mod describe;
 mod documents;
 pub mod namespaced;
 mod plan;
+pub use plan::RuleRef;
 mod requirements;
 pub mod schema;
 

@@ -154,3 +154,36 @@ fn swap_prefix(r: &Reference, name: &str, from: &str, to: &str) -> Option<Refere
     let new_name = format!("{to}{}", &name[from.len()..]);
     Reference::from_parts(&new_name, r.tag(), r.digest().cloned()).ok()
 }
+
+/// A rule by name and the policy object stating it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleRef {
+    /// The rule's name.
+    pub name: String,
+    /// `ClusterImagePolicy base`, `ImagePolicy team-a/strict`; `None` for
+    /// the policy file's rules.
+    pub source: Option<String>,
+}
+
+impl RuleRef {
+    /// The rule that decided `outcome` for a field planned as `plan`.
+    pub(crate) fn of(outcome: &crate::decision::Outcome, plan: Option<&Plan>) -> Option<RuleRef> {
+        if let crate::decision::Outcome::Failed(f) = outcome
+            && let crate::denial::Denial::TeamPolicy { policy, refusal } = &f.denial
+        {
+            let name = match refusal.as_ref() {
+                crate::denial::Denial::StaticDeny { rule, .. }
+                | crate::denial::Denial::Unverified { rule, .. } => rule.clone(),
+                _ => "allowed-images".to_owned(),
+            };
+            return Some(RuleRef {
+                name,
+                source: Some(policy.clone()),
+            });
+        }
+        plan.map(|p| RuleRef {
+            name: p.rule.clone(),
+            source: p.source.clone(),
+        })
+    }
+}

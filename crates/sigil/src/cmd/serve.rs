@@ -21,10 +21,6 @@ use sigil_core::Policy;
 use sigil_kube::cluster::{self, CaSource, FailurePolicy, lease};
 use sigil_kube::{audit, certs, policies};
 
-/// How often the CRL fetcher looks for CRLs due (new distribution points
-/// wake it at once).
-const CRL_TICK: Duration = Duration::from_secs(60);
-
 use super::ClusterArgs;
 
 #[derive(clap::Args, Debug)]
@@ -304,10 +300,7 @@ async fn configure(
     let mut sources = args.creds.sources()?;
     sources.max_lookups = args.max_lookups_per_object as usize;
     let trust = sources.trust.clone();
-    // notation's CRLs: fetched in the background, never on the admission path.
-    let crls = trust.revocation();
-    crls.observe(metrics.clone());
-    crls.start(CRL_TICK);
+    sigil::trust::start_revocation(&trust, metrics.clone());
     let mut ready_gates = Vec::new();
     if let (true, Some(client)) = (args.pull_secrets, &client) {
         let (store, synced) = sigil_kube::pullsecrets::start(
