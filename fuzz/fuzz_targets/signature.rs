@@ -9,7 +9,9 @@
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use sigil_core::verify::{NotationLevel, NotationStoreType, TlogPolicy};
+use sigil_core::verify::{
+    Action, NotationLevel, NotationOverride, NotationSpec, NotationStoreType, TlogPolicy,
+};
 use sigil_verify::bundle::{Artifact, Requirements, Signer};
 use sigil_verify::checkpoint::Checkpoint;
 use sigil_verify::bundle::Matcher;
@@ -46,11 +48,24 @@ fn checks() -> &'static (CosignCheck, NotationCheck) {
                 },
                 trust,
             },
-            NotationCheck {
-                roots: sigil_verify::x509::certs_from_pem(ROOT),
-                level: NotationLevel::Permissive,
-                store: NotationStoreType::Ca,
-            },
+            // Every check the trust policy has, failures logged so the
+            // checks after them run too: identities, a tsa store, CRLs.
+            NotationCheck::from_spec(
+                &NotationSpec {
+                    level: NotationLevel::Permissive,
+                    trust_store_type: NotationStoreType::Ca,
+                    trusted_identities: vec!["x509.subject: C=US, ST=WA, O=acme".into()],
+                    overrides: NotationOverride {
+                        authenticity: Some(Action::Log),
+                        ..NotationOverride::default()
+                    },
+                    ..NotationSpec::default()
+                },
+                sigil_verify::x509::certs_from_pem(ROOT),
+                vec![sigil_testkit::sigstore::Sigstore::new().tsa_root],
+                Some(Arc::new(sigil_verify::crl::Crls::default())),
+            )
+            .expect("a valid notation spec"),
         )
     })
 }
