@@ -145,3 +145,41 @@ impl Ca {
         .to_vec()
     }
 }
+
+/// A self-signed notation signing certificate (P-256, digitalSignature)
+/// whose subject names `OU` twice — what rcgen cannot make, built by hand:
+/// notation refuses to match identities on such a subject.
+pub fn twice_named_signer() -> (Signer, Vec<u8>) {
+    use crate::sigstore::{der, der_oid, seq};
+    let key = Signer::p256();
+    let rdn = |oid: &str, v: &str| der(0x31, &seq(&[der_oid(oid), der(0x0c, v.as_bytes())]));
+    let name = seq(&[
+        rdn("2.5.4.6", "US"),
+        rdn("2.5.4.8", "WA"),
+        rdn("2.5.4.10", "acme"),
+        rdn("2.5.4.11", "build"),
+        rdn("2.5.4.11", "release"),
+    ]);
+    let alg = seq(&[der_oid("1.2.840.10045.4.3.2")]);
+    // keyUsage: critical, digitalSignature.
+    let key_usage = seq(&[
+        der_oid("2.5.29.15"),
+        der(0x01, &[0xff]),
+        der(0x04, &der(0x03, &[0x07, 0x80])),
+    ]);
+    let tbs = seq(&[
+        der(0xa0, &der(0x02, &[2])),
+        der(0x02, &[0x42]),
+        alg.clone(),
+        name.clone(),
+        seq(&[der(0x17, b"200101000000Z"), der(0x18, b"21000101000000Z")]),
+        name,
+        key.spki(),
+        der(0xa3, &seq(&[key_usage])),
+    ]);
+    let sig = key.sign(&tbs);
+    let mut bits = vec![0u8];
+    bits.extend_from_slice(&sig);
+    let cert = seq(&[tbs, alg, der(0x03, &bits)]);
+    (key, cert)
+}

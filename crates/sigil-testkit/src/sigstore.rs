@@ -406,11 +406,13 @@ pub fn der(tag: u8, content: &[u8]) -> Vec<u8> {
     out
 }
 
-fn seq(parts: &[Vec<u8>]) -> Vec<u8> {
+/// A DER SEQUENCE of `parts`.
+pub fn seq(parts: &[Vec<u8>]) -> Vec<u8> {
     der(0x30, &parts.concat())
 }
 
-fn der_oid(dotted: &str) -> Vec<u8> {
+/// A DER OBJECT IDENTIFIER from its dotted form.
+pub fn der_oid(dotted: &str) -> Vec<u8> {
     let arcs: Vec<u64> = dotted.split('.').map(|a| a.parse().unwrap()).collect();
     let mut body = vec![(arcs[0] * 40 + arcs[1]) as u8];
     for &a in &arcs[2..] {

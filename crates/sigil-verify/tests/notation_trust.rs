@@ -448,3 +448,33 @@ fn a_cose_envelope_carries_its_countersignature_in_the_unprotected_header() {
     let e = check.check(&bare, DIGEST, NOW).unwrap_err();
     assert!(e.to_string().starts_with("authentic timestamp"), "{e}");
 }
+
+/// Regression: a subject with an attribute twice failed the identity check
+/// outright, even where authenticity is only logged.
+#[test]
+fn a_subject_with_an_attribute_twice_follows_the_authenticity_action() {
+    let (key, cert) = sigil_testkit::pki::twice_named_signer();
+    let env = Envelope::from_jws(&sigil_testkit::signing::notation_jws_with(
+        &key,
+        "ES256",
+        &cert,
+        DIGEST,
+        1,
+        json!({}),
+    ))
+    .unwrap();
+    let mut s = spec(NotationLevel::Strict);
+    s.trusted_identities = vec!["x509.subject: C=US, ST=WA, O=acme".into()];
+    let check = |s: &NotationSpec| {
+        NotationCheck::from_spec(s, vec![cert.clone()], vec![], None)
+            .unwrap()
+            .check(&env, DIGEST, NOW)
+    };
+    let e = check(&s).unwrap_err();
+    assert!(e.to_string().contains("OU twice"), "{e}");
+    s.level = NotationLevel::Audit;
+    let logged = check(&s).unwrap();
+    assert!(logged.iter().any(|l| l.contains("OU twice")), "{logged:?}");
+    s.trusted_identities.clear();
+    assert_eq!(check(&s), Ok(vec![]), "with \"*\" the subject is not read");
+}

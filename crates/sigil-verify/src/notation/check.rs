@@ -235,8 +235,16 @@ impl NotationCheck {
             trusted = true;
         }
         if !self.identities.contains(&TrustedIdentity::Any) {
-            let subject = x509::subject_attributes(leaf).map_err(SignatureProblem::from)?;
-            if !self.identities.iter().any(|i| i.matches(&subject)) {
+            // A subject notation cannot read as identities (an attribute
+            // twice) is an authenticity failure like a mismatch.
+            let subject = match x509::subject_attributes(leaf) {
+                Ok(s) => s,
+                Err(e) => {
+                    out.apply(a.authenticity, e.into())?;
+                    Default::default()
+                }
+            };
+            if !subject.is_empty() && !self.identities.iter().any(|i| i.matches(&subject)) {
                 let found: Vec<String> = subject.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 out.apply(
                     a.authenticity,
