@@ -302,7 +302,7 @@ impl Crls {
                 .build()
                 .unwrap_or_default()
         });
-        let mut resp = client
+        let resp = client
             .get(url)
             .timeout(FETCH_TIMEOUT)
             .send()
@@ -311,18 +311,9 @@ impl Crls {
         if !resp.status().is_success() {
             return Err(format!("GET {url}: HTTP {}", resp.status()));
         }
-        let mut body = Vec::new();
-        while let Some(chunk) = resp
-            .chunk()
+        crate::read_capped(resp, MAX_CRL_BYTES)
             .await
-            .map_err(|e| format!("GET {url}: {}", crate::error_chain(&e)))?
-        {
-            if body.len() + chunk.len() > MAX_CRL_BYTES {
-                return Err(format!("GET {url}: the CRL is over {MAX_CRL_BYTES} bytes"));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body)
+            .map_err(|e| format!("GET {url}: {e}"))
     }
 
     /// Starts keeping the cache current until the process ends (see

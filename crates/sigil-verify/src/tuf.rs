@@ -216,7 +216,7 @@ impl Transport for HttpOrFile {
                         std::io::Error::other(e),
                     )
                 };
-                let mut resp = self
+                let resp = self
                     .http
                     .get(url.clone())
                     .timeout(Duration::from_secs(60))
@@ -236,17 +236,7 @@ impl Transport for HttpOrFile {
                 if !status.is_success() {
                     return Err(other(format!("HTTP {status}")));
                 }
-                let mut body = Vec::new();
-                while let Some(chunk) = resp
-                    .chunk()
-                    .await
-                    .map_err(|e| other(crate::error_chain(&e)))?
-                {
-                    if body.len() + chunk.len() > MAX_FILE {
-                        return Err(other(format!("larger than {MAX_FILE} bytes")));
-                    }
-                    body.extend_from_slice(&chunk);
-                }
+                let body = crate::read_capped(resp, MAX_FILE).await.map_err(other)?;
                 Ok(Box::pin(futures_util::stream::iter([Ok(
                     tough::Bytes::from(body),
                 )])))

@@ -10,7 +10,7 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 use crate::deploy::render;
-use crate::shipped::run_objects;
+use crate::shipped::{b64, run_objects};
 use crate::support::registry::test_ca;
 
 fn chart() -> PathBuf {
@@ -331,10 +331,6 @@ async fn the_chart_with_a_given_certificate_runs_as_shipped() {
     let mut objects = rendered(&["certificates.mode=given"]);
     objects.push(created_namespace());
     let (ca, cert, key) = test_ca();
-    let b64 = |s: &str| {
-        use base64::Engine as _;
-        base64::engine::general_purpose::STANDARD.encode(s)
-    };
     objects.push(
         json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
         "metadata": {"name": "sigil-serving-tls", "namespace": "sigil-system"},

@@ -43,7 +43,7 @@ struct Shipped {
     _tuf: (TufRepo, StaticServer),
 }
 
-fn b64(s: &str) -> String {
+pub(crate) fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
 }
 
