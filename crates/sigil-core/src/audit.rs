@@ -101,6 +101,10 @@ pub struct Violation {
     pub detail: String,
     /// How to fix it.
     pub fix: String,
+    /// The `ImagePolicyException` that waives it for now (then `mode` is
+    /// `warn` and reports show it as excepted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exception: Option<crate::exception::Waiver>,
 }
 
 /// The audit of one image field.
@@ -228,6 +232,7 @@ pub fn audit_object(
                             mode: Mode::Enforce,
                             detail: format!("pulled from where the policy mirrors it away from; the webhook would run {new}"),
                             fix: "push the image to the mirror and point the manifest at it (sigil pin does both), then roll the workload".into(),
+                            exception: None,
                         });
                     }
                     if let Some(d) = pinned {
@@ -236,6 +241,7 @@ pub fn audit_object(
                             mode: Mode::Enforce,
                             detail: format!("runs by tag; the tag resolves to {d} now"),
                             fix: "pin the manifest by digest (sigil pin) and roll the workload".into(),
+                            exception: None,
                         });
                     }
                 }
@@ -244,12 +250,14 @@ pub fn audit_object(
                     mode: f.mode,
                     detail: f.denial.why(),
                     fix: f.denial.hint().into(),
+                    exception: f.waiver.as_deref().cloned(),
                 }),
                 Outcome::NeedsLookup { .. } => violations.push(Violation {
                     reason: Reason::Unresolvable,
                     mode: Mode::Enforce,
                     detail: "was not looked up (offline)".into(),
                     fix: "run the audit with registry access".into(),
+                    exception: None,
                 }),
                 _ => {}
             }
@@ -270,6 +278,7 @@ pub fn audit_object(
                         format!("runs {got}, not the {want} its spec pins")
                     },
                     fix: "find out what changed the running image (a mutable tag, a node-local image, another mutator), then pin and roll the workload".into(),
+                    exception: None,
                 });
             }
             FieldAudit {

@@ -79,6 +79,8 @@ pub struct Finding {
     pub denial: Denial,
     /// Whether it blocks (`Enforce`) or only warns.
     pub mode: Mode,
+    /// The exception that turned it into a warning, if one did.
+    pub waiver: Option<Arc<crate::exception::Waiver>>,
 }
 
 impl Finding {
@@ -100,8 +102,15 @@ impl Finding {
     /// A shorter form for admission warnings (kept near the 256-character
     /// limit kubectl shows), without the object, which the user just applied.
     pub fn warning(&self) -> String {
+        let why = match &self.waiver {
+            Some(w) => format!(
+                "admitted unchanged: excepted by {} until {}",
+                w.exception, w.expires
+            ),
+            None => "admitted unchanged: warn mode".to_owned(),
+        };
         let mut s = crate::text::escape_controls(&format!(
-            "sigil: image {:?} in {} {} (admitted unchanged: warn mode)",
+            "sigil: image {:?} in {} {} ({why})",
             self.image,
             self.field.describe(),
             self.denial.why()
@@ -166,6 +175,7 @@ pub fn decide(
                 field: field.clone(),
                 denial: d.clone(),
                 mode: Mode::Enforce,
+                waiver: None,
             });
         }
     };
@@ -175,6 +185,7 @@ pub fn decide(
             field: field.clone(),
             denial,
             mode: plan.mode,
+            waiver: None,
         })
     };
     let digest = match plan.step {
@@ -188,6 +199,7 @@ pub fn decide(
                     source: plan.source.clone(),
                 },
                 mode: Mode::Enforce,
+                waiver: None,
             });
         }
         crate::policy::Step::Keep => None,

@@ -25,6 +25,7 @@ pub mod denial;
 pub mod dockerhub;
 pub mod duration;
 pub mod error_context;
+pub mod exception;
 pub mod failure;
 pub mod manifest;
 pub mod object;

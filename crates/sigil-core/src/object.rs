@@ -17,6 +17,7 @@ use std::sync::Arc;
 use crate::credentials::PullContext;
 use crate::decision::{Finding, Outcome, decide};
 use crate::denial::{Denial, Mode};
+use crate::exception::{Exception, Waiver};
 use crate::failure::ResolveFailure;
 use crate::patch::Replacement;
 pub use crate::policy::RuleRef;
@@ -156,6 +157,9 @@ pub struct Answers {
     pub digests: HashMap<Reference, Result<Digest, ResolveFailure>>,
     /// Signature reports, per check.
     pub reports: HashMap<VerifyKey, Arc<VerificationReport>>,
+    /// The instant of the decision (unix seconds), for exceptions' expiry;
+    /// `None` applies no exception.
+    pub now: Option<i64>,
 }
 
 /// What must be looked up before an object can be decided.
@@ -182,6 +186,9 @@ pub struct FieldPlans {
     escalate: bool,
     /// The secrets the object's Pods may pull with.
     pull: PullContext,
+    /// The namespace's accepted `ImagePolicyException`s (expiry is checked
+    /// when deciding).
+    exceptions: Vec<Arc<Exception>>,
 }
 
 /// The decision for one object.
@@ -213,7 +220,8 @@ pub struct FieldVerdict {
 impl FieldVerdict {
     /// A stable one-word (or `word:kind`) label of the outcome, the same
     /// from every front end: `unchanged`, `pinned`, `rewritten`,
-    /// `needs-lookup`, `denied:<reason>`, `warned:<reason>`.
+    /// `needs-lookup`, `denied:<reason>`, `warned:<reason>`,
+    /// `excepted:<reason>` (an exception made it a warning).
     pub fn label(&self) -> String {
         match &self.outcome {
             Outcome::Unchanged { .. } => "unchanged".into(),
@@ -222,9 +230,10 @@ impl FieldVerdict {
             } => "pinned".into(),
             Outcome::Changed { pinned: None, .. } => "rewritten".into(),
             Outcome::NeedsLookup { .. } => "needs-lookup".into(),
-            Outcome::Failed(f) => match f.mode {
-                Mode::Enforce => format!("denied:{}", f.denial.kind()),
-                Mode::Warn => format!("warned:{}", f.denial.kind()),
+            Outcome::Failed(f) => match (f.mode, &f.waiver) {
+                (_, Some(_)) => format!("excepted:{}", f.denial.kind()),
+                (Mode::Enforce, None) => format!("denied:{}", f.denial.kind()),
+                (Mode::Warn, None) => format!("warned:{}", f.denial.kind()),
             },
         }
     }
@@ -322,6 +331,11 @@ pub fn plan_object(policy: &Policy, facts: ObjectFacts<'_>) -> ObjectPlan {
         })
         .collect();
     let escalate = team_policies.iter().any(|t| t.mode == Mode::Enforce);
+    let exceptions = facts
+        .namespace
+        .and_then(|ns| policy.exceptions.get(ns))
+        .cloned()
+        .unwrap_or_default();
     let old = match (facts.operation, facts.old_object) {
         (Operation::Update, Some(o)) => o
             .fields
@@ -340,6 +354,7 @@ pub fn plan_object(policy: &Policy, facts: ObjectFacts<'_>) -> ObjectPlan {
         pull,
         teams,
         escalate,
+        exceptions,
     })
 }
 
@@ -487,6 +502,13 @@ impl ObjectPlan {
                 );
                 let outcome = downgrade_unchanged(outcome, &field, &f.old);
                 let rule = RuleRef::of(&outcome, plan.as_ref().ok());
+                let outcome = waive(
+                    outcome,
+                    plan.as_ref().ok(),
+                    rule.as_ref(),
+                    &f.exceptions,
+                    answers,
+                );
                 FieldVerdict {
                     field,
                     outcome,
@@ -586,6 +608,39 @@ fn downgrade_unchanged(outcome: Outcome, field: &ImageField, old: &[(String, Str
         });
     }
     Outcome::Failed(f)
+}
+
+/// A failure an `ImagePolicyException` in force waives becomes a warning
+/// naming it (the image is admitted as written); everything else stays.
+/// Exceptions apply to the namespace's objects only (they were planned so),
+/// to the rules they name, and only while `answers.now` is before `expires`.
+fn waive(
+    outcome: Outcome,
+    plan: Option<&Plan>,
+    rule: Option<&RuleRef>,
+    exceptions: &[Arc<Exception>],
+    answers: &Answers,
+) -> Outcome {
+    let (Outcome::Failed(f), Some(p), Some(rule), Some(now)) = (&outcome, plan, rule, answers.now)
+    else {
+        return outcome;
+    };
+    if exceptions.is_empty() {
+        return outcome;
+    }
+    // The digest that runs; for a static deny (nothing resolved) the one written.
+    let digest = running_digest(p, &answers.digests).or_else(|| p.target.digest().cloned());
+    let Some(e) = exceptions
+        .iter()
+        .find(|e| e.active_at(now) && e.covers(&p.origin, digest.as_ref(), rule))
+    else {
+        return outcome;
+    };
+    Outcome::Failed(Finding {
+        mode: Mode::Warn,
+        waiver: Some(Arc::new(Waiver::of(e))),
+        ..f.clone()
+    })
 }
 
 mod teams;

@@ -100,6 +100,23 @@ pub struct PolicyRule {
     /// whose labels match (a label selector).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
+    /// Whether `ImagePolicyException`s may waive this rule, and for how long
+    /// at most (default: none may).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exceptions: Option<RuleExceptions>,
+}
+
+/// A rule's `exceptions`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleExceptions {
+    /// Exceptions may waive this rule.
+    #[serde(default)]
+    pub allowed: bool,
+    /// The longest an exception may last from its creation (Go duration,
+    /// default `720h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_duration: Option<String>,
 }
 
 /// A Kubernetes label selector.
@@ -328,6 +345,69 @@ pub struct TrustRootStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// A team's waiver of named rules for named images in its namespace, until
+/// `expires`. Rules accept exceptions only where the platform's policy says
+/// so (`exceptions: {allowed: true, maxDuration}`); what the API server
+/// cannot know (the rule's allowance) sigil checks and writes to `status`.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Deserialize, Serialize)]
+#[kube(
+    group = "sigil.dev",
+    version = "v1alpha1",
+    kind = "ImagePolicyException",
+    namespaced,
+    status = "ExceptionStatus",
+    shortname = "ipe",
+    category = "sigil",
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Expires","type":"string","jsonPath":".spec.expires"}"#,
+    printcolumn = r#"{"name":"Ticket","type":"string","jsonPath":".spec.ticket"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = Rule::new("self.images.size() > 0").message("name at least one image (a pattern or name@sha256:…)"))]
+#[x_kube(validation = Rule::new("self.rules.size() > 0").message("name at least one rule it waives"))]
+#[x_kube(validation = Rule::new("self.rules.all(r, r.policy.matches('^(ClusterImagePolicy/[^/]+|ImagePolicy/[^/]+(/[^/]+)?)$'))").message("a rule's policy is ClusterImagePolicy/NAME or ImagePolicy/NAMESPACE/NAME"))]
+#[x_kube(validation = Rule::new("self.reason.size() > 0").message("say why the exception is needed (reason)"))]
+#[x_kube(validation = Rule::new("self.expires.matches('^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$')").message("expires is an RFC 3339 time (2026-12-31T00:00:00Z)"))]
+#[serde(rename_all = "camelCase")]
+pub struct ImagePolicyExceptionSpec {
+    /// Image patterns (as in a rule's `match`) or exact `name@sha256:…`.
+    pub images: Vec<String>,
+    /// The rules it waives.
+    pub rules: Vec<ExceptedRule>,
+    /// When it stops applying (RFC 3339); required.
+    pub expires: String,
+    /// Why; shown in warnings, the audit and policy reports.
+    pub reason: String,
+    /// A tracking reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<String>,
+}
+
+/// One rule an exception waives.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+pub struct ExceptedRule {
+    /// `ClusterImagePolicy/NAME`, `ImagePolicy/NAMESPACE/NAME`, or
+    /// `ImagePolicy/NAME` (a policy file's single cluster document).
+    pub policy: String,
+    /// The rule's name.
+    pub rule: String,
+}
+
+/// `status` of an ImagePolicyException, written by one replica.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ExceptionStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Active`, `Expired` or `Invalid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// `Ready`: True while it waives, False (Expired, Refused) otherwise.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
 /// The CRDs, as `sigil crds` prints them: labelled as the kustomize base
 /// labels everything it ships, so the Helm chart's `crds/` (which Helm does
 /// not template) holds the very same objects.
@@ -336,6 +416,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         ClusterImagePolicy::crd(),
         ImagePolicy::crd(),
         TrustRoot::crd(),
+        ImagePolicyException::crd(),
     ];
     for c in &mut crds {
         let labels = c.metadata.labels.get_or_insert_with(BTreeMap::new);

@@ -58,6 +58,12 @@ pub struct Metrics {
     audit_events: Family<ResultLabels, Counter>,
     policy_reports: Family<ResultLabels, Counter>,
     policies: Family<PolicyLabels, Gauge>,
+    exceptions: Family<StateLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
 }
 
 impl Metrics {
@@ -129,7 +135,24 @@ impl Metrics {
             "Policy objects (ClusterImagePolicy, ImagePolicy) by kind and whether they are Ready",
             m.policies.clone(),
         );
+        registry.register(
+            "exceptions",
+            "ImagePolicyExceptions by state (active, expired, invalid)",
+            m.exceptions.clone(),
+        );
         m
+    }
+
+    /// Counts ImagePolicyExceptions by state (every state present, 0 or more).
+    pub fn set_exceptions(&self, states: impl Iterator<Item = &'static str>) {
+        let mut counts =
+            std::collections::BTreeMap::from([("active", 0i64), ("expired", 0), ("invalid", 0)]);
+        for s in states {
+            *counts.entry(s).or_default() += 1;
+        }
+        for (state, n) in counts {
+            self.exceptions.get_or_create(&StateLabels { state }).set(n);
+        }
     }
 
     /// Records one reconcile of a cluster object.

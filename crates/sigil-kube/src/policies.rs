@@ -27,7 +27,9 @@ use sigil_core::Policy;
 use sigil_core::policy::NamespacePolicy;
 
 use crate::InForce;
-use crate::crd::{ClusterImagePolicy, Condition, ImagePolicy, PolicyStatus};
+use crate::crd::{ClusterImagePolicy, Condition, ImagePolicy, ImagePolicyException, PolicyStatus};
+
+mod exceptions;
 use crate::metrics::Metrics;
 
 /// (kind, namespace, name).
@@ -59,6 +61,9 @@ pub struct Combiner {
     desired: Mutex<HashMap<Key, Desired>>,
     cluster: Store<ClusterImagePolicy>,
     teams: Store<ImagePolicy>,
+    exception_store: Store<ImagePolicyException>,
+    /// What became of each exception object at the last recompute.
+    exceptions: Mutex<HashMap<(String, String), exceptions::Entry>>,
     changed: tokio::sync::Notify,
 }
 
@@ -105,7 +110,10 @@ impl Combiner {
     ) -> (Arc<Combiner>, tokio::sync::watch::Receiver<bool>) {
         let (cluster, cw) = reflector::store::<ClusterImagePolicy>();
         let (teams, tw) = reflector::store::<ImagePolicy>();
+        let (exception_store, ew) = reflector::store::<ImagePolicyException>();
         let c = Arc::new(Combiner {
+            exception_store: exception_store.clone(),
+            exceptions: Mutex::default(),
             in_force,
             metrics,
             file: Mutex::new(file),
@@ -117,7 +125,25 @@ impl Combiner {
         });
         let (tx, rx) = tokio::sync::watch::channel(false);
         let capis: Api<ClusterImagePolicy> = Api::all(client.clone());
-        let ipis: Api<ImagePolicy> = Api::all(client);
+        let ipis: Api<ImagePolicy> = Api::all(client.clone());
+        // Exceptions do not hold readiness back: until they are listed (or
+        // when their CRD is not installed) sigil decides without them, which
+        // only denies more.
+        let me = c.clone();
+        reflect(
+            Api::<ImagePolicyException>::all(client),
+            ew,
+            exception_store,
+            "ImagePolicyException watch (install the CRD from deploy/, and grant list/watch on imagepolicyexceptions.sigil.dev: ClusterRole sigil-policies)",
+            move || {
+                if me.cluster.wait_until_ready().now_or_never_ready()
+                    && me.teams.wait_until_ready().now_or_never_ready()
+                {
+                    me.recompute();
+                }
+            },
+        );
+        tokio::spawn(c.clone().count_exceptions());
         let me = c.clone();
         tokio::spawn(async move {
             let a = reflector::reflector(cw, watcher::watcher(capis, watcher::Config::default()))
@@ -242,6 +268,8 @@ impl Combiner {
             desired.insert(("ImagePolicy", ns, t.name_any()), state);
         }
         drop(good);
+        let entries = exceptions::attach(&mut policy, &self.exception_store.state());
+        *self.exceptions.lock().unwrap_or_else(|e| e.into_inner()) = entries;
         if let Err(e) = self.in_force.put_in_force(policy) {
             tracing::warn!(error = %e, "combined policy cannot be put in force; keeping the policy in force");
         }
@@ -251,8 +279,23 @@ impl Combiner {
         self.changed.notify_waiters();
     }
 
-    /// Writes status while `leading` is true: runs until the process ends.
+    /// Writes the policies' and exceptions' status while `leading` is
+    /// true: runs until the process ends.
     pub async fn write_status(
+        self: Arc<Self>,
+        client: Client,
+        instance: String,
+        leading: tokio::sync::watch::Receiver<bool>,
+    ) {
+        futures_util::future::join(
+            self.clone()
+                .write_policy_status(client.clone(), instance.clone(), leading.clone()),
+            self.write_exception_status(client, instance, leading),
+        )
+        .await;
+    }
+
+    async fn write_policy_status(
         self: Arc<Self>,
         client: Client,
         instance: String,

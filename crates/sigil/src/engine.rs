@@ -26,6 +26,13 @@ use sigil_registry::{CacheConfig, Registry, RegistryError};
 
 use crate::metrics::Metrics;
 
+/// The clock, in unix seconds (0 before 1970, which no clock here reads).
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
 /// Distinct lookups one object may need by default (`--max-lookups-per-object`).
 pub const DEFAULT_MAX_LOOKUPS: usize = 64;
 
@@ -47,6 +54,9 @@ pub struct Engine<R> {
     /// (rule, verifier, why) for verifiers whose trust material is not
     /// available; policy status reports them.
     pub unavailable: Vec<(String, String, String)>,
+    /// The instant decisions are made at (unix seconds), for exceptions'
+    /// expiry; `None` reads the clock at each decision (`sigil test` fixes it).
+    pub now: Option<i64>,
 }
 
 impl<R: std::fmt::Debug> std::fmt::Debug for Engine<R> {
@@ -71,7 +81,13 @@ impl<R: DigestResolver> Engine<R> {
             namespaces: None,
             max_lookups: DEFAULT_MAX_LOOKUPS,
             unavailable: Vec::new(),
+            now: None,
         }
+    }
+
+    /// The instant of a decision: the fixed one, else the clock's.
+    fn now(&self) -> i64 {
+        self.now.unwrap_or_else(unix_now)
     }
 
     /// Reads namespace labels from `store`.
@@ -120,6 +136,7 @@ impl<R: DigestResolver> Engine<R> {
             offline: false,
             digests,
             reports,
+            now: Some(self.now()),
         })
     }
 
@@ -128,6 +145,7 @@ impl<R: DigestResolver> Engine<R> {
     pub fn decide_offline(&self, facts: ObjectFacts<'_>) -> ObjectVerdict {
         plan_object(&self.policy, facts).decide(&Answers {
             offline: true,
+            now: Some(self.now()),
             ..Answers::default()
         })
     }

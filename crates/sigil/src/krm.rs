@@ -73,7 +73,7 @@ impl ResourceList {
                 .map(Some)
                 .map_err(|e| format!("functionConfig (ImagePolicy): {e}")),
             Some("ConfigMap") => match fc.pointer("/data/policy") {
-                Some(Value::String(text)) => Policy::from_documents(text)
+                Some(Value::String(text)) => Policy::from_documents_at(text, Some(crate::engine::unix_now()))
                     .map(Some)
                     .map_err(|e| format!("functionConfig ConfigMap data.policy: {e}")),
                 Some(_) => Err("functionConfig ConfigMap data.policy must be a string holding an ImagePolicy".into()),

@@ -67,8 +67,10 @@ pub async fn watch_policy(
         seen = bytes;
         let outcome = match std::str::from_utf8(&seen)
             .map_err(|e| e.to_string())
-            .and_then(|t| Policy::from_documents(t).map_err(|e| e.to_string()))
-        {
+            .and_then(|t| {
+                Policy::from_documents_at(t, Some(crate::engine::unix_now()))
+                    .map_err(|e| e.to_string())
+            }) {
             Ok(policy) => {
                 // Recorded whatever the outcome: a broken key file is reported
                 // once, then again only when it changes.

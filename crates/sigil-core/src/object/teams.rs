@@ -72,6 +72,7 @@ pub(super) fn apply_teams(
                 refusal: Box::new(refusal),
             },
             mode: c.mode,
+            waiver: None,
         });
     }
     admitted

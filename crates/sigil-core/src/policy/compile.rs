@@ -151,7 +151,15 @@ impl Policy {
                 .map(super::Selector::compile)
                 .transpose()
                 .map_err(|m| invalid(&r.name, format!("rule {:?}: {m}", r.name.value)))?;
+            let exceptions = r
+                .exceptions
+                .as_ref()
+                .map(super::schema::ExceptionsSpec::allowance)
+                .transpose()
+                .map_err(|m| invalid(&r.name, format!("rule {:?}: {m}", r.name.value)))?
+                .flatten();
             rules.push(Rule {
+                exceptions,
                 name: r.name.value.clone(),
                 patterns,
                 mode: r.mode.unwrap_or(Mode::Enforce),
@@ -191,6 +199,7 @@ impl Policy {
             order,
             exempt_namespaces: spec.exempt_namespaces,
             namespaced: Default::default(),
+            exceptions: Default::default(),
         })
     }
 }

@@ -125,6 +125,13 @@ impl Policy {
                     crate::verify::attestations::describe(a)
                 );
             }
+            if let Some(max) = r.exceptions {
+                let _ = writeln!(
+                    s,
+                    "    a team may waive it with an ImagePolicyException lasting at most {}",
+                    humantime::format_duration(max)
+                );
+            }
             if let Some(d) = &r.description {
                 let _ = writeln!(s, "    {d}");
             }
@@ -178,6 +185,25 @@ impl Policy {
                     super::DefaultAction::Allow => "left to the cluster policy",
                     super::DefaultAction::Deny => "refused (defaultAction: deny, an allow-list)",
                 }
+            );
+        }
+        for e in p.exceptions.values().flatten() {
+            let rules: Vec<String> = e
+                .rules
+                .iter()
+                .map(|r| format!("{} rule {}", r.policy, r.rule))
+                .collect();
+            let _ = writeln!(
+                s,
+                "\n{}: waives {} for its namespace's images until {} ({}{})",
+                e.display_name(),
+                rules.join(", "),
+                e.expires_text,
+                e.reason,
+                e.ticket
+                    .as_deref()
+                    .map(|t| format!(", ticket {t}"))
+                    .unwrap_or_default()
             );
         }
         s

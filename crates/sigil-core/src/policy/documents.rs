@@ -62,10 +62,22 @@ fn shift(e: PolicyError, first_line: u64) -> PolicyError {
 
 impl Policy {
     /// Reads a policy file of one or more documents: the cluster policies
-    /// merged into one, the namespaced ImagePolicies attached to it.
+    /// merged into one, the namespaced ImagePolicies attached to it. An
+    /// `ImagePolicyException` here needs `metadata.creationTimestamp` (its
+    /// `maxDuration` is measured from it); see [`Self::from_documents_at`].
     pub fn from_documents(text: &str) -> Result<Policy, PolicyError> {
+        Policy::from_documents_at(text, None)
+    }
+
+    /// [`Self::from_documents`], loaded at `now` (unix seconds): an
+    /// `ImagePolicyException` without `metadata.creationTimestamp` counts as
+    /// created now. Each exception must be accepted by the policy (its rules
+    /// exist, allow exceptions, and it lasts no longer than they allow), else
+    /// the file does not load — as a conflict between documents does not.
+    pub fn from_documents_at(text: &str, now: Option<i64>) -> Result<Policy, PolicyError> {
         let mut cluster: Vec<Policy> = Vec::new();
         let mut teams: Vec<NamespacePolicy> = Vec::new();
+        let mut exceptions: Vec<(u64, crate::exception::Exception)> = Vec::new();
         for (line, doc) in documents(text) {
             let head: serde_json::Value =
                 serde_saphyr::from_str_with_options(&doc, crate::yaml::options(&doc))
@@ -79,12 +91,17 @@ impl Policy {
                 KIND | CLUSTER_KIND => {
                     cluster.push(Policy::from_yaml(&doc).map_err(|e| shift(e, line))?)
                 }
+                crate::exception::KIND => exceptions.push((
+                    line,
+                    crate::exception::Exception::from_yaml(&doc).map_err(|e| shift(e, line))?,
+                )),
                 other => {
                     return Err(shift(
                         PolicyError::Invalid {
                             line: None,
                             message: format!(
-                                "kind {other:?} is not a sigil policy ({KIND} or {CLUSTER_KIND})"
+                                "kind {other:?} is not a sigil policy ({KIND}, {CLUSTER_KIND} or {})",
+                                crate::exception::KIND
                             ),
                         },
                         line,
@@ -108,7 +125,46 @@ impl Policy {
         for t in teams {
             merged.add_namespaced(t)?;
         }
+        for (line, e) in exceptions {
+            let Some(created) = e.created.or(now) else {
+                return Err(shift(
+                    PolicyError::Invalid {
+                        line: None,
+                        message: format!(
+                            "{} needs metadata.creationTimestamp here: its rules' maxDuration is measured from it",
+                            e.display_name()
+                        ),
+                    },
+                    line,
+                ));
+            };
+            e.check(&merged, created).map_err(|m| {
+                shift(
+                    PolicyError::Invalid {
+                        line: None,
+                        message: format!("{} is refused: {m}", e.display_name()),
+                    },
+                    line,
+                )
+            })?;
+            merged.add_exception(e)?;
+        }
         Ok(merged)
+    }
+
+    /// Puts an accepted exception in force for its namespace; its name must
+    /// be new there. (Whether the policy accepts it is
+    /// [`crate::exception::Exception::check`]'s.)
+    pub fn add_exception(&mut self, e: crate::exception::Exception) -> Result<(), PolicyError> {
+        let list = self.exceptions.entry(e.namespace.clone()).or_default();
+        if list.iter().any(|o| o.name == e.name) {
+            return Err(PolicyError::Invalid {
+                line: None,
+                message: format!("{} is defined twice", e.display_name()),
+            });
+        }
+        list.push(Arc::new(e));
+        Ok(())
     }
 
     /// Adds a team's policy for its namespace; its name must be new there.
@@ -193,8 +249,13 @@ impl Policy {
         for (ns, list) in other.namespaced {
             namespaced.entry(ns).or_default().extend(list);
         }
+        let mut exceptions = self.exceptions;
+        for (ns, list) in other.exceptions {
+            exceptions.entry(ns).or_default().extend(list);
+        }
         let index = super::plan::index_of(&rules, &order);
         Ok(Policy {
+            exceptions,
             index,
             name: format!("{}+{}", self.name, other.name),
             mirrors,

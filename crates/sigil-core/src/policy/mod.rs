@@ -156,6 +156,8 @@ pub struct Rule {
     /// The policy object that states it (`ClusterImagePolicy base`), for
     /// denials; `None` for a policy file's classic single document.
     pub source: Option<String>,
+    /// The longest `ImagePolicyException` it accepts (`None`: none).
+    pub exceptions: Option<Duration>,
 }
 
 /// Namespace labels, as a selector reads them.
@@ -255,6 +257,9 @@ pub struct Policy {
     pub exempt_namespaces: Vec<String>,
     /// Teams' namespaced ImagePolicies, by namespace (tighten only).
     pub namespaced: std::collections::BTreeMap<String, Vec<Arc<NamespacePolicy>>>,
+    /// Accepted `ImagePolicyException`s, by namespace (expired ones too:
+    /// expiry is checked at each decision).
+    pub exceptions: std::collections::BTreeMap<String, Vec<Arc<crate::exception::Exception>>>,
 }
 
 /// What the policy says must happen to one image, before any I/O.

@@ -79,6 +79,8 @@ pub struct TeamRule {
     pub deny: bool,
     /// The team's own signature requirement on the digest that will run.
     pub verification: Option<Arc<Verification>>,
+    /// The longest `ImagePolicyException` it accepts (`None`: none).
+    pub exceptions: Option<std::time::Duration>,
 }
 
 /// A namespaced ImagePolicy, compiled.
@@ -264,11 +266,19 @@ impl NamespacePolicy {
                 }
                 other => other,
             })?;
+            let exceptions = r
+                .exceptions
+                .as_ref()
+                .map(super::schema::ExceptionsSpec::allowance)
+                .transpose()
+                .map_err(|m| invalid(&r.name, format!("{who}: rule {name:?}: {m}")))?
+                .flatten();
             rules.push(TeamRule {
                 name,
                 patterns,
                 deny,
                 verification,
+                exceptions,
             });
         }
         let order = super::compile::specificity_order(

@@ -203,6 +203,46 @@ pub struct RuleSpec {
     /// selector; every namespace has `kubernetes.io/metadata.name`).
     #[serde(default)]
     pub namespace_selector: Option<SelectorSpec>,
+    /// Whether teams may waive this rule with an `ImagePolicyException`,
+    /// and for how long at most (default: no exceptions).
+    #[serde(default)]
+    pub exceptions: Option<ExceptionsSpec>,
+}
+
+/// A rule's `exceptions:`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExceptionsSpec {
+    /// Exceptions may waive this rule.
+    #[serde(default)]
+    pub allowed: bool,
+    /// The longest an exception may last from its creation (`720h`, the default).
+    #[serde(default)]
+    pub max_duration: Option<String>,
+}
+
+impl ExceptionsSpec {
+    /// The longest exception allowed, `None` when none are; or why
+    /// `maxDuration` is malformed.
+    pub fn allowance(&self) -> Result<Option<std::time::Duration>, String> {
+        if !self.allowed {
+            return match self.max_duration {
+                Some(_) => {
+                    Err("exceptions.maxDuration is set but exceptions.allowed is not true".into())
+                }
+                None => Ok(None),
+            };
+        }
+        match self.max_duration.as_deref() {
+            None => Ok(Some(crate::exception::DEFAULT_MAX_DURATION)),
+            Some(s) => match crate::duration::parse_go(s) {
+                Some(d) if !d.is_zero() => Ok(Some(d)),
+                _ => Err(format!(
+                    "exceptions.maxDuration {s:?} is not a positive duration (720h)"
+                )),
+            },
+        }
+    }
 }
 
 /// A label selector, as Kubernetes writes one.

@@ -66,6 +66,11 @@ fn policy_name(field: &FieldReport, file_policy: &str) -> String {
 }
 
 fn outcome(v: &Violation) -> (&'static str, &'static str) {
+    if v.exception.is_some() {
+        // Waived by an ImagePolicyException for now: `skip`, as peers
+        // report excepted results, with the exception in the properties.
+        return ("skip", "medium");
+    }
     match (v.reason, v.mode) {
         (Reason::Unresolvable, _) => ("error", "medium"),
         (_, Mode::Warn) => ("warn", "medium"),
@@ -134,6 +139,21 @@ fn results_of(o: &ObjectReport, file_policy: &str, seconds: i64) -> Vec<Value> {
             .into();
             let mut p = properties.clone();
             p.insert("reason".into(), v.reason.as_str().into());
+            if let Some(w) = &v.exception {
+                r["message"] = format!(
+                    "{} (excepted by {} until {}: {})",
+                    r["message"].as_str().unwrap_or_default(),
+                    w.exception,
+                    w.expires,
+                    w.reason
+                )
+                .into();
+                p.insert("exception".into(), w.exception.clone());
+                p.insert("expires".into(), w.expires.clone());
+                if let Some(t) = &w.ticket {
+                    p.insert("ticket".into(), t.clone());
+                }
+            }
             r["properties"] = json!(p);
             out.push(r);
         }

@@ -17,6 +17,7 @@
 mod rbac;
 mod route;
 mod store;
+mod validation;
 mod watch;
 
 use std::convert::Infallible;

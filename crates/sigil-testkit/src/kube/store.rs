@@ -242,6 +242,9 @@ impl State {
                 "metadata.name: Required value: name is required".into(),
             );
         }
+        if let Some(refused) = self.refused_by_crd(route, &o) {
+            return refused;
+        }
         if self.get(&route.coll, &n).is_some() {
             return status(
                 409,
@@ -291,6 +294,11 @@ impl State {
                     route.resource
                 ),
             );
+        }
+        if route.sub.is_none()
+            && let Some(refused) = self.refused_by_crd(route, &o)
+        {
+            return refused;
         }
         if route.sub.as_deref() == Some("status") {
             // Only .status changes through the subresource.
@@ -363,6 +371,32 @@ impl State {
             o["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"].clone();
         }
         self.replace(route, n, o)
+    }
+}
+
+impl State {
+    /// 422 Invalid when a custom object breaks a validation rule of its
+    /// stored CRD (`x-kubernetes-validations` on `spec`).
+    fn refused_by_crd(&self, route: &Route, o: &Value) -> Option<(u16, Value)> {
+        let group = route.coll.strip_prefix("/apis/")?.split('/').next()?;
+        let crd = self.get(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &format!("{}.{group}", route.resource),
+        )?;
+        let broken = super::validation::violations(&crd, o);
+        if broken.is_empty() {
+            return None;
+        }
+        Some(status(
+            422,
+            "Invalid",
+            format!(
+                "{}.{group} {:?} is invalid: {}",
+                o["kind"].as_str().unwrap_or_default(),
+                o["metadata"]["name"].as_str().unwrap_or_default(),
+                broken.join(", ")
+            ),
+        ))
     }
 }
 

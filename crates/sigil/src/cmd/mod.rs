@@ -42,8 +42,8 @@ pub fn load_policy_bytes(path: Option<&Path>) -> Result<(Policy, Option<Vec<u8>>
                 std::fs::read(p).with_context(|| format!("reading policy {}", p.display()))?;
             let text = std::str::from_utf8(&bytes)
                 .with_context(|| format!("policy {} is not UTF-8", p.display()))?;
-            let policy =
-                Policy::from_documents(text).with_context(|| format!("policy {}", p.display()))?;
+            let policy = Policy::from_documents_at(text, Some(sigil::engine::unix_now()))
+                .with_context(|| format!("policy {}", p.display()))?;
             Ok((policy, Some(bytes)))
         }
     }

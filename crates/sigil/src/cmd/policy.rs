@@ -31,7 +31,7 @@ pub fn run(command: PolicyCommand) -> Result<ExitCode> {
 fn check(file: &Path, schema_only: bool) -> Result<ExitCode> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let p = match Policy::from_documents(&text) {
+    let p = match Policy::from_documents_at(&text, Some(sigil::engine::unix_now())) {
         Ok(p) => p,
         Err(e) => bail!("{}: {e}", file.display()),
     };

@@ -12,6 +12,7 @@ mod conformance;
 mod credentials;
 mod deploy;
 mod drain;
+mod exceptions;
 mod hardening;
 mod helm;
 mod keyrefs;

@@ -40,6 +40,7 @@ fn violation(reason: Reason, mode: Mode) -> Violation {
         mode,
         detail: "failed signature verification".into(),
         fix: "sign it".into(),
+        exception: None,
     }
 }
 
@@ -227,4 +228,45 @@ fn a_namespace_over_the_limit_keeps_its_failures_and_says_how_many_it_left_out()
         .count();
     assert_eq!(fails, 10, "failures are kept before passes");
     assert!(serde_json::to_vec(big).unwrap().len() < 1_000_000);
+}
+
+/// An excepted failure is reported as `skip`, naming the exception, its
+/// expiry and ticket.
+#[test]
+fn an_excepted_failure_is_a_skip_naming_the_exception() {
+    let mut v = violation(Reason::Denied, Mode::Warn);
+    v.exception = Some(sigil_core::exception::Waiver {
+        exception: "ImagePolicyException team-a/legacy".into(),
+        expires: "2026-12-31T00:00:00Z".into(),
+        reason: "vendor image".into(),
+        ticket: Some("SEC-1234".into()),
+    });
+    let r = audit(vec![object(
+        "team-a",
+        "api",
+        ObjectResult::Violating,
+        vec![field(
+            "r.example/legacy:v1",
+            vec![v],
+            Some(("banned", Some("ClusterImagePolicy supply-chain"))),
+        )],
+    )]);
+    let a = &reports(&r, Api::Wgpolicyk8s)[0];
+    assert_eq!(a["summary"]["skip"], 1, "{a}");
+    let s = &a["results"][0];
+    assert_eq!(s["result"], "skip");
+    assert_eq!(s["rule"], "banned");
+    assert_eq!(
+        s["properties"]["exception"],
+        "ImagePolicyException team-a/legacy"
+    );
+    assert_eq!(s["properties"]["expires"], "2026-12-31T00:00:00Z");
+    assert_eq!(s["properties"]["ticket"], "SEC-1234");
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("excepted by ImagePolicyException team-a/legacy until 2026-12-31T00:00:00Z: vendor image"),
+        "{s}"
+    );
 }
