@@ -86,10 +86,20 @@ pub struct Finding {
 impl Finding {
     /// The one rendering of a denial: what, where, why, how to fix.
     pub fn message(&self, object: &ObjectRef) -> String {
+        let waived = self
+            .waiver
+            .as_ref()
+            .map(|w| {
+                format!(
+                    " (excepted by {} until {}: {})",
+                    w.exception, w.expires, w.reason
+                )
+            })
+            .unwrap_or_default();
         // Names and registry answers come from outside: a denial kubectl
         // prints must not carry terminal escapes (see `crate::text`).
         crate::text::escape_controls(&format!(
-            "image {:?} in {} of {}: {}; to fix: {}",
+            "image {:?} in {} of {}: {}; to fix: {}{waived}",
             self.image,
             self.field.describe(),
             object,

@@ -14,6 +14,7 @@ pub mod client;
 pub mod helper;
 mod hosts;
 pub mod keychain;
+pub mod layout;
 pub mod provider;
 mod response;
 

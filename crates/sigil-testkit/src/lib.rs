@@ -26,6 +26,7 @@ pub mod attestations;
 pub mod fault;
 pub mod intoto;
 pub mod kube;
+pub mod oci_layout;
 pub mod pki;
 pub mod procstat;
 pub mod registry;

@@ -327,12 +327,26 @@ pub fn engine_for(
         &sources.keychain,
         metrics,
     )?;
+    engine_over(policy, registry, sources, metrics)
+}
+
+/// [`engine_for`] over any source of digests and artifacts (the registry
+/// client, or OCI layouts on disk for `sigil test` and air-gapped pinning).
+pub fn engine_over<S>(
+    policy: Arc<Policy>,
+    source: S,
+    sources: &Sources,
+    metrics: &Arc<Metrics>,
+) -> Result<Engine<S>, EngineError>
+where
+    S: DigestResolver + sigil_core::ArtifactSource + Clone + 'static,
+{
     sources
         .keys
         .want(&sigil_verify::Material::key_refs(&policy));
     let material =
         sigil_verify::Material::load_with(&policy, &sources.trust, sources.keys.as_ref())?;
-    let mut engine = Engine::new(policy.clone(), registry.clone());
+    let mut engine = Engine::new(policy.clone(), source.clone());
     engine.max_lookups = sources.max_lookups;
     engine.unavailable = material.unavailable().to_vec();
     if !material.is_empty() {
@@ -341,7 +355,7 @@ pub fn engine_for(
             capacity: sigil_verify::DEFAULT_CAPACITY,
             ..Default::default()
         };
-        let verifier = sigil_verify::Verifier::new(registry, material, cache, metrics.clone());
+        let verifier = sigil_verify::Verifier::new(source, material, cache, metrics.clone());
         engine = engine.with_verifier(Arc::new(verifier));
     }
     if let Some(store) = &sources.pull_secrets {

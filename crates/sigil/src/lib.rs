@@ -5,7 +5,7 @@
 //! AdmissionReview wire format ([`admission`]), the I/O half of the one
 //! decision path ([`engine`]: runs the lookups a sigil-core plan names, and
 //! builds the engine a policy needs), client-side pinning and the KRM
-//! function ([`pin`], [`krm`]), the policy file's hot reload ([`reload`]),
+//! function ([`pin`], [`krm`]), policy test suites ([`suite`]), the policy file's hot reload ([`reload`]),
 //! serving certificates ([`tls`]), the readiness self-check
 //! ([`selfcheck`]), metrics ([`metrics`]), the batching log writer
 //! ([`logwriter`]) and atomic file writes ([`files`]). Its errors are
@@ -28,5 +28,6 @@ pub mod pin;
 pub mod reload;
 pub mod selfcheck;
 pub mod server;
+pub mod suite;
 pub mod tls;
 pub mod trust;

@@ -63,6 +63,11 @@ enum Command {
     },
     /// Print the ClusterImagePolicy, ImagePolicy and TrustRoot CRDs (YAML).
     Crds,
+    /// Run policy test suites (`sigil-test.yaml`): policies, resources, an
+    /// offline registry of OCI layouts, and the results they must give.
+    ///
+    /// Exit codes: 0 every expected result holds; 1 one does not; 2 bad input.
+    Test(cmd::test::TestArgs),
     /// Work with policy files.
     Policy {
         #[command(subcommand)]
@@ -89,6 +94,7 @@ fn main() -> ExitCode {
         Command::TrustRoot { command } => cmd::trust_root::run(command),
         Command::Crds => cmd::crds::run(),
         Command::Policy { command } => cmd::policy::run(command),
+        Command::Test(args) => cmd::test::run(args),
     };
     match result {
         Ok(code) => code,

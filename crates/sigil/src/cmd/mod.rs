@@ -24,6 +24,7 @@ pub mod krm;
 pub mod pin;
 pub mod policy;
 pub mod serve;
+pub mod test;
 pub mod trust_root;
 pub mod verify;
 pub mod verify_bundle;

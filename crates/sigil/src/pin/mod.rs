@@ -111,6 +111,12 @@ pub struct ImageReport {
     /// Index of the object in a ResourceList's `items`, for KRM results.
     #[serde(skip)]
     pub item: Option<usize>,
+    /// The container (or volume) the image is in, when it has a name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// The rule that decided it, when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
 }
 
 /// An object to decide, and where it sits in its document.
@@ -310,6 +316,8 @@ pub async fn decide_targets<R: DigestResolver>(
                 status,
                 message,
                 item: t.item,
+                container: field.name.clone(),
+                rule: v.rule.as_ref().map(|r| r.name.clone()),
             });
         }
     }

@@ -22,6 +22,7 @@ mod pin_files;
 mod policies;
 mod readme;
 mod shipped;
+mod suites;
 mod trust;
 use sigil_testkit as support;
 mod verify;
