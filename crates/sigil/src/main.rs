@@ -61,7 +61,7 @@ enum Command {
         #[command(subcommand)]
         command: cmd::trust_root::TrustRootCommand,
     },
-    /// Print the ClusterImagePolicy, ImagePolicy and TrustRoot CRDs (YAML).
+    /// Print the ClusterImagePolicy, ImagePolicy, TrustRoot and ImagePolicyException CRDs (YAML).
     Crds,
     /// Run policy test suites (`sigil-test.yaml`): policies, resources, an
     /// offline registry of OCI layouts, and the results they must give.

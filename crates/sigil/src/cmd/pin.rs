@@ -36,8 +36,38 @@ pub struct PinArgs {
     /// Report format.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     output: Output,
+    /// Resolve tags and read signatures from OCI image layouts under this
+    /// directory (`DIR/registry.example.com/team/app/`) instead of
+    /// registries: air-gapped pinning (see `sigil test`).
+    #[arg(long, value_name = "DIR", conflicts_with = "offline")]
+    oci_layout: Option<PathBuf>,
     #[command(flatten)]
     decide: super::DecideArgs,
+}
+
+/// Pins every input with `engine`, concurrently, with the progress bar.
+fn pin_inputs<R: sigil_core::DigestResolver>(
+    engine: &sigil::engine::Engine<R>,
+    inputs: &[Input],
+    opts: &sigil::pin::PinOptions,
+) -> Result<Vec<Result<Pinned, sigil_core::manifest::ManifestError>>> {
+    let bar = progress(inputs.len());
+    let results = runtime()?.block_on(async {
+        futures_util::stream::iter(inputs.iter())
+            .map(|i| {
+                let bar = &bar;
+                async move {
+                    let r = pin_text(engine, &i.text, opts).await;
+                    bar.inc(1);
+                    r
+                }
+            })
+            .buffered(64)
+            .collect()
+            .await
+    });
+    bar.finish_and_clear();
+    Ok(results)
 }
 
 #[derive(Copy, Clone, Debug, clap::ValueEnum)]
@@ -103,28 +133,29 @@ pub fn run(args: PinArgs) -> Result<ExitCode> {
     if args.write && inputs.iter().any(|i| i.path.is_none()) {
         bail!("--write edits files; for stdin, leave it out and the pinned YAML goes to stdout");
     }
-    let engine = engine_for(
-        load_policy(args.policy.as_deref())?,
-        &args.decide.creds.sources()?,
-    )?;
+    let policy = load_policy(args.policy.as_deref())?;
+    let sources = args.decide.creds.sources()?;
     let opts = args.decide.options();
-    let bar = progress(inputs.len());
-    let results: Vec<Result<Pinned, sigil_core::manifest::ManifestError>> =
-        runtime()?.block_on(async {
-            futures_util::stream::iter(inputs.iter())
-                .map(|i| {
-                    let (engine, bar, opts) = (&engine, &bar, &opts);
-                    async move {
-                        let r = pin_text(engine, &i.text, opts).await;
-                        bar.inc(1);
-                        r
-                    }
-                })
-                .buffered(64)
-                .collect()
-                .await
-        });
-    bar.finish_and_clear();
+    let (results, registry_requests) = match &args.oci_layout {
+        Some(dir) => {
+            if !dir.is_dir() {
+                bail!("--oci-layout {}: not a directory", dir.display());
+            }
+            let engine = sigil::engine::engine_over(
+                std::sync::Arc::new(policy),
+                sigil_registry::layout::Layouts::new(dir),
+                &sources,
+                &std::sync::Arc::new(sigil::metrics::Metrics::default()),
+            )
+            .context("putting the policy in force")?;
+            (pin_inputs(&engine, &inputs, &opts)?, 0)
+        }
+        None => {
+            let engine = engine_for(policy, &sources)?;
+            let results = pin_inputs(&engine, &inputs, &opts)?;
+            (results, engine.resolver.loads())
+        }
+    };
 
     let yaml_to_stdout = !args.write && !args.check;
     let mut results = results;
@@ -132,7 +163,7 @@ pub fn run(args: PinArgs) -> Result<ExitCode> {
     for (input, result) in inputs.iter().zip(&mut results) {
         report.add(&input.name, result, args.check);
     }
-    report.registry_requests = engine.resolver.loads();
+    report.registry_requests = registry_requests;
 
     let mut stdout = std::io::stdout().lock();
     if yaml_to_stdout && report.errors == 0 {

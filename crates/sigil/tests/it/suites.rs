@@ -151,3 +151,55 @@ fn regenerate_the_example_registry() {
     let u = unsigned.image("1.0", "unsigned 1.0");
     println!("web 1.0 {d}\nunsigned 1.0 {u}");
 }
+
+/// `sigil pin --oci-layout` pins air-gapped, from the same layouts, and
+/// still verifies signatures there.
+#[test]
+fn pin_runs_air_gapped_from_oci_layouts() {
+    let manifest = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: team-b}\nspec:\n  containers:\n    - name: web\n      image: registry.example.com/apps/web:1.0\n";
+    let out = crate::support::sigil::run_bounded(
+        std::process::Command::new(crate::support::sigil::bin())
+            .current_dir(examples())
+            .args([
+                "pin",
+                "--policy",
+                "policy.yaml",
+                "--oci-layout",
+                "registry",
+                "-",
+            ]),
+        Some(manifest),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("image: registry.example.com/apps/web:1.0@sha256:03291b093676c6456e5c16937e486ea165f2a16282af1d798728744a50b30be2"),
+        "{stdout}"
+    );
+    let unsigned = manifest.replace("apps/web", "apps/unsigned");
+    let out = crate::support::sigil::run_bounded(
+        std::process::Command::new(crate::support::sigil::bin())
+            .current_dir(examples())
+            .args([
+                "pin",
+                "--policy",
+                "policy.yaml",
+                "--oci-layout",
+                "registry",
+                "-",
+            ]),
+        Some(&unsigned),
+    );
+    assert_eq!(out.status.code(), Some(1), "the unsigned image is denied");
+    let out = run_sigil(
+        &["pin", "--oci-layout", "/nonexistent", "-"],
+        Some(manifest),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a directory"));
+}
