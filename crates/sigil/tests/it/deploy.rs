@@ -470,6 +470,24 @@ fn checked_in_crds_are_the_generated_ones_and_rbac_aggregates_only_the_namespace
         "true"
     );
     assert_eq!(edit["rules"][0]["resources"], json!(["imagepolicies"]));
+    // Exceptions waive the platform's rules: granting them is on purpose.
+    let exceptions = &by["ClusterRole/sigil-exceptions-edit"];
+    assert_eq!(
+        exceptions["rules"][0]["resources"],
+        json!(["imagepolicyexceptions"])
+    );
+    assert!(
+        !exceptions["metadata"]["labels"]
+            .to_string()
+            .contains("aggregate-to"),
+        "{exceptions}"
+    );
+    let ipe = &by["CustomResourceDefinition/imagepolicyexceptions.sigil.dev"];
+    assert_eq!(ipe["spec"]["scope"], "Namespaced");
+    let rules = ipe["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["x-kubernetes-validations"]
+        .to_string();
+    assert!(rules.contains("self.images.size() > 0"), "{rules}");
     for (key, role) in &by {
         if key.starts_with("ClusterRole/")
             && role["metadata"]["labels"]
@@ -480,6 +498,16 @@ fn checked_in_crds_are_the_generated_ones_and_rbac_aggregates_only_the_namespace
                 !role["rules"].to_string().contains("clusterimagepolicies"),
                 "{key} hands ClusterImagePolicy to namespace users"
             );
+            for rule in role["rules"].as_array().unwrap() {
+                let writes = rule["verbs"].to_string().contains("create");
+                assert!(
+                    !(writes
+                        && rule["resources"]
+                            .to_string()
+                            .contains("imagepolicyexceptions")),
+                    "{key} lets namespace users create ImagePolicyExceptions"
+                );
+            }
         }
     }
 }
