@@ -12,20 +12,27 @@
 //! The waiver itself (an enforced failure becomes a warning naming the
 //! exception) is applied in [`crate::object`].
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
 use crate::pattern::Pattern;
-use crate::policy::{Policy, PolicyError, RuleRef};
 use crate::reference::{Digest, Reference};
 
 /// The kind, as objects and policy-file documents spell it.
 pub const KIND: &str = "ImagePolicyException";
 
-/// How long an exception may last when a rule allows exceptions without
-/// saying `maxDuration`: 30 days.
-pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(720 * 3600);
+/// The `apiVersion` (the policy kinds' own, `crate::policy::API_VERSION`).
+pub const API_VERSION: &str = "sigil.dev/v1alpha1";
+
+/// Why an exception document means nothing sigil can apply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExceptionError {
+    /// Malformed YAML or JSON, or a field of the wrong shape.
+    #[error("{0}")]
+    Syntax(String),
+    /// Well-formed, but not an exception sigil can apply.
+    #[error("{0}")]
+    Invalid(String),
+}
 
 /// One rule an exception waives, as written: `policy` is
 /// `ClusterImagePolicy/NAME`, `ImagePolicy/NAMESPACE/NAME` (a team's), or
@@ -156,11 +163,8 @@ pub fn parse_instant(s: &str) -> Option<i64> {
         .map(|t| t.timestamp())
 }
 
-fn bad(message: String) -> PolicyError {
-    PolicyError::Invalid {
-        line: None,
-        message,
-    }
+fn bad(message: String) -> ExceptionError {
+    ExceptionError::Invalid(message)
 }
 
 impl Exception {
@@ -170,25 +174,24 @@ impl Exception {
     }
 
     /// Compiles one document (already parsed).
-    pub fn from_value(v: serde_json::Value) -> Result<Exception, PolicyError> {
-        let doc: Doc = serde_json::from_value(v).map_err(|e| PolicyError::Syntax(e.to_string()))?;
+    pub fn from_value(v: serde_json::Value) -> Result<Exception, ExceptionError> {
+        let doc: Doc =
+            serde_json::from_value(v).map_err(|e| ExceptionError::Syntax(e.to_string()))?;
         Exception::compile(doc)
     }
 
     /// Compiles one document from YAML.
-    pub fn from_yaml(text: &str) -> Result<Exception, PolicyError> {
+    pub fn from_yaml(text: &str) -> Result<Exception, ExceptionError> {
         let doc: Doc = serde_saphyr::from_str_with_options(text, crate::yaml::options(text))
-            .map_err(|e| PolicyError::Syntax(e.to_string()))?;
+            .map_err(|e| ExceptionError::Syntax(e.to_string()))?;
         Exception::compile(doc)
     }
 
-    fn compile(doc: Doc) -> Result<Exception, PolicyError> {
-        if doc.api_version != crate::policy::API_VERSION || doc.kind != KIND {
+    fn compile(doc: Doc) -> Result<Exception, ExceptionError> {
+        if doc.api_version != API_VERSION || doc.kind != KIND {
             return Err(bad(format!(
-                "expected apiVersion {} kind {KIND}, got {} {}",
-                crate::policy::API_VERSION,
-                doc.api_version,
-                doc.kind
+                "expected apiVersion {API_VERSION} kind {KIND}, got {} {}",
+                doc.api_version, doc.kind
             )));
         }
         let (namespace, name) = (doc.metadata.namespace, doc.metadata.name);
@@ -269,74 +272,33 @@ impl Exception {
         }
     }
 
-    /// Whether it waives a failure of `rule` for an image of origin name
-    /// `origin` running `digest` (when known). Pure matching: expiry is
-    /// [`Self::active_at`]'s.
-    pub fn covers(&self, origin: &Reference, digest: Option<&Digest>, rule: &RuleRef) -> bool {
-        let rule_named = self
-            .rules
+    /// The rules it waives, each with the `source` its rule reference
+    /// carries (`ClusterImagePolicy NAME`, `ImagePolicy NS/NAME`, or `None`
+    /// for a policy file's classic document).
+    pub fn targets(&self) -> impl Iterator<Item = (&RuleTarget, Option<&str>)> {
+        self.rules
             .iter()
             .zip(&self.sources)
-            .any(|(t, s)| t.rule == rule.name && *s == rule.source);
+            .map(|(t, s)| (t, s.as_deref()))
+    }
+
+    /// Whether it waives a failure of rule `rule` (stated by `source`, as
+    /// [`Self::targets`] names it) for an image of origin name `origin`
+    /// running `digest` (when known). Pure matching: expiry is
+    /// [`Self::active_at`]'s.
+    pub fn covers(
+        &self,
+        origin: &Reference,
+        digest: Option<&Digest>,
+        rule: &str,
+        source: Option<&str>,
+    ) -> bool {
+        let rule_named = self.targets().any(|(t, s)| t.rule == rule && s == source);
         rule_named
             && self.images.iter().any(|m| match m {
                 ImageMatch::Pattern(p) => p.matches(origin),
                 ImageMatch::Digest(p, d) => p.matches(origin) && digest == Some(d),
             })
-    }
-
-    /// Whether `policy` accepts it, created at `created` (unix seconds; the
-    /// object's creation, else the moment it was first seen): every rule it
-    /// names exists, allows exceptions, and `expires` is within that rule's
-    /// `maxDuration` of `created`. The error says which rule refuses and why.
-    pub fn check(&self, policy: &Policy, created: i64) -> Result<(), String> {
-        for (t, source) in self.rules.iter().zip(&self.sources) {
-            let allowance = match source
-                .as_deref()
-                .and_then(|s| s.strip_prefix("ImagePolicy "))
-            {
-                Some(team) => {
-                    let (ns, name) = team.split_once('/').unwrap_or_default();
-                    let p = policy
-                        .namespaced
-                        .get(ns)
-                        .and_then(|l| l.iter().find(|p| p.name == name))
-                        .ok_or_else(|| format!("{:?} is not a policy in force", t.policy))?;
-                    p.rules
-                        .iter()
-                        .find(|r| r.name == t.rule)
-                        .ok_or_else(|| format!("{} has no rule {:?}", t.policy, t.rule))?
-                        .exceptions
-                }
-                None => {
-                    policy
-                        .rules
-                        .iter()
-                        .find(|r| r.name == t.rule && r.source == *source)
-                        .ok_or_else(|| format!("no rule {:?} of {} is in force", t.rule, t.policy))?
-                        .exceptions
-                }
-            };
-            let Some(max) = allowance else {
-                return Err(format!(
-                    "rule {:?} of {} allows no exceptions (the platform sets exceptions: {{allowed: true, maxDuration: …}} on the rule)",
-                    t.rule, t.policy
-                ));
-            };
-            let lasts = self.expires.saturating_sub(created);
-            let max_secs = i64::try_from(max.as_secs()).unwrap_or(i64::MAX);
-            if lasts > max_secs {
-                return Err(format!(
-                    "expires {} is {} after its creation; rule {:?} of {} allows at most {}",
-                    self.expires_text,
-                    humantime::format_duration(Duration::from_secs(lasts.unsigned_abs())),
-                    t.rule,
-                    t.policy,
-                    humantime::format_duration(max)
-                ));
-            }
-        }
-        Ok(())
     }
 }
 
@@ -380,6 +342,3 @@ impl Waiver {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -206,13 +206,7 @@ fn judge(suite: &str, e: &Expect, r: &ImageReport) -> Check {
     };
     let mut why = Vec::new();
     if !outcome_holds {
-        why.push(format!(
-            "expected {}, got {label}",
-            serde_json::to_value(e.result)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default()
-        ));
+        why.push(format!("expected {}, got {label}", expected_word(e.result)));
     }
     if let Some(want) = &e.image
         && want != final_image

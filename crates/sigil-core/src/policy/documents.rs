@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use super::{CLUSTER_KIND, KIND, NamespacePolicy, Policy, PolicyError};
+use crate::exception::Exception;
 
 /// One document of a file: its text and the line it starts on.
 fn documents(text: &str) -> Vec<(u64, String)> {
@@ -93,7 +94,7 @@ impl Policy {
                 }
                 crate::exception::KIND => exceptions.push((
                     line,
-                    crate::exception::Exception::from_yaml(&doc).map_err(|e| shift(e, line))?,
+                    Exception::from_yaml(&doc).map_err(|e| shift(e.into(), line))?,
                 )),
                 other => {
                     return Err(shift(
@@ -138,7 +139,7 @@ impl Policy {
                     line,
                 ));
             };
-            e.check(&merged, created).map_err(|m| {
+            merged.accepts(&e, created).map_err(|m| {
                 shift(
                     PolicyError::Invalid {
                         line: None,
@@ -152,10 +153,65 @@ impl Policy {
         Ok(merged)
     }
 
+    /// Whether this policy accepts exception `e`, created at `created`
+    /// (unix seconds; the object's creation, else the moment it was first
+    /// seen): every rule it names exists, allows exceptions, and `expires` is
+    /// within that rule's `maxDuration` of `created`. The error says which
+    /// rule refuses and why.
+    pub fn accepts(&self, e: &Exception, created: i64) -> Result<(), String> {
+        let policy = self;
+        for (t, source) in e.targets() {
+            let allowance = match source.and_then(|s| s.strip_prefix("ImagePolicy ")) {
+                Some(team) => {
+                    let (ns, name) = team.split_once('/').unwrap_or_default();
+                    let p = policy
+                        .namespaced
+                        .get(ns)
+                        .and_then(|l| l.iter().find(|p| p.name == name))
+                        .ok_or_else(|| format!("{:?} is not a policy in force", t.policy))?;
+                    p.rules
+                        .iter()
+                        .find(|r| r.name == t.rule)
+                        .ok_or_else(|| format!("{} has no rule {:?}", t.policy, t.rule))?
+                        .exceptions
+                }
+                None => {
+                    policy
+                        .rules
+                        .iter()
+                        .find(|r| r.name == t.rule && r.source.as_deref() == source)
+                        .ok_or_else(|| format!("no rule {:?} of {} is in force", t.rule, t.policy))?
+                        .exceptions
+                }
+            };
+            let Some(max) = allowance else {
+                return Err(format!(
+                    "rule {:?} of {} allows no exceptions (the platform sets exceptions: {{allowed: true, maxDuration: …}} on the rule)",
+                    t.rule, t.policy
+                ));
+            };
+            let lasts = e.expires.saturating_sub(created);
+            let max_secs = i64::try_from(max.as_secs()).unwrap_or(i64::MAX);
+            if lasts > max_secs {
+                return Err(format!(
+                    "expires {} is {} after its creation; rule {:?} of {} allows at most {}",
+                    e.expires_text,
+                    humantime::format_duration(std::time::Duration::from_secs(
+                        lasts.unsigned_abs()
+                    )),
+                    t.rule,
+                    t.policy,
+                    humantime::format_duration(max)
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Puts an accepted exception in force for its namespace; its name must
     /// be new there. (Whether the policy accepts it is
-    /// [`crate::exception::Exception::check`]'s.)
-    pub fn add_exception(&mut self, e: crate::exception::Exception) -> Result<(), PolicyError> {
+    /// [`Self::accepts`]'s.)
+    pub fn add_exception(&mut self, e: Exception) -> Result<(), PolicyError> {
         let list = self.exceptions.entry(e.namespace.clone()).or_default();
         if list.iter().any(|o| o.name == e.name) {
             return Err(PolicyError::Invalid {

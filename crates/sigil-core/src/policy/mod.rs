@@ -76,6 +76,18 @@ pub enum PolicyError {
     },
 }
 
+impl From<crate::exception::ExceptionError> for PolicyError {
+    fn from(e: crate::exception::ExceptionError) -> PolicyError {
+        match e {
+            crate::exception::ExceptionError::Syntax(m) => PolicyError::Syntax(m),
+            crate::exception::ExceptionError::Invalid(message) => PolicyError::Invalid {
+                line: None,
+                message,
+            },
+        }
+    }
+}
+
 fn fmt_line(line: Option<u64>) -> String {
     line.map(|l| format!("line {l}: ")).unwrap_or_default()
 }

@@ -209,6 +209,10 @@ pub struct RuleSpec {
     pub exceptions: Option<ExceptionsSpec>,
 }
 
+/// How long an `ImagePolicyException` may last when a rule allows
+/// exceptions without saying `maxDuration`: 30 days.
+pub const DEFAULT_MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(720 * 3600);
+
 /// A rule's `exceptions:`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -234,7 +238,7 @@ impl ExceptionsSpec {
             };
         }
         match self.max_duration.as_deref() {
-            None => Ok(Some(crate::exception::DEFAULT_MAX_DURATION)),
+            None => Ok(Some(DEFAULT_MAX_DURATION)),
             Some(s) => match crate::duration::parse_go(s) {
                 Some(d) if !d.is_zero() => Ok(Some(d)),
                 _ => Err(format!(

@@ -83,7 +83,7 @@ pub(super) fn attach(
                     .map(|r| format!("{} rule {}", r.policy, r.rule))
                     .collect::<Vec<_>>()
                     .join(", ");
-                match e.check(policy, created.unwrap_or(now)) {
+                match policy.accepts(&e, created.unwrap_or(now)) {
                     Ok(()) => {
                         let _ = policy.add_exception(e);
                         (true, format!("waives {waives} until {text}"), expires, text)

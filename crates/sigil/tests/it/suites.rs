@@ -152,12 +152,9 @@ fn regenerate_the_example_registry() {
     println!("web 1.0 {d}\nunsigned 1.0 {u}");
 }
 
-/// `sigil pin --oci-layout` pins air-gapped, from the same layouts, and
-/// still verifies signatures there.
-#[test]
-fn pin_runs_air_gapped_from_oci_layouts() {
-    let manifest = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: team-b}\nspec:\n  containers:\n    - name: web\n      image: registry.example.com/apps/web:1.0\n";
-    let out = crate::support::sigil::run_bounded(
+/// `sigil pin` of `manifest` from `examples/test`, over its layouts.
+fn pin_air_gapped(manifest: &str) -> std::process::Output {
+    crate::support::sigil::run_bounded(
         std::process::Command::new(crate::support::sigil::bin())
             .current_dir(examples())
             .args([
@@ -169,7 +166,15 @@ fn pin_runs_air_gapped_from_oci_layouts() {
                 "-",
             ]),
         Some(manifest),
-    );
+    )
+}
+
+/// `sigil pin --oci-layout` pins air-gapped, from the same layouts, and
+/// still verifies signatures there.
+#[test]
+fn pin_runs_air_gapped_from_oci_layouts() {
+    let manifest = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: team-b}\nspec:\n  containers:\n    - name: web\n      image: registry.example.com/apps/web:1.0\n";
+    let out = pin_air_gapped(manifest);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -182,19 +187,7 @@ fn pin_runs_air_gapped_from_oci_layouts() {
         "{stdout}"
     );
     let unsigned = manifest.replace("apps/web", "apps/unsigned");
-    let out = crate::support::sigil::run_bounded(
-        std::process::Command::new(crate::support::sigil::bin())
-            .current_dir(examples())
-            .args([
-                "pin",
-                "--policy",
-                "policy.yaml",
-                "--oci-layout",
-                "registry",
-                "-",
-            ]),
-        Some(&unsigned),
-    );
+    let out = pin_air_gapped(&unsigned);
     assert_eq!(out.status.code(), Some(1), "the unsigned image is denied");
     let out = run_sigil(
         &["pin", "--oci-layout", "/nonexistent", "-"],

@@ -1,5 +1,8 @@
+//! ImagePolicyExceptions through the one decision: which failures they
+//! waive, until when, and which documents the policy refuses.
+
 use super::*;
-use crate::object::{Answers, ObjectFacts, Operation, Source, plan_object};
+use crate::exception::{Exception, ExceptionState};
 use crate::walker::summarize_value;
 
 /// 2026-12-01T00:00:00Z
