@@ -10,6 +10,7 @@
 //! knows nothing about Kubernetes.
 
 pub mod auth;
+pub mod breaker;
 pub mod client;
 pub mod helper;
 mod hosts;
@@ -64,6 +65,8 @@ pub trait Observer: Send + Sync + 'static {
     /// (`secret`, `serviceaccount`, `policy`, `docker-config`, `helper`,
     /// `provider`, `anonymous`).
     fn credential(&self, _source: &str) {}
+    /// A host's circuit breaker changed state: 0 closed, 1 open, 2 half-open.
+    fn breaker(&self, _host: &str, _state: i64) {}
 }
 
 /// An observer that records nothing.
@@ -171,6 +174,8 @@ struct Inner {
     cache_config: CacheConfig,
     observer: Arc<dyn Observer>,
     lookups: AtomicU64,
+    /// A circuit breaker per host: a dark registry fails fast.
+    breakers: breaker::Breakers,
     /// Hosts known to lack the referrers API, and since when: clients go
     /// straight to the tag schema instead of paying a 404 round trip each time.
     no_referrers_api: std::sync::Mutex<std::collections::HashMap<String, Instant>>,
@@ -210,6 +215,10 @@ impl Registry {
                 cache_config: cache,
                 observer,
                 lookups: AtomicU64::new(0),
+                breakers: breaker::Breakers::new(
+                    breaker::DEFAULT_FAILURES,
+                    breaker::DEFAULT_COOL_DOWN,
+                ),
                 no_referrers_api: Default::default(),
             }),
         })
@@ -258,12 +267,20 @@ impl Registry {
         credential: Option<&Credential>,
         deadline: Instant,
     ) -> Result<Option<Vec<u8>>, ResolveFailure> {
+        let permit = self
+            .inner
+            .breakers
+            .admit(target.domain(), self.inner.observer.as_ref())?;
         let lookup = self.lookup(target, credential, deadline);
         let budget = lookup.budget;
-        match tokio::time::timeout_at(deadline.into(), lookup.get_optional(target, rest)).await {
+        let r = match tokio::time::timeout_at(deadline.into(), lookup.get_optional(target, rest))
+            .await
+        {
             Ok(r) => r,
             Err(_) => Err(ResolveFailure::Timeout { budget }),
-        }
+        };
+        self.inner.breakers.record(permit, &r);
+        r
     }
 
     /// The credentials to try for `target`, in order, anonymous last.
@@ -337,12 +354,20 @@ impl Registry {
         credential: Option<&Credential>,
         deadline: Instant,
     ) -> Result<Digest, ResolveFailure> {
+        let permit = self
+            .inner
+            .breakers
+            .admit(target.domain(), self.inner.observer.as_ref())?;
         let lookup = self.lookup(target, credential, deadline);
         let budget = lookup.budget;
-        match tokio::time::timeout_at(deadline.into(), lookup.resolve(target, platform)).await {
+        let r = match tokio::time::timeout_at(deadline.into(), lookup.resolve(target, platform))
+            .await
+        {
             Ok(r) => r,
             Err(_) => Err(ResolveFailure::Timeout { budget }),
-        }
+        };
+        self.inner.breakers.record(permit, &r);
+        r
     }
 }
 

@@ -60,6 +60,7 @@ pub struct Metrics {
     images: Family<OutcomeLabels, Counter>,
     registry_requests: Family<RegistryLabels, Counter>,
     registry_latency: Family<HostLabels, Histogram>,
+    registry_breaker: Family<HostLabels, Gauge>,
     cache_lookups: Family<CacheLabels, Counter>,
     policy_reloads: Family<ResultLabels, Counter>,
     /// Entries in the digest cache; set at scrape time.
@@ -126,6 +127,7 @@ impl Default for Metrics {
             images: Family::default(),
             registry_requests: Family::default(),
             registry_latency: Family::new_with_constructor(latency_histogram),
+            registry_breaker: Family::default(),
             cache_lookups: Family::default(),
             policy_reloads: Family::default(),
             cache_entries: Gauge::default(),
@@ -183,6 +185,11 @@ impl Default for Metrics {
             "registry_request_duration_seconds",
             "Registry request latency by host",
             m.registry_latency.clone(),
+        );
+        registry.register(
+            "registry_breaker_state",
+            "Circuit breaker per registry host that has failed: 0 closed, 1 open (failing fast), 2 half-open (one probe in flight)",
+            m.registry_breaker.clone(),
         );
         registry.register(
             "digest_cache_lookups",
@@ -370,6 +377,14 @@ impl sigil_registry::Observer for Metrics {
                 source: source.to_owned(),
             })
             .inc();
+    }
+
+    fn breaker(&self, host: &str, state: i64) {
+        self.registry_breaker
+            .get_or_create(&HostLabels {
+                host: host.to_owned(),
+            })
+            .set(state);
     }
 
     fn cache(&self, hit: bool) {

@@ -392,3 +392,93 @@ fn client_cert(ca_key: &rcgen::KeyPair, ca: &rcgen::Certificate, name: &str) -> 
     let c = p.signed_by(&key, &issuer).unwrap();
     (c.pem(), key.serialize_pem())
 }
+
+/// A registry host that never answers, and one that answers 503: after
+/// three failures in a row its circuit breaker opens, and the next
+/// admissions are denied at once with the same clear reason, without
+/// another connection, instead of each waiting out the deadline; a healthy
+/// host is not affected, and `sigil_registry_breaker_state{host}` says which
+/// host is failing fast. (Half-open probing and recovery: the unit tests of
+/// `sigil_registry::breaker`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dark_or_failing_registry_fails_fast_after_three_failures() {
+    let reg = TestRegistry::start(Mode::Plain).await;
+    let h = reg.host();
+    reg.push_image("ok/app", "v1").await;
+    let (dark, hits) = black_hole().await;
+    let e503 =
+        crate::support::fault::FaultServer::start(crate::support::fault::Fault::Status(503)).await;
+    let failing = e503.addr.to_string();
+    let policy = format!(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  registries: [{{host: \"{h}\", insecure: true}}, {{host: \"{failing}\", insecure: true}}]\n  rules:\n    - {{name: all, match: [\"**\"], mode: enforce}}\n"
+    );
+    let s = Sigil::start(Some(&policy), &[]).await;
+    let api = s.apiserver();
+    let admit = |image: String| {
+        let api = &api;
+        async move {
+            let t = Instant::now();
+            let a = api
+                .admit(
+                    &review("CREATE", "shop", pod("p", &[&image])),
+                    Duration::from_secs(1),
+                )
+                .await;
+            (a, t.elapsed())
+        }
+    };
+    for i in 0..3 {
+        let (a, took) = admit(format!("{dark}/app:{i}")).await;
+        assert!(
+            !a.allowed && took >= Duration::from_millis(500),
+            "{took:?} {}",
+            a.message
+        );
+    }
+    let seen = hits.load(std::sync::atomic::Ordering::SeqCst);
+    for i in 3..13 {
+        let (a, took) = admit(format!("{dark}/app:{i}")).await;
+        assert!(!a.allowed);
+        assert!(took < Duration::from_millis(300), "failed fast: {took:?}");
+        assert!(
+            a.message.contains(&format!(
+                "{dark} is failing fast: 3 consecutive requests failed"
+            )),
+            "{}",
+            a.message
+        );
+    }
+    assert_eq!(
+        hits.load(std::sync::atomic::Ordering::SeqCst),
+        seen,
+        "no new connection"
+    );
+    for i in 0..3 {
+        let (a, _) = admit(format!("{failing}/app:{i}")).await;
+        assert!(!a.allowed && a.message.contains("503"), "{}", a.message);
+    }
+    let before = e503.hits.load(std::sync::atomic::Ordering::SeqCst);
+    let (a, _) = admit(format!("{failing}/app:9")).await;
+    assert!(
+        a.message.contains("failing fast") && a.message.contains("503"),
+        "{}",
+        a.message
+    );
+    assert_eq!(e503.hits.load(std::sync::atomic::Ordering::SeqCst), before);
+    // A healthy registry is not affected.
+    let (ok, _) = admit(format!("{h}/ok/app:v1")).await;
+    assert!(ok.allowed && ok.patched, "{}", ok.message);
+    let m = s.metrics().await;
+    for host in [dark.to_string(), failing.clone()] {
+        assert!(
+            m.contains(&format!(
+                "sigil_registry_breaker_state{{host=\"{host}\"}} 1"
+            )),
+            "{host} open in\n{m}"
+        );
+    }
+    assert!(
+        !m.contains(&format!("sigil_registry_breaker_state{{host=\"{h}\"}}")),
+        "{m}"
+    );
+}
