@@ -119,22 +119,12 @@ impl Finding {
             ),
             None => "admitted unchanged: warn mode".to_owned(),
         };
-        let mut s = crate::text::escape_controls(&format!(
+        crate::text::admission_warning(&format!(
             "sigil: image {:?} in {} {} ({why})",
             self.image,
             self.field.describe(),
             self.denial.why()
         ))
-        .into_owned();
-        if s.len() > 480 {
-            let mut cut = 477;
-            while !s.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            s.truncate(cut);
-            s.push_str("...");
-        }
-        s
     }
 }
 

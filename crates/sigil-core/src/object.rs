@@ -215,6 +215,8 @@ pub struct FieldVerdict {
     /// for reports; `None` when no rule applies (an invalid reference, no
     /// matching rule).
     pub rule: Option<RuleRef>,
+    /// Set when no mirror had the image and it was pinned at its origin.
+    pub fallback: Option<Arc<crate::policy::FellBack>>,
 }
 
 impl FieldVerdict {
@@ -514,6 +516,7 @@ impl ObjectPlan {
                     outcome,
                     report,
                     rule,
+                    fallback: plan.as_ref().ok().and_then(|p| p.fallback.clone()),
                 }
             })
             .collect();
@@ -591,6 +594,7 @@ pub fn signature_repository(p: &Plan, v: &Verification) -> Reference {
 
 mod adjust;
 use adjust::{downgrade_unchanged, waive};
+mod failover;
 mod teams;
 use teams::apply_teams;
 

@@ -51,6 +51,21 @@ pub fn truncate_chars(s: &str, max: usize) -> String {
     }
 }
 
+/// An admission warning as kubectl shows it: control characters escaped,
+/// cut to 480 bytes (with `...`) to stay near the limit the API server keeps.
+pub fn admission_warning(s: &str) -> String {
+    let mut s = escape_controls(s).into_owned();
+    if s.len() > 480 {
+        let mut cut = 477;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,13 +35,31 @@ fn free_form_list(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
+/// A string or a list of strings (`spec.mirrors[].to`), checked by sigil.
+fn string_or_list(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "Mirror prefix that replaces it, or a list of them tried in order.",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
 /// `spec.mirrors[]`.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct Mirror {
     /// Origin prefix on the normalized name: a host, or host/path.
     pub from: String,
-    /// Mirror prefix that replaces it.
-    pub to: String,
+    /// Mirror prefix that replaces it, or several tried in order.
+    #[schemars(schema_with = "string_or_list")]
+    pub to: serde_json::Value,
+    /// `origin`: pin at the origin (with a warning) when no mirror has the image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["origin"]))]
+    pub fallback: Option<String>,
+    /// Refuse a mirror whose digest for a tag differs from the origin's
+    /// (default: true with `fallback`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_same_digest: Option<bool>,
 }
 
 /// `spec.pin`.

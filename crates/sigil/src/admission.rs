@@ -312,6 +312,24 @@ impl<R: DigestResolver> Webhook<R> {
                 Outcome::Changed { new, rewritten, .. } => {
                     self.metrics
                         .image(if *rewritten { "rewritten" } else { "pinned" });
+                    if let Some(fb) = &v.fallback {
+                        self.metrics.mirror_fallback(&fb.from);
+                        resp.warnings
+                            .push(sigil_core::text::admission_warning(&format!(
+                                "sigil: image {:?} in {}: {}",
+                                field.value,
+                                field.describe(),
+                                fb.why
+                            )));
+                        let note = format!("{}: {}", field.dotted(), fb.why);
+                        resp.audit_annotations
+                            .entry("mirror-fallback".into())
+                            .and_modify(|a| {
+                                a.push_str("; ");
+                                a.push_str(&note);
+                            })
+                            .or_insert(note);
+                    }
                     if !audit.is_empty() {
                         audit.push_str("; ");
                     }

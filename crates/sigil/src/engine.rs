@@ -128,10 +128,25 @@ impl<R: DigestResolver> Engine<R> {
         )
         .limit_lookups(self.max_lookups);
         let creds = self.cluster_credentials(plan.pull_context());
-        let digests = self.resolve_all(plan.lookups(), &creds, deadline).await;
-        let reports = self
-            .verify_all(plan.verifications(&digests), &creds, deadline)
-            .await;
+        let (digests, served) = self.resolve_all(&plan, &creds, deadline).await;
+        let (plan, reports) = if served.is_empty() {
+            let reports = self
+                .verify_all(plan.verifications(&digests), &creds, deadline)
+                .await;
+            drop(creds);
+            (plan, reports)
+        } else {
+            // Served by another mirror or the origin: signatures are read
+            // where the image will be pulled from.
+            drop(creds);
+            let plan = plan.served_by(&served);
+            let creds = self.cluster_credentials(plan.pull_context());
+            let reports = self
+                .verify_all(plan.verifications(&digests), &creds, deadline)
+                .await;
+            drop(creds);
+            (plan, reports)
+        };
         plan.decide(&Answers {
             offline: false,
             digests,
@@ -203,28 +218,62 @@ impl<R: DigestResolver> Engine<R> {
     }
 
     /// Resolves each target once.
+    /// Resolves every lookup of `plan` (a mirror that fails over through
+    /// [`crate::failover`]): the answers by where they were served, and the
+    /// lookups served elsewhere than planned.
     async fn resolve_all(
         &self,
-        targets: Vec<&Reference>,
+        plan: &sigil_core::ObjectPlan,
         creds: &ClusterCredentials<'_>,
         deadline: Instant,
-    ) -> HashMap<Reference, Result<Digest, ResolveFailure>> {
+    ) -> (HashMap<Reference, Result<Digest, ResolveFailure>>, Served) {
+        let targets = plan.lookups();
         if targets.is_empty() {
-            return HashMap::new();
+            return Default::default();
         }
         let platform = self.policy.platform.as_ref();
-        let per_target: Vec<PullCredentials> =
-            targets.iter().map(|t| creds.for_target(t)).collect();
-        let answers = join_all(
-            targets
-                .iter()
-                .zip(&per_target)
-                .map(|(t, c)| self.resolver.resolve(t, platform, c, deadline)),
-        )
+        let for_target = |t: &Reference| creds.for_target(t);
+        let answers = join_all(targets.iter().map(|t| {
+            let failover = plan.failover_of(t);
+            async move {
+                match failover {
+                    Some(f) => {
+                        crate::failover::resolve(
+                            &self.resolver,
+                            t,
+                            f,
+                            platform,
+                            &for_target,
+                            deadline,
+                        )
+                        .await
+                    }
+                    None => crate::failover::Resolved {
+                        by: (*t).clone(),
+                        result: self
+                            .resolver
+                            .resolve(t, platform, &creds.for_target(t), deadline)
+                            .await,
+                        fallback: None,
+                    },
+                }
+            }
+        }))
         .await;
-        targets.into_iter().cloned().zip(answers).collect()
+        let mut digests = HashMap::with_capacity(answers.len());
+        let mut served = HashMap::new();
+        for (t, a) in targets.into_iter().zip(answers) {
+            if a.by != *t || a.fallback.is_some() {
+                served.insert(t.clone(), (a.by.clone(), a.fallback));
+            }
+            digests.insert(a.by, a.result);
+        }
+        (digests, served)
     }
 }
+
+/// Lookups served elsewhere than planned: planned target → (where, fallback).
+type Served = HashMap<Reference, (Reference, Option<Arc<sigil_core::policy::FellBack>>)>;
 
 impl<R: DigestResolver> sigil_kube::Decide for Engine<R> {
     fn policy(&self) -> &Arc<Policy> {

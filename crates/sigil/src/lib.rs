@@ -20,6 +20,7 @@
 pub mod admission;
 pub mod engine;
 pub mod error;
+pub mod failover;
 pub mod files;
 pub mod krm;
 pub mod logwriter;

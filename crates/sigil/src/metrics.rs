@@ -37,6 +37,11 @@ struct RegistryLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FromLabels {
+    from: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HostLabels {
     host: String,
 }
@@ -61,6 +66,7 @@ pub struct Metrics {
     registry_requests: Family<RegistryLabels, Counter>,
     registry_latency: Family<HostLabels, Histogram>,
     registry_breaker: Family<HostLabels, Gauge>,
+    mirror_fallbacks: Family<FromLabels, Counter>,
     cache_lookups: Family<CacheLabels, Counter>,
     policy_reloads: Family<ResultLabels, Counter>,
     /// Entries in the digest cache; set at scrape time.
@@ -128,6 +134,7 @@ impl Default for Metrics {
             registry_requests: Family::default(),
             registry_latency: Family::new_with_constructor(latency_histogram),
             registry_breaker: Family::default(),
+            mirror_fallbacks: Family::default(),
             cache_lookups: Family::default(),
             policy_reloads: Family::default(),
             cache_entries: Gauge::default(),
@@ -185,6 +192,11 @@ impl Default for Metrics {
             "registry_request_duration_seconds",
             "Registry request latency by host",
             m.registry_latency.clone(),
+        );
+        registry.register(
+            "mirror_fallbacks",
+            "Images no mirror could serve, pinned at their origin instead (fallback: origin), by mirror origin",
+            m.mirror_fallbacks.clone(),
         );
         registry.register(
             "registry_breaker_state",
@@ -273,6 +285,15 @@ impl Metrics {
     /// Records one image field's outcome.
     pub fn image(&self, outcome: &'static str) {
         self.images.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// Counts an image pinned at its origin because no mirror could serve it.
+    pub fn mirror_fallback(&self, from: &str) {
+        self.mirror_fallbacks
+            .get_or_create(&FromLabels {
+                from: from.to_owned(),
+            })
+            .inc();
     }
 
     /// Records a policy reload attempt.

@@ -281,41 +281,60 @@ fn compile_mirrors(specs: &[MirrorSpec]) -> Result<Vec<Mirror>, PolicyError> {
     for m in specs {
         let from = normalize_prefix(&m.from.value)
             .map_err(|e| invalid(&m.from, format!("mirror from {:?}: {e}", m.from.value)))?;
-        let to = normalize_prefix(&m.to.value)
-            .map_err(|e| invalid(&m.to, format!("mirror to {:?}: {e}", m.to.value)))?;
+        let listed = m.to.value.list();
+        if listed.is_empty() {
+            return Err(invalid(
+                &m.to,
+                format!("mirror from {from:?}: to lists no mirror"),
+            ));
+        }
+        let mut targets: Vec<String> = Vec::with_capacity(listed.len());
+        for t in listed {
+            let to =
+                normalize_prefix(t).map_err(|e| invalid(&m.to, format!("mirror to {t:?}: {e}")))?;
+            if targets.contains(&to) || out.iter().any(|o| o.targets().any(|x| x == to)) {
+                return Err(invalid(
+                    &m.to,
+                    format!(
+                        "mirror to {to:?} is used twice, so a mirrored name could not be mapped back to one origin"
+                    ),
+                ));
+            }
+            targets.push(to);
+        }
         if out.iter().any(|o| o.from == from) {
             return Err(invalid(
                 &m.from,
                 format!("mirror from {from:?} is listed twice"),
             ));
         }
-        if out.iter().any(|o| o.to == to) {
-            return Err(invalid(
-                &m.to,
-                format!(
-                    "mirror to {to:?} is used by two mirrors, so a mirrored name could not be mapped back to one origin"
-                ),
-            ));
-        }
-        out.push(Mirror { from, to });
+        let fallback_origin = m.fallback == Some(super::schema::Fallback::Origin);
+        let to = targets.remove(0);
+        out.push(Mirror {
+            from,
+            to,
+            alternates: targets,
+            fallback_origin,
+            require_same_digest: m.require_same_digest.unwrap_or(fallback_origin),
+        });
     }
     for a in &out {
-        if let Some(b) = out.iter().find(|b| super::plan::under(&a.to, &b.from)) {
-            let at = specs
-                .iter()
-                .find(|s| normalize_prefix(&s.to.value).ok().as_deref() == Some(a.to.as_str()))
-                .map(|s| &s.to);
-            let msg = format!(
-                "mirror target {:?} lies under mirror origin {:?}; chained mirrors are not supported",
-                a.to, b.from
-            );
-            return Err(match at {
-                Some(s) => invalid(s, msg),
-                None => PolicyError::Invalid {
-                    line: None,
-                    message: msg,
-                },
-            });
+        for t in a.targets() {
+            if let Some(b) = out.iter().find(|b| super::plan::under(t, &b.from)) {
+                return Err(PolicyError::Invalid {
+                    line: specs
+                        .iter()
+                        .find(|s| {
+                            normalize_prefix(&s.from.value).ok().as_deref() == Some(a.from.as_str())
+                        })
+                        .map(|s| s.to.referenced.line())
+                        .filter(|l| *l > 0),
+                    message: format!(
+                        "mirror target {t:?} lies under mirror origin {:?}; chained mirrors are not supported",
+                        b.from
+                    ),
+                });
+            }
         }
     }
     out.sort_by_key(|m| std::cmp::Reverse(m.from.len()));

@@ -31,6 +31,26 @@ impl Policy {
                     "  {}/… is pulled from {}/… (and {}/… is read back as {}/… for rule matching)",
                     m.from, m.to, m.to, m.from
                 );
+                for a in &m.alternates {
+                    let _ = writeln!(
+                        s,
+                        "    else from {a}/…, when the mirrors before it lack the image or fail"
+                    );
+                }
+                if m.fallback_origin {
+                    let _ = writeln!(
+                        s,
+                        "    else from {}/… itself, with a warning (fallback: origin)",
+                        m.from
+                    );
+                }
+                if m.require_same_digest {
+                    let _ = writeln!(
+                        s,
+                        "    a mirror whose digest for a tag differs from {}'s is refused (requireSameDigest)",
+                        m.from
+                    );
+                }
             }
         }
         if !p.registries.is_empty() {

@@ -251,8 +251,11 @@ impl Policy {
             if self.mirrors.iter().any(|o| o.from == m.from) {
                 return Err(conflict(format!("both map mirror {:?}", m.from)));
             }
-            if self.mirrors.iter().any(|o| o.to == m.to) {
-                return Err(conflict(format!("both mirror to {:?}", m.to)));
+            if let Some(t) = m
+                .targets()
+                .find(|t| self.mirrors.iter().any(|o| o.targets().any(|u| u == *t)))
+            {
+                return Err(conflict(format!("both mirror to {t:?}")));
             }
         }
         for r in &other.registries {

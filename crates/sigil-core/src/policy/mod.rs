@@ -13,7 +13,7 @@ mod describe;
 mod documents;
 pub mod namespaced;
 mod plan;
-pub use plan::RuleRef;
+pub use plan::{Failover, RuleRef};
 mod requirements;
 pub mod schema;
 
@@ -144,8 +144,27 @@ impl Platform {
 pub struct Mirror {
     /// Origin prefix (normalized).
     pub from: String,
-    /// Mirror prefix.
+    /// The first mirror prefix: where images are pulled from when it has them.
     pub to: String,
+    /// Further mirror prefixes, tried in order when the first lacks the
+    /// image or fails.
+    pub alternates: Vec<String>,
+    /// Pin at the origin when no mirror has the image (`fallback: origin`).
+    pub fallback_origin: bool,
+    /// A mirror whose digest for a tag differs from the origin's is refused.
+    pub require_same_digest: bool,
+}
+
+impl Mirror {
+    /// Every mirror prefix, in the order they are tried.
+    pub fn targets(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.to.as_str()).chain(self.alternates.iter().map(String::as_str))
+    }
+
+    /// Whether anything beyond the one mirror is tried.
+    pub fn fails_over(&self) -> bool {
+        !self.alternates.is_empty() || self.fallback_origin || self.require_same_digest
+    }
 }
 
 /// A compiled rule.
@@ -295,6 +314,20 @@ pub struct Plan {
     pub verify: Option<Arc<Verification>>,
     /// The policy object the rule comes from, if named.
     pub source: Option<String>,
+    /// Other mirrors and the origin, when the mirror fails over.
+    pub failover: Option<Arc<plan::Failover>>,
+    /// Set when no mirror had the image and it was resolved at the origin
+    /// instead (for the warning, the audit annotation and the metric).
+    pub fallback: Option<Arc<FellBack>>,
+}
+
+/// An image no mirror could serve, resolved at its origin instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FellBack {
+    /// The mirror's origin prefix.
+    pub from: String,
+    /// What each mirror answered.
+    pub why: String,
 }
 
 /// The I/O, if any, a plan still needs.
@@ -369,5 +402,7 @@ impl Policy {
     }
 }
 
+#[cfg(test)]
+mod failover_tests;
 #[cfg(test)]
 mod tests;

@@ -44,10 +44,11 @@ impl Policy {
         let best = self
             .mirrors
             .iter()
-            .filter(|m| under(&name, &m.to))
-            .max_by_key(|m| m.to.len());
+            .flat_map(|m| m.targets().map(move |t| (m, t)))
+            .filter(|(_, t)| under(&name, t))
+            .max_by_key(|(_, t)| t.len());
         match best {
-            Some(m) => swap_prefix(r, &name, &m.to, &m.from).unwrap_or_else(|| r.clone()),
+            Some((m, t)) => swap_prefix(r, &name, t, &m.from).unwrap_or_else(|| r.clone()),
             None => r.clone(),
         }
     }
@@ -74,7 +75,17 @@ impl Policy {
             Reference::parse(written.trim()).map_err(|e| Denial::InvalidReference { error: e })?;
         let origin = self.origin_of(&reference);
         let rule = self.rule_for(&origin, labels).ok_or(Denial::NoRule)?;
-        let target = self.mirror_of(&origin);
+        let mut target = self.mirror_of(&origin);
+        let failover = self.failover_of(&origin);
+        if let Some(f) = &failover
+            && reference.digest().is_some()
+            && (f.alternates.iter().any(|a| a.name() == reference.name())
+                || (f.fallback && origin.name() == reference.name()))
+        {
+            // Pinned by a failover already (a second admission pass, a
+            // manifest sigil pinned): keep the mirror or origin that served it.
+            target = reference.clone();
+        }
         let step = match rule.action {
             Action::Deny => Step::Deny,
             Action::Allow => Step::Keep,
@@ -91,8 +102,49 @@ impl Policy {
             step,
             verify: rule.verification.clone(),
             source: rule.source.clone(),
+            failover,
+            fallback: None,
         })
     }
+
+    /// Where else an origin's image may be resolved, when its mirror fails
+    /// over: the other mirrors in order, then the origin (`fallback:
+    /// origin`, or only to compare digests with `requireSameDigest`).
+    fn failover_of(&self, origin: &Reference) -> Option<std::sync::Arc<Failover>> {
+        let name = origin.name();
+        let m = self.mirrors.iter().find(|m| under(&name, &m.from))?;
+        if !m.fails_over() {
+            return None;
+        }
+        let alternates = m
+            .alternates
+            .iter()
+            .filter_map(|to| swap_prefix(origin, &name, &m.from, to))
+            .collect();
+        Some(std::sync::Arc::new(Failover {
+            from: m.from.clone(),
+            alternates,
+            origin: (m.fallback_origin || m.require_same_digest).then(|| origin.clone()),
+            fallback: m.fallback_origin,
+            require_same_digest: m.require_same_digest,
+        }))
+    }
+}
+
+/// What a mirrored image falls back on (see [`Policy::plan_in`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failover {
+    /// The mirror's origin prefix (`sigil_mirror_fallbacks_total{from}`).
+    pub from: String,
+    /// The image under each further mirror, in the order tried.
+    pub alternates: Vec<Reference>,
+    /// The image at its origin, when it is resolved (to fall back on, or to
+    /// compare digests with).
+    pub origin: Option<Reference>,
+    /// Pin at the origin when no mirror has the image.
+    pub fallback: bool,
+    /// Refuse a mirror whose digest differs from the origin's.
+    pub require_same_digest: bool,
 }
 
 impl Plan {

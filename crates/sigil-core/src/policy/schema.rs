@@ -60,8 +60,45 @@ pub struct Spec {
 pub struct MirrorSpec {
     /// Origin prefix on the normalized name: a host, or host/path.
     pub from: Spanned<String>,
-    /// Mirror prefix that replaces it.
-    pub to: Spanned<String>,
+    /// Mirror prefix that replaces it, or several, tried in order: the first
+    /// that has the image wins.
+    pub to: Spanned<MirrorTargets>,
+    /// `origin`: when no mirror has the image, pin it at the origin (with a
+    /// warning). Default: the failure, as for one mirror.
+    #[serde(default)]
+    pub fallback: Option<Fallback>,
+    /// Refuse a mirror whose digest for a tag differs from the origin's
+    /// (when the origin answers). Default: true with `fallback`, else false.
+    #[serde(default, rename = "requireSameDigest")]
+    pub require_same_digest: Option<bool>,
+}
+
+/// `to`: one mirror prefix, or several in order.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum MirrorTargets {
+    /// `to: mirror.example.com/hub`
+    One(String),
+    /// `to: [mirror-a.example.com/hub, mirror-b.example.com/hub]`
+    Many(Vec<String>),
+}
+
+impl MirrorTargets {
+    /// The prefixes, in order.
+    pub fn list(&self) -> Vec<&str> {
+        match self {
+            MirrorTargets::One(s) => vec![s.as_str()],
+            MirrorTargets::Many(v) => v.iter().map(String::as_str).collect(),
+        }
+    }
+}
+
+/// A mirror's `fallback`.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Fallback {
+    /// Pin the image at its origin when no mirror has it.
+    Origin,
 }
 
 /// How to reach one registry host.

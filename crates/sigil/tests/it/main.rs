@@ -16,6 +16,7 @@ mod exceptions;
 mod hardening;
 mod helm;
 mod keyrefs;
+mod mirrors;
 mod notation_trust;
 mod pin;
 mod pin_files;

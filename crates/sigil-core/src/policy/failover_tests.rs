@@ -1,0 +1,92 @@
+//! Several mirrors per origin, fallback to the origin and requireSameDigest:
+//! what the policy file accepts and what a plan carries.
+
+use super::*;
+
+fn policy(mirrors: &str) -> Result<Policy, PolicyError> {
+    Policy::from_yaml(&format!(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  mirrors:\n{mirrors}  rules:\n  - {{name: all, match: ['**']}}\n"
+    ))
+}
+
+#[test]
+fn to_takes_one_mirror_or_several_in_order() {
+    let one = policy("  - {from: docker.io, to: m.local/hub}\n").unwrap();
+    let p = one.plan("nginx:1").unwrap();
+    assert_eq!(p.target.to_string(), "m.local/hub/library/nginx:1");
+    assert!(p.failover.is_none(), "one mirror, no fallback: as before");
+
+    let two =
+        policy("  - {from: docker.io, to: [a.local/hub, b.local:5000/hub], fallback: origin}\n")
+            .unwrap();
+    let p = two.plan("nginx:1").unwrap();
+    assert_eq!(p.target.to_string(), "a.local/hub/library/nginx:1");
+    let f = p.failover.as_ref().unwrap();
+    assert_eq!(
+        f.alternates[0].to_string(),
+        "b.local:5000/hub/library/nginx:1"
+    );
+    assert_eq!(
+        f.origin.as_ref().unwrap().to_string(),
+        "docker.io/library/nginx:1"
+    );
+    assert!(
+        f.fallback && f.require_same_digest,
+        "requireSameDigest defaults on with fallback"
+    );
+    // A name under either mirror reads back as the origin (rules match it).
+    let b = two.origin_of(&Reference::parse("b.local:5000/hub/library/nginx:1").unwrap());
+    assert_eq!(b.to_string(), "docker.io/library/nginx:1");
+    // Pinned by a failover already: kept where it was served (idempotent).
+    let d = format!("sha256:{}", "c".repeat(64));
+    let at_b = format!("b.local:5000/hub/library/nginx:1@{d}");
+    let p = two.plan(&at_b).unwrap();
+    assert_eq!(p.step, Step::Keep);
+    assert_eq!(p.final_image(None), at_b);
+    let at_origin = format!("docker.io/library/nginx:1@{d}");
+    assert_eq!(two.plan(&at_origin).unwrap().final_image(None), at_origin);
+    let s = two.describe();
+    assert!(
+        s.contains("else from b.local:5000/hub/…") && s.contains("fallback: origin"),
+        "{s}"
+    );
+
+    let strict =
+        policy("  - {from: docker.io, to: a.local/hub, requireSameDigest: true}\n").unwrap();
+    let f = strict.plan("nginx:1").unwrap().failover.unwrap();
+    assert!(f.require_same_digest && !f.fallback && f.origin.is_some());
+}
+
+#[test]
+fn malformed_or_ambiguous_mirror_lists_are_refused() {
+    for (m, want) in [
+        ("  - {from: docker.io, to: []}\n", "to lists no mirror"),
+        (
+            "  - {from: docker.io, to: [a.local/x, a.local/x]}\n",
+            "is used twice",
+        ),
+        (
+            "  - {from: docker.io, to: [a.local/x]}\n  - {from: quay.io, to: [b.local/y, a.local/x]}\n",
+            "is used twice",
+        ),
+        (
+            "  - {from: docker.io, to: [a.local/x, quay.io/x]}\n  - {from: quay.io, to: c.local/q}\n",
+            "chained mirrors",
+        ),
+        (
+            "  - {from: docker.io, to: a.local/x, fallback: mirror}\n",
+            "unknown variant",
+        ),
+        (
+            "  - {from: docker.io, to: [a.local/x, 'not a host']}\n",
+            "mirror to",
+        ),
+    ] {
+        let e = policy(m).unwrap_err().to_string();
+        assert!(e.contains(want), "{m}: {e}");
+    }
+    let a = policy("  - {from: docker.io, to: [a.local/x, b.local/x]}\n").unwrap();
+    let b = Policy::from_yaml("apiVersion: sigil.dev/v1alpha1\nkind: ClusterImagePolicy\nmetadata: {name: other}\nspec:\n  mirrors: [{from: quay.io, to: [c.local/q, b.local/x]}]\n  rules: [{name: q, match: ['quay.io/**']}]\n").unwrap();
+    let e = a.merge(b).unwrap_err().to_string();
+    assert!(e.contains("both mirror to \"b.local/x\""), "{e}");
+}

@@ -1,0 +1,149 @@
+//! Resolving a mirrored image when its mirror fails over: the mirrors in
+//! order, then (with `fallback: origin`) the origin, and with
+//! `requireSameDigest` every mirror's answer checked against the origin's.
+//!
+//! Owns the order and the time each try gets — a mirror with more
+//! candidates after it gets a share of what is left of the deadline, so one
+//! dark mirror cannot spend a whole admission (and after three failures its
+//! circuit breaker in `sigil-registry` makes it fail at once) — and the
+//! words when nothing could serve the image. What a plan means, and which
+//! mirrors exist, is sigil-core's ([`sigil_core::policy::Failover`]).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::FutureExt as _;
+use sigil_core::policy::{Failover, FellBack};
+use sigil_core::{Digest, DigestResolver, Platform, PullCredentials, Reference, ResolveFailure};
+
+/// Where a lookup was answered, and with what.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The reference that answered (the planned target when none did).
+    pub by: Reference,
+    /// The answer.
+    pub result: Result<Digest, ResolveFailure>,
+    /// Set when the origin answered because no mirror could.
+    pub fallback: Option<Arc<FellBack>>,
+}
+
+/// The same kind of failure with `detail` in place of its own words (or
+/// `Unreachable` for kinds without words).
+fn with_detail(f: &ResolveFailure, detail: String) -> ResolveFailure {
+    match f {
+        ResolveFailure::NotFound { .. } => ResolveFailure::NotFound { detail },
+        ResolveFailure::BadResponse { .. } => ResolveFailure::BadResponse { detail },
+        ResolveFailure::Status { status, .. } => ResolveFailure::Status {
+            status: *status,
+            detail,
+        },
+        _ => ResolveFailure::Unreachable { detail },
+    }
+}
+
+/// Resolves `primary` (the first mirror's image) under `f`.
+pub async fn resolve<R: DigestResolver>(
+    resolver: &R,
+    primary: &Reference,
+    f: &Failover,
+    platform: Option<&Platform>,
+    creds: &(dyn Fn(&Reference) -> PullCredentials + Sync),
+    deadline: Instant,
+) -> Resolved {
+    // The origin is asked at once, alongside the mirrors, when its answer
+    // may be needed: to compare digests, or to fall back on.
+    let origin_creds = f.origin.as_ref().map(creds);
+    let origin = match (&f.origin, &origin_creds) {
+        (Some(o), Some(c)) => Some(resolver.resolve(o, platform, c, deadline).boxed().shared()),
+        _ => None,
+    };
+    let mirrors: Vec<&Reference> = std::iter::once(primary).chain(&f.alternates).collect();
+    let mut failures: Vec<(String, ResolveFailure)> = Vec::new();
+    let tries_left = |i: usize| (mirrors.len() - i) as u32 + u32::from(f.fallback);
+    for (i, m) in mirrors.iter().enumerate() {
+        let now = Instant::now();
+        let left = deadline.saturating_duration_since(now);
+        // A share of what is left, so the next candidates still get a try.
+        let until = now + left / tries_left(i).max(1);
+        let c = creds(m);
+        let answer = resolver.resolve(m, platform, &c, until.min(deadline)).await;
+        let digest = match answer {
+            Ok(d) => d,
+            Err(e) => {
+                failures.push((m.to_string(), e));
+                continue;
+            }
+        };
+        if f.require_same_digest
+            && let Some(o) = &origin
+            && let Ok(want) = o.clone().await
+            && want != digest
+        {
+            failures.push((
+                m.to_string(),
+                ResolveFailure::BadResponse {
+                    detail: format!(
+                        "the mirror serves {digest}, the origin {} serves {want}: a stale or tampered mirror (requireSameDigest)",
+                        f.origin.as_ref().map(ToString::to_string).unwrap_or_default()
+                    ),
+                },
+            ));
+            continue;
+        }
+        return Resolved {
+            by: (*m).clone(),
+            result: Ok(digest),
+            fallback: None,
+        };
+    }
+    let why = failures
+        .iter()
+        .map(|(m, e)| format!("{m}: {e}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if f.fallback
+        && let (Some(o), Some(at)) = (origin, &f.origin)
+    {
+        match o.await {
+            Ok(d) => {
+                return Resolved {
+                    by: at.clone(),
+                    result: Ok(d),
+                    fallback: Some(Arc::new(FellBack {
+                        from: f.from.clone(),
+                        why: format!("no mirror could serve it ({why}); pinned at the origin"),
+                    })),
+                };
+            }
+            Err(e) => failures.push((format!("{at} (origin)"), e)),
+        }
+    }
+    let first = failures
+        .first()
+        .map(|(_, e)| e.clone())
+        .unwrap_or(ResolveFailure::Unreachable {
+            detail: String::new(),
+        });
+    let result = if failures.len() == 1 {
+        Err(first)
+    } else {
+        let all = failures
+            .iter()
+            .map(|(m, e)| format!("{m}: {e}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let same_kind = failures.iter().all(|(_, e)| e.kind() == first.kind());
+        Err(if same_kind {
+            with_detail(&first, format!("no mirror could serve it: {all}"))
+        } else {
+            ResolveFailure::Unreachable {
+                detail: format!("no mirror could serve it: {all}"),
+            }
+        })
+    };
+    Resolved {
+        by: primary.clone(),
+        result,
+        fallback: None,
+    }
+}

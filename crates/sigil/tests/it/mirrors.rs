@@ -1,0 +1,251 @@
+//! Several mirrors per origin, with three real registries (origin, mirror
+//! A, mirror B) on loopback and a black-hole host: the first mirror that has
+//! the image wins and the pin is that mirror's; a dark mirror costs one
+//! timeout per cool-down, not one per admission; with no mirror holding the
+//! image, `fallback: origin` pins the origin with a warning, an audit
+//! annotation and a metric, without it the object is denied naming every
+//! mirror; a mirror serving another digest for the tag is refused under
+//! `requireSameDigest`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::support::registry::{Mode, TestRegistry};
+use crate::support::review::{pod, review};
+use crate::support::sigil::Sigil;
+
+/// The same image (same bytes, so the same digest) pushed to `reg`.
+async fn push_same(reg: &TestRegistry, repo: &str, tag: &str, content: &str) -> String {
+    let config = br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]},"config":{}}"#;
+    let cd = reg.push_blob(repo, config).await;
+    let ld = reg.push_blob(repo, content.as_bytes()).await;
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": config.len()},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": ld, "size": content.len()}]
+    }))
+    .unwrap();
+    reg.push_manifest(
+        repo,
+        tag,
+        "application/vnd.oci.image.manifest.v1+json",
+        &manifest,
+    )
+    .await
+}
+
+/// Listens, accepts and never answers; counts connections.
+async fn black_hole() -> (String, Arc<AtomicUsize>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let n = Arc::new(AtomicUsize::new(0));
+    let count = n.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = l.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            held.push(s);
+        }
+    });
+    (addr.to_string(), n)
+}
+
+fn policy(origin: &str, hosts: &[&str], mirror: &str) -> String {
+    let registries = hosts
+        .iter()
+        .map(|h| format!("{{host: \"{h}\", insecure: true}}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  registries: [{registries}]\n  mirrors:\n    - {{from: \"{origin}\", {mirror}}}\n  rules:\n    - {{name: all, match: [\"**\"], mode: enforce}}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_mirror_that_has_the_image_wins_and_a_dark_one_is_skipped() {
+    let (origin, a, b) = (
+        TestRegistry::start(Mode::Plain).await,
+        TestRegistry::start(Mode::Plain).await,
+        TestRegistry::start(Mode::Plain).await,
+    );
+    let (o, ha, hb) = (origin.host(), a.host(), b.host());
+    let d_origin = push_same(&origin, "team/app", "v1", "app v1").await;
+    // Only B has it.
+    let d_b = push_same(&b, "mirror/team/app", "v1", "app v1").await;
+    assert_eq!(d_origin, d_b);
+    let (dark, hits) = black_hole().await;
+    let p = policy(
+        &o,
+        &[&o, &ha, &hb, &dark],
+        &format!("to: [\"{ha}/mirror\", \"{hb}/mirror\"]"),
+    );
+    let s = Sigil::start(Some(&p), &[]).await;
+    let api = s.apiserver();
+    let got = api.create_pod("shop", &[&format!("{o}/team/app:v1")]).await;
+    assert!(got.allowed, "{}", got.message);
+    assert_eq!(
+        got.object["spec"]["containers"][0]["image"],
+        format!("{hb}/mirror/team/app:v1@{d_b}").as_str(),
+        "A lacks it: B's pin"
+    );
+    assert!(got.warnings.is_empty(), "{:?}", got.warnings);
+    // Reinvocation (or a second pass) keeps B: idempotent.
+    let again = api
+        .create_pod("shop", &[&format!("{hb}/mirror/team/app:v1@{d_b}")])
+        .await;
+    assert!(again.allowed && !again.patched, "{}", again.message);
+
+    // A dark first mirror: B answers within the deadline; after three
+    // failures A is not even tried (one timeout per cool-down).
+    let p = policy(
+        &o,
+        &[&o, &hb, &dark],
+        &format!("to: [\"{dark}/mirror\", \"{hb}/mirror\"]"),
+    );
+    let s = Sigil::start(Some(&p), &[]).await;
+    let api = s.apiserver();
+    let admit = |tag: u32| {
+        let api = &api;
+        let o = o.clone();
+        async move {
+            let t = Instant::now();
+            let got = api
+                .admit(
+                    &review("CREATE", "shop", pod("p", &[&format!("{o}/team/app:v1")])),
+                    Duration::from_secs(2),
+                )
+                .await;
+            let _ = tag;
+            (got, t.elapsed())
+        }
+    };
+    for i in 0..3 {
+        let (got, _) = admit(i).await;
+        assert!(got.allowed, "{}", got.message);
+        assert_eq!(
+            got.object["spec"]["containers"][0]["image"],
+            format!("{hb}/mirror/team/app:v1@{d_b}").as_str()
+        );
+    }
+    let tried = hits.load(Ordering::SeqCst);
+    assert!(tried >= 1, "the dark mirror was tried first");
+    for i in 3..8 {
+        let (got, took) = admit(i).await;
+        assert!(got.allowed, "{}", got.message);
+        assert!(took < Duration::from_millis(500), "B at once: {took:?}");
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        tried,
+        "A skipped while its breaker is open"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_mirror_holding_it_fallback_pins_the_origin_or_the_object_is_denied() {
+    let (origin, a, b) = (
+        TestRegistry::start(Mode::Plain).await,
+        TestRegistry::start(Mode::Plain).await,
+        TestRegistry::start(Mode::Plain).await,
+    );
+    let (o, ha, hb) = (origin.host(), a.host(), b.host());
+    let d = push_same(&origin, "team/app", "v1", "app v1").await;
+    // Neither mirror has it; without fallback: denied naming both.
+    let p = policy(
+        &o,
+        &[&o, &ha, &hb],
+        &format!("to: [\"{ha}/m\", \"{hb}/m\"]"),
+    );
+    let s = Sigil::start(Some(&p), &[]).await;
+    let got = s
+        .apiserver()
+        .create_pod("shop", &[&format!("{o}/team/app:v1")])
+        .await;
+    assert!(!got.allowed);
+    assert!(
+        got.message.contains("no mirror could serve it")
+            && got.message.contains(&format!("{ha}/m/team/app:v1"))
+            && got.message.contains(&format!("{hb}/m/team/app:v1")),
+        "{}",
+        got.message
+    );
+    drop(s);
+    // With fallback: pinned at the origin, with a warning, an annotation and the metric.
+    let p = policy(
+        &o,
+        &[&o, &ha, &hb],
+        &format!("to: [\"{ha}/m\", \"{hb}/m\"], fallback: origin"),
+    );
+    let s = Sigil::start(Some(&p), &[]).await;
+    let got = s
+        .apiserver()
+        .create_pod("shop", &[&format!("{o}/team/app:v1")])
+        .await;
+    assert!(got.allowed, "{}", got.message);
+    assert_eq!(
+        got.object["spec"]["containers"][0]["image"],
+        format!("{o}/team/app:v1@{d}").as_str()
+    );
+    assert!(
+        got.warnings
+            .iter()
+            .any(|w| w.contains("no mirror could serve it") && w.contains("pinned at the origin")),
+        "{:?}",
+        got.warnings
+    );
+    assert!(
+        got.response["response"]["auditAnnotations"]["mirror-fallback"]
+            .as_str()
+            .is_some_and(|a| a.contains("spec.containers[0].image")),
+        "{}",
+        got.response
+    );
+    let m = s.metrics().await;
+    assert!(
+        m.contains(&format!("sigil_mirror_fallbacks_total{{from=\"{o}\"}} 1")),
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_serving_another_digest_for_the_tag_is_refused() {
+    let (origin, a) = (
+        TestRegistry::start(Mode::Plain).await,
+        TestRegistry::start(Mode::Plain).await,
+    );
+    let (o, ha) = (origin.host(), a.host());
+    let d = push_same(&origin, "team/app", "v1", "app v1 (rebuilt)").await;
+    let stale = push_same(&a, "m/team/app", "v1", "app v1").await;
+    assert_ne!(d, stale);
+    let p = policy(
+        &o,
+        &[&o, &ha],
+        &format!("to: \"{ha}/m\", requireSameDigest: true"),
+    );
+    let s = Sigil::start(Some(&p), &[]).await;
+    let got = s
+        .apiserver()
+        .create_pod("shop", &[&format!("{o}/team/app:v1")])
+        .await;
+    assert!(!got.allowed);
+    assert!(
+        got.message.contains(&format!("the mirror serves {stale}"))
+            && got.message.contains(&format!("serves {d}"))
+            && got.message.contains("stale or tampered mirror"),
+        "{}",
+        got.message
+    );
+    drop(s);
+    // The default without requireSameDigest: the mirror's answer, as before.
+    let p = policy(&o, &[&o, &ha], &format!("to: \"{ha}/m\""));
+    let s = Sigil::start(Some(&p), &[]).await;
+    let got = s
+        .apiserver()
+        .create_pod("shop", &[&format!("{o}/team/app:v1")])
+        .await;
+    assert_eq!(
+        got.object["spec"]["containers"][0]["image"],
+        format!("{ha}/m/team/app:v1@{stale}").as_str()
+    );
+}
