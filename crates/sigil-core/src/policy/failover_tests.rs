@@ -90,3 +90,16 @@ fn malformed_or_ambiguous_mirror_lists_are_refused() {
     let e = a.merge(b).unwrap_err().to_string();
     assert!(e.contains("both mirror to \"b.local/x\""), "{e}");
 }
+
+#[test]
+fn policy_objects_take_a_mirror_list_too() {
+    let p = Policy::from_json_value(serde_json::json!({
+        "apiVersion": "sigil.dev/v1alpha1", "kind": "ClusterImagePolicy",
+        "metadata": {"name": "m"},
+        "spec": {"mirrors": [{"from": "docker.io", "to": ["a.local/hub", "b.local/hub"], "fallback": "origin"}],
+                 "rules": [{"name": "all", "match": ["**"]}]}
+    }))
+    .unwrap();
+    assert_eq!(p.mirrors[0].alternates, ["b.local/hub"]);
+    assert!(p.mirrors[0].fallback_origin);
+}
