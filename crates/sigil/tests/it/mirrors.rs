@@ -249,3 +249,39 @@ async fn a_mirror_serving_another_digest_for_the_tag_is_refused() {
         format!("{ha}/m/team/app:v1@{stale}").as_str()
     );
 }
+
+/// After a fallback the rule's signature check runs on the origin's digest,
+/// with the signatures read from the origin: signed there, admitted; the
+/// same policy denies an unsigned origin image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_is_verified_at_the_origin() {
+    use crate::support::signing::{Signer, push_signed};
+    let (origin, a) = (
+        TestRegistry::start(Mode::Plain).await,
+        TestRegistry::start(Mode::Plain).await,
+    );
+    let (o, ha) = (origin.host(), a.host());
+    let key = Signer::p256();
+    let dir = tempfile::tempdir().unwrap();
+    let pk = dir.path().join("k.pub");
+    std::fs::write(&pk, key.public_pem()).unwrap();
+    let d = push_signed(&origin, "team/app", "v1", "team/app", &key).await;
+    origin.push_image("team/unsigned", "v1").await;
+    let p = format!(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  registries: [{{host: \"{o}\", insecure: true}}, {{host: \"{ha}\", insecure: true}}]\n  mirrors:\n    - {{from: \"{o}\", to: \"{ha}/m\", fallback: origin}}\n  rules:\n    - {{name: signed, match: [\"**\"], verify: [{{name: release, cosign: {{key: \"{}\"}}}}]}}\n",
+        pk.display()
+    );
+    let s = Sigil::start(Some(&p), &[]).await;
+    let api = s.apiserver();
+    let got = api.create_pod("shop", &[&format!("{o}/team/app:v1")]).await;
+    assert!(got.allowed, "{}", got.message);
+    assert_eq!(
+        got.object["spec"]["containers"][0]["image"],
+        format!("{o}/team/app:v1@{d}").as_str()
+    );
+    let got = api
+        .create_pod("shop", &[&format!("{o}/team/unsigned:v1")])
+        .await;
+    assert!(!got.allowed, "{}", got.message);
+    assert!(got.message.contains("release"), "{}", got.message);
+}
