@@ -13,7 +13,7 @@ mod describe;
 mod documents;
 pub mod namespaced;
 mod plan;
-pub use plan::{Failover, RuleRef};
+pub use plan::RuleRef;
 mod requirements;
 pub mod schema;
 
@@ -315,10 +315,26 @@ pub struct Plan {
     /// The policy object the rule comes from, if named.
     pub source: Option<String>,
     /// Other mirrors and the origin, when the mirror fails over.
-    pub failover: Option<Arc<plan::Failover>>,
+    pub failover: Option<Arc<Failover>>,
     /// Set when no mirror had the image and it was resolved at the origin
     /// instead (for the warning, the audit annotation and the metric).
     pub fallback: Option<Arc<FellBack>>,
+}
+
+/// What a mirrored image falls back on (see [`Policy::plan_in`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failover {
+    /// The mirror's origin prefix (`sigil_mirror_fallbacks_total{from}`).
+    pub from: String,
+    /// The image under each further mirror, in the order tried.
+    pub alternates: Vec<Reference>,
+    /// The image at its origin, when it is resolved (to fall back on, or to
+    /// compare digests with).
+    pub origin: Option<Reference>,
+    /// Pin at the origin when no mirror has the image.
+    pub fallback: bool,
+    /// Refuse a mirror whose digest differs from the origin's.
+    pub require_same_digest: bool,
 }
 
 /// An image no mirror could serve, resolved at its origin instead.

@@ -2,7 +2,7 @@
 //! admission pass decides the same), the rule that governs the image, and
 //! whether it must be resolved, kept, or denied.
 
-use super::{Action, Labels, Plan, Policy, Rule, Step};
+use super::{Action, Failover, Labels, Plan, Policy, Rule, Step};
 use crate::denial::Denial;
 use crate::reference::{self, Reference};
 
@@ -129,22 +129,6 @@ impl Policy {
             require_same_digest: m.require_same_digest,
         }))
     }
-}
-
-/// What a mirrored image falls back on (see [`Policy::plan_in`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failover {
-    /// The mirror's origin prefix (`sigil_mirror_fallbacks_total{from}`).
-    pub from: String,
-    /// The image under each further mirror, in the order tried.
-    pub alternates: Vec<Reference>,
-    /// The image at its origin, when it is resolved (to fall back on, or to
-    /// compare digests with).
-    pub origin: Option<Reference>,
-    /// Pin at the origin when no mirror has the image.
-    pub fallback: bool,
-    /// Refuse a mirror whose digest differs from the origin's.
-    pub require_same_digest: bool,
 }
 
 impl Plan {

@@ -51,6 +51,16 @@ async fn black_hole() -> (String, Arc<AtomicUsize>) {
     (addr.to_string(), n)
 }
 
+/// Three real registries: the origin, mirror A and mirror B.
+async fn registries() -> (TestRegistry, TestRegistry, TestRegistry) {
+    let (o, a, b) = tokio::join!(
+        TestRegistry::start(Mode::Plain),
+        TestRegistry::start(Mode::Plain),
+        TestRegistry::start(Mode::Plain)
+    );
+    (o, a, b)
+}
+
 fn policy(origin: &str, hosts: &[&str], mirror: &str) -> String {
     let registries = hosts
         .iter()
@@ -64,11 +74,7 @@ fn policy(origin: &str, hosts: &[&str], mirror: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_mirror_that_has_the_image_wins_and_a_dark_one_is_skipped() {
-    let (origin, a, b) = (
-        TestRegistry::start(Mode::Plain).await,
-        TestRegistry::start(Mode::Plain).await,
-        TestRegistry::start(Mode::Plain).await,
-    );
+    let (origin, a, b) = registries().await;
     let (o, ha, hb) = (origin.host(), a.host(), b.host());
     let d_origin = push_same(&origin, "team/app", "v1", "app v1").await;
     // Only B has it.
@@ -144,11 +150,7 @@ async fn the_first_mirror_that_has_the_image_wins_and_a_dark_one_is_skipped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_no_mirror_holding_it_fallback_pins_the_origin_or_the_object_is_denied() {
-    let (origin, a, b) = (
-        TestRegistry::start(Mode::Plain).await,
-        TestRegistry::start(Mode::Plain).await,
-        TestRegistry::start(Mode::Plain).await,
-    );
+    let (origin, a, b) = registries().await;
     let (o, ha, hb) = (origin.host(), a.host(), b.host());
     let d = push_same(&origin, "team/app", "v1", "app v1").await;
     // Neither mirror has it; without fallback: denied naming both.
@@ -210,10 +212,7 @@ async fn with_no_mirror_holding_it_fallback_pins_the_origin_or_the_object_is_den
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mirror_serving_another_digest_for_the_tag_is_refused() {
-    let (origin, a) = (
-        TestRegistry::start(Mode::Plain).await,
-        TestRegistry::start(Mode::Plain).await,
-    );
+    let (origin, a, _) = registries().await;
     let (o, ha) = (origin.host(), a.host());
     let d = push_same(&origin, "team/app", "v1", "app v1 (rebuilt)").await;
     let stale = push_same(&a, "m/team/app", "v1", "app v1").await;
@@ -256,10 +255,7 @@ async fn a_mirror_serving_another_digest_for_the_tag_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fallback_is_verified_at_the_origin() {
     use crate::support::signing::{Signer, push_signed};
-    let (origin, a) = (
-        TestRegistry::start(Mode::Plain).await,
-        TestRegistry::start(Mode::Plain).await,
-    );
+    let (origin, a, _) = registries().await;
     let (o, ha) = (origin.host(), a.host());
     let key = Signer::p256();
     let dir = tempfile::tempdir().unwrap();
