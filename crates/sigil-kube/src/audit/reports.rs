@@ -1,7 +1,7 @@
 //! Writing the in-cluster audit's policy reports (`--policy-reports`): after
 //! each audit the Lease holder puts one report per namespace in place (the
-//! objects [`super::policyreport`] builds, replaced whole, so results of
-//! deleted objects disappear) and deletes its reports in namespaces with
+//! objects [`super::policyreport`] builds, merge-patched in place with
+//! their results replaced whole, so results of deleted objects disappear) and deletes its reports in namespaces with
 //! nothing left to report. Which API: the one asked for, or (`auto`) the
 //! first whose CRD is installed — wgpolicyk8s.io, then openreports.io —
 //! looked up again before each write, so installing a CRD later needs no
@@ -9,7 +9,7 @@
 //! audit goes on. A failed write is logged and counted, never fatal.
 
 use kube::Client;
-use kube::api::{Api as KubeApi, DeleteParams, ListParams, PostParams};
+use kube::api::{Api as KubeApi, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
@@ -161,7 +161,9 @@ impl Writer {
         }
     }
 
-    /// Creates or replaces one report; a conflict is retried once.
+    /// Updates one report in place by a JSON merge patch (its `results`
+    /// list is replaced whole, a note no longer true is removed), or
+    /// creates it when it is not there yet.
     async fn put(
         &self,
         api: Api,
@@ -169,25 +171,28 @@ impl Writer {
         obj: Value,
     ) -> Result<&'static str, kube::Error> {
         let scoped = self.scoped(api, ns);
-        let mut obj: DynamicObject =
-            serde_json::from_value(obj).map_err(kube::Error::SerdeError)?;
-        for attempt in 0..2 {
-            match scoped.get_opt(NAME).await? {
-                None => {
-                    obj.metadata.resource_version = None;
-                    scoped.create(&PostParams::default(), &obj).await?;
-                    return Ok("created");
-                }
-                Some(current) => {
-                    obj.metadata.resource_version = current.metadata.resource_version;
-                    match scoped.replace(NAME, &PostParams::default(), &obj).await {
-                        Ok(_) => return Ok("updated"),
-                        Err(kube::Error::Api(e)) if e.code == 409 && attempt == 0 => continue,
-                        Err(e) => return Err(e),
-                    }
+        let mut patch = obj.clone();
+        if patch["metadata"]["annotations"][super::policyreport::TRUNCATED].is_null() {
+            // Merge patch keeps what it is not told: say the note is gone.
+            patch["metadata"]["annotations"] =
+                serde_json::json!({ super::policyreport::TRUNCATED: null });
+        }
+        match scoped
+            .patch(NAME, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok("updated"),
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                let fresh: DynamicObject =
+                    serde_json::from_value(obj).map_err(kube::Error::SerdeError)?;
+                match scoped.create(&PostParams::default(), &fresh).await {
+                    Ok(_) => Ok("created"),
+                    // Created meanwhile (another writer): the next audit patches it.
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok("updated"),
+                    Err(e) => Err(e),
                 }
             }
+            Err(e) => Err(e),
         }
-        Ok("updated")
     }
 }
