@@ -22,6 +22,24 @@ use crate::Observer;
 pub const DEFAULT_FAILURES: u32 = 3;
 /// How long an open breaker fails fast before one request probes the host.
 pub const DEFAULT_COOL_DOWN: Duration = Duration::from_secs(15);
+/// When a host's breaker opens, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// Consecutive failures that open it (0: never).
+    pub failures: u32,
+    /// How long it fails fast before one request probes the host.
+    pub cool_down: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            failures: DEFAULT_FAILURES,
+            cool_down: DEFAULT_COOL_DOWN,
+        }
+    }
+}
+
 /// Hosts whose breakers are remembered; past this, closed ones are forgotten.
 const MAX_HOSTS: usize = 1024;
 
@@ -64,6 +82,7 @@ pub fn is_host_failure(f: &ResolveFailure) -> bool {
 /// The breakers of every host seen.
 #[derive(Debug)]
 pub(crate) struct Breakers {
+    /// 0: breakers are off.
     failures: u32,
     cool_down: Duration,
     hosts: Mutex<HashMap<String, State>>,
@@ -103,10 +122,10 @@ impl Drop for Permit<'_> {
 }
 
 impl Breakers {
-    pub(crate) fn new(failures: u32, cool_down: Duration) -> Breakers {
+    pub(crate) fn new(s: Settings) -> Breakers {
         Breakers {
-            failures: failures.max(1),
-            cool_down,
+            failures: s.failures,
+            cool_down: s.cool_down,
             hosts: Mutex::new(HashMap::new()),
         }
     }
@@ -121,6 +140,15 @@ impl Breakers {
         host: &str,
         observer: &'a dyn Observer,
     ) -> Result<Permit<'a>, ResolveFailure> {
+        if self.failures == 0 {
+            return Ok(Permit {
+                breakers: self,
+                host: String::new(),
+                probe: false,
+                done: true,
+                observer,
+            });
+        }
         let now = Instant::now();
         let mut hosts = self.lock();
         let state = hosts
@@ -178,6 +206,9 @@ impl Breakers {
 
     /// How the request `permit` allowed went.
     pub(crate) fn record<T>(&self, mut permit: Permit<'_>, result: &Result<T, ResolveFailure>) {
+        if self.failures == 0 {
+            return;
+        }
         permit.done = true;
         let host = std::mem::take(&mut permit.host);
         let mut hosts = self.lock();
@@ -240,7 +271,10 @@ mod tests {
     #[test]
     fn opens_after_consecutive_failures_probes_once_and_closes_on_an_answer() {
         let seen = Seen(Mutex::new(Vec::new()));
-        let b = Breakers::new(3, Duration::from_millis(50));
+        let b = Breakers::new(Settings {
+            failures: 3,
+            cool_down: Duration::from_millis(50),
+        });
         for _ in 0..2 {
             let p = b.admit("dark:5000", &seen).unwrap();
             b.record(p, &timeout());
@@ -289,7 +323,10 @@ mod tests {
     #[test]
     fn a_cancelled_probe_lets_the_next_request_probe() {
         let seen = Seen(Mutex::new(Vec::new()));
-        let b = Breakers::new(1, Duration::ZERO);
+        let b = Breakers::new(Settings {
+            failures: 1,
+            cool_down: Duration::ZERO,
+        });
         let p = b.admit("h", &seen).unwrap();
         b.record(p, &timeout());
         let probe = b.admit("h", &seen).unwrap();

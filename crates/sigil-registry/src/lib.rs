@@ -202,6 +202,7 @@ impl Registry {
         cache: CacheConfig,
         observer: Arc<dyn Observer>,
         keychain: Arc<keychain::Keychain>,
+        breaker: breaker::Settings,
     ) -> Result<Registry, RegistryError> {
         Ok(Registry {
             inner: Arc::new(Inner {
@@ -215,10 +216,7 @@ impl Registry {
                 cache_config: cache,
                 observer,
                 lookups: AtomicU64::new(0),
-                breakers: breaker::Breakers::new(
-                    breaker::DEFAULT_FAILURES,
-                    breaker::DEFAULT_COOL_DOWN,
-                ),
+                breakers: breaker::Breakers::new(breaker),
                 no_referrers_api: Default::default(),
             }),
         })

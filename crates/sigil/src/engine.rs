@@ -305,6 +305,8 @@ pub struct Sources {
     pub trust: Arc<sigil_verify::roots::TrustRoots>,
     /// ConfigMaps and Secrets verifiers name by `keyRef` (watched in `serve`).
     pub keys: Arc<dyn sigil_core::verify::KeySource>,
+    /// When a registry host's circuit breaker opens (`--registry-breaker-*`).
+    pub breaker: sigil_registry::breaker::Settings,
 }
 
 impl Default for Sources {
@@ -316,6 +318,7 @@ impl Default for Sources {
             max_lookups: DEFAULT_MAX_LOOKUPS,
             trust: Arc::default(),
             keys: Arc::new(sigil_core::verify::NoKeySource),
+            breaker: Default::default(),
         }
     }
 }
@@ -334,7 +337,7 @@ impl std::fmt::Debug for Sources {
 pub fn registry_for(
     policy: &Policy,
     current: Option<(&Policy, &Registry)>,
-    keychain: &Arc<Keychain>,
+    sources: &Sources,
     metrics: &Arc<Metrics>,
 ) -> Result<Registry, RegistryError> {
     if let Some((old, reg)) = current
@@ -347,7 +350,13 @@ pub fn registry_for(
         ttl: policy.cache_ttl,
         ..CacheConfig::default()
     };
-    Registry::new(&policy.registries, cache, metrics.clone(), keychain.clone())
+    Registry::new(
+        &policy.registries,
+        cache,
+        metrics.clone(),
+        sources.keychain.clone(),
+        sources.breaker,
+    )
 }
 
 /// Why a policy could not be put in force.
@@ -373,7 +382,7 @@ pub fn engine_for(
     let registry = registry_for(
         &policy,
         current.map(|e| (e.policy.as_ref(), &e.resolver)),
-        &sources.keychain,
+        sources,
         metrics,
     )?;
     engine_over(policy, registry, sources, metrics)

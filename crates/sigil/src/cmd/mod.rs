@@ -111,6 +111,13 @@ pub struct CredentialArgs {
         requires = "image_credential_provider_config"
     )]
     pub image_credential_provider_bin_dir: Option<PathBuf>,
+    /// Consecutive failures (no answer, refused, 5xx) after which a
+    /// registry host fails fast for --registry-breaker-cool-down; 0: never.
+    #[arg(long, env = "SIGIL_REGISTRY_BREAKER_FAILURES", default_value_t = sigil_registry::breaker::DEFAULT_FAILURES)]
+    pub registry_breaker_failures: u32,
+    /// How long a failing registry host fails fast before one request probes it.
+    #[arg(long, env = "SIGIL_REGISTRY_BREAKER_COOL_DOWN", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub registry_breaker_cool_down: Duration,
 }
 
 impl CredentialArgs {
@@ -125,6 +132,10 @@ impl CredentialArgs {
             keychain: Arc::new(keychain),
             pull_secrets: None,
             namespaces: None,
+            breaker: sigil_registry::breaker::Settings {
+                failures: self.registry_breaker_failures,
+                cool_down: self.registry_breaker_cool_down,
+            },
             ..Sources::default()
         })
     }

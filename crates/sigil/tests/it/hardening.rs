@@ -481,4 +481,45 @@ async fn a_dark_or_failing_registry_fails_fast_after_three_failures() {
         !m.contains(&format!("sigil_registry_breaker_state{{host=\"{h}\"}}")),
         "{m}"
     );
+    drop(s);
+
+    // Tuned by flags: open after one failure, probe again after a second.
+    let s = Sigil::start(
+        Some(&policy),
+        &[
+            "--registry-breaker-failures",
+            "1",
+            "--registry-breaker-cool-down",
+            "1s",
+        ],
+    )
+    .await;
+    let api = s.apiserver();
+    let once = |image: String| {
+        let api = &api;
+        async move {
+            api.admit(
+                &review("CREATE", "shop", pod("p", &[&image])),
+                Duration::from_secs(1),
+            )
+            .await
+        }
+    };
+    let before = hits.load(std::sync::atomic::Ordering::SeqCst);
+    once(format!("{dark}/other:1")).await;
+    let after_first = hits.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(after_first > before);
+    let a = once(format!("{dark}/other:2")).await;
+    assert!(
+        a.message.contains("1 consecutive requests failed"),
+        "{}",
+        a.message
+    );
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), after_first);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    once(format!("{dark}/other:3")).await;
+    assert!(
+        hits.load(std::sync::atomic::Ordering::SeqCst) > after_first,
+        "after the cool-down one request probes the host"
+    );
 }
