@@ -20,7 +20,7 @@ use crate::reference::{Digest, Reference};
 /// The kind, as objects and policy-file documents spell it.
 pub const KIND: &str = "ImagePolicyException";
 
-/// The `apiVersion` (the policy kinds' own, `crate::policy::API_VERSION`).
+/// The `apiVersion` of every sigil kind (`crate::policy::API_VERSION` is this one).
 pub const API_VERSION: &str = "sigil.dev/v1alpha1";
 
 /// Why an exception document means nothing sigil can apply.
@@ -146,6 +146,16 @@ pub enum ExceptionState {
 }
 
 impl ExceptionState {
+    /// An exception's state at `now` (unix seconds), given whether the policy
+    /// accepted it and when it expires: in force until `expires`, exclusive.
+    pub fn at(accepted: bool, expires: i64, now: i64) -> ExceptionState {
+        match (accepted, now < expires) {
+            (false, _) => ExceptionState::Invalid,
+            (true, true) => ExceptionState::Active,
+            (true, false) => ExceptionState::Expired,
+        }
+    }
+
     /// Label for status and `sigil_exceptions{state}`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -265,11 +275,7 @@ impl Exception {
 
     /// Its state at `now`, given whether the policy accepted it.
     pub fn state(&self, accepted: bool, now: i64) -> ExceptionState {
-        match (accepted, self.active_at(now)) {
-            (false, _) => ExceptionState::Invalid,
-            (true, true) => ExceptionState::Active,
-            (true, false) => ExceptionState::Expired,
-        }
+        ExceptionState::at(accepted, self.expires, now)
     }
 
     /// The rules it waives, each with the `source` its rule reference

@@ -217,7 +217,6 @@ impl<R: DigestResolver> Engine<R> {
         jobs.into_iter().map(|j| j.key).zip(reports).collect()
     }
 
-    /// Resolves each target once.
     /// Resolves every lookup of `plan` (a mirror that fails over through
     /// [`crate::failover`]): the answers by where they were served, and the
     /// lookups served elsewhere than planned.

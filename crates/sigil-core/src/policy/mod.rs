@@ -35,8 +35,8 @@ use crate::pattern::Pattern;
 use crate::reference::Reference;
 use crate::verify::Verification;
 
-/// The only `apiVersion` this build understands.
-pub const API_VERSION: &str = "sigil.dev/v1alpha1";
+/// The only `apiVersion` this build understands (every sigil kind's).
+pub const API_VERSION: &str = crate::exception::API_VERSION;
 /// The policy's `kind`: cluster-wide in a file without a namespace (as it
 /// always was), a team's tighten-only policy with `metadata.namespace`.
 pub const KIND: &str = "ImagePolicy";

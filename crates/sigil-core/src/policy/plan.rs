@@ -56,11 +56,12 @@ impl Policy {
     /// Maps an origin name to where it is pulled from (longest `from` wins).
     pub fn mirror_of(&self, origin: &Reference) -> Reference {
         let name = origin.name();
-        // `mirrors` is sorted longest `from` first.
-        match self.mirrors.iter().find(|m| under(&name, &m.from)) {
-            Some(m) => swap_prefix(origin, &name, &m.from, &m.to).unwrap_or_else(|| origin.clone()),
-            None => origin.clone(),
-        }
+        mirrored(origin, &name, self.mirror_for(&name))
+    }
+
+    /// The mirror of an origin name (`mirrors` is sorted longest `from` first).
+    fn mirror_for(&self, name: &str) -> Option<&super::Mirror> {
+        self.mirrors.iter().find(|m| under(name, &m.from))
     }
 
     /// Decides what must happen to one image string. Pure and idempotent:
@@ -75,12 +76,15 @@ impl Policy {
             Reference::parse(written.trim()).map_err(|e| Denial::InvalidReference { error: e })?;
         let origin = self.origin_of(&reference);
         let rule = self.rule_for(&origin, labels).ok_or(Denial::NoRule)?;
-        let mut target = self.mirror_of(&origin);
-        let failover = self.failover_of(&origin);
+        let name = origin.name();
+        let mirror = self.mirror_for(&name);
+        let mut target = mirrored(&origin, &name, mirror);
+        let failover = mirror.and_then(|m| failover_of(m, &origin, &name));
         if let Some(f) = &failover
             && reference.digest().is_some()
-            && (f.alternates.iter().any(|a| a.name() == reference.name())
-                || (f.fallback && origin.name() == reference.name()))
+            && let written_name = reference.name()
+            && (f.alternates.iter().any(|a| a.name() == written_name)
+                || (f.fallback && name == written_name))
         {
             // Pinned by a failover already (a second admission pass, a
             // manifest sigil pinned): keep the mirror or origin that served it.
@@ -106,29 +110,39 @@ impl Policy {
             fallback: None,
         })
     }
+}
 
-    /// Where else an origin's image may be resolved, when its mirror fails
-    /// over: the other mirrors in order, then the origin (`fallback:
-    /// origin`, or only to compare digests with `requireSameDigest`).
-    fn failover_of(&self, origin: &Reference) -> Option<std::sync::Arc<Failover>> {
-        let name = origin.name();
-        let m = self.mirrors.iter().find(|m| under(&name, &m.from))?;
-        if !m.fails_over() {
-            return None;
-        }
-        let alternates = m
-            .alternates
-            .iter()
-            .filter_map(|to| swap_prefix(origin, &name, &m.from, to))
-            .collect();
-        Some(std::sync::Arc::new(Failover {
-            from: m.from.clone(),
-            alternates,
-            origin: (m.fallback_origin || m.require_same_digest).then(|| origin.clone()),
-            fallback: m.fallback_origin,
-            require_same_digest: m.require_same_digest,
-        }))
+/// Where `origin` (named `name`) is pulled from under `mirror`, if any.
+fn mirrored(origin: &Reference, name: &str, mirror: Option<&super::Mirror>) -> Reference {
+    match mirror {
+        Some(m) => swap_prefix(origin, name, &m.from, &m.to).unwrap_or_else(|| origin.clone()),
+        None => origin.clone(),
     }
+}
+
+/// Where else an origin's image may be resolved, when its mirror fails
+/// over: the other mirrors in order, then the origin (`fallback: origin`, or
+/// only to compare digests with `requireSameDigest`).
+fn failover_of(
+    m: &super::Mirror,
+    origin: &Reference,
+    name: &str,
+) -> Option<std::sync::Arc<Failover>> {
+    if !m.fails_over() {
+        return None;
+    }
+    let alternates = m
+        .alternates
+        .iter()
+        .filter_map(|to| swap_prefix(origin, name, &m.from, to))
+        .collect();
+    Some(std::sync::Arc::new(Failover {
+        from: m.from.clone(),
+        alternates,
+        origin: (m.fallback_origin || m.require_same_digest).then(|| origin.clone()),
+        fallback: m.fallback_origin,
+        require_same_digest: m.require_same_digest,
+    }))
 }
 
 impl Plan {

@@ -1,7 +1,8 @@
 //! Writing the in-cluster audit's policy reports (`--policy-reports`): after
 //! each audit the Lease holder puts one report per namespace in place (the
 //! objects [`super::policyreport`] builds, merge-patched in place with
-//! their results replaced whole, so results of deleted objects disappear) and deletes its reports in namespaces with
+//! their results replaced whole, so results of deleted objects disappear)
+//! and deletes its reports in namespaces with
 //! nothing left to report. Which API: the one asked for, or (`auto`) the
 //! first whose CRD is installed — wgpolicyk8s.io, then openreports.io —
 //! looked up again before each write, so installing a CRD later needs no

@@ -40,11 +40,7 @@ pub(super) struct Entry {
 
 impl Entry {
     fn state(&self, now: i64) -> ExceptionState {
-        match (self.accepted, now < self.expires) {
-            (false, _) => ExceptionState::Invalid,
-            (true, true) => ExceptionState::Active,
-            (true, false) => ExceptionState::Expired,
-        }
+        ExceptionState::at(self.accepted, self.expires, now)
     }
 }
 

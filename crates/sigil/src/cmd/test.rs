@@ -131,16 +131,16 @@ fn run_suite(file: &Path, rt: &tokio::runtime::Runtime) -> Result<Vec<Check>> {
     let opts = PinOptions {
         offline: s.registry.is_none(),
         timeout: Duration::from_secs(10),
-        namespace: s.namespace.clone().unwrap_or_else(|| "default".into()),
+        namespace: s
+            .namespace
+            .clone()
+            .unwrap_or_else(|| sigil::pin::DEFAULT_NAMESPACE.into()),
     };
     // Paths in the policy (keys, certificates) are relative to the suite.
     let previous = std::env::current_dir().context("reading the current directory")?;
     std::env::set_current_dir(&base).with_context(|| format!("entering {}", base.display()))?;
-    let registry = s
-        .registry
-        .as_deref()
-        .map(|r| Layouts::new(base.join(r)))
-        .unwrap_or_else(|| Layouts::new(base.join(".sigil-test-no-registry")));
+    // Without a registry the suite runs offline: nothing is read from it.
+    let registry = Layouts::new(base.join(s.registry.as_deref().unwrap_or_default()));
     let engine = engine_over(
         Arc::new(policy),
         registry,

@@ -61,6 +61,13 @@ async fn registries() -> (TestRegistry, TestRegistry, TestRegistry) {
     (o, a, b)
 }
 
+/// Starts sigil with `policy` and creates a Pod running `image` in `shop`.
+async fn start_and_create(policy: &str, image: &str) -> (Sigil, crate::support::sigil::Admitted) {
+    let s = Sigil::start(Some(policy), &[]).await;
+    let got = s.apiserver().create_pod("shop", &[image]).await;
+    (s, got)
+}
+
 fn policy(origin: &str, hosts: &[&str], mirror: &str) -> String {
     let registries = hosts
         .iter()
@@ -159,11 +166,7 @@ async fn with_no_mirror_holding_it_fallback_pins_the_origin_or_the_object_is_den
         &[&o, &ha, &hb],
         &format!("to: [\"{ha}/m\", \"{hb}/m\"]"),
     );
-    let s = Sigil::start(Some(&p), &[]).await;
-    let got = s
-        .apiserver()
-        .create_pod("shop", &[&format!("{o}/team/app:v1")])
-        .await;
+    let (s, got) = start_and_create(&p, &format!("{o}/team/app:v1")).await;
     assert!(!got.allowed);
     assert!(
         got.message.contains("no mirror could serve it")
@@ -179,11 +182,7 @@ async fn with_no_mirror_holding_it_fallback_pins_the_origin_or_the_object_is_den
         &[&o, &ha, &hb],
         &format!("to: [\"{ha}/m\", \"{hb}/m\"], fallback: origin"),
     );
-    let s = Sigil::start(Some(&p), &[]).await;
-    let got = s
-        .apiserver()
-        .create_pod("shop", &[&format!("{o}/team/app:v1")])
-        .await;
+    let (s, got) = start_and_create(&p, &format!("{o}/team/app:v1")).await;
     assert!(got.allowed, "{}", got.message);
     assert_eq!(
         got.object["spec"]["containers"][0]["image"],
@@ -222,11 +221,7 @@ async fn a_mirror_serving_another_digest_for_the_tag_is_refused() {
         &[&o, &ha],
         &format!("to: \"{ha}/m\", requireSameDigest: true"),
     );
-    let s = Sigil::start(Some(&p), &[]).await;
-    let got = s
-        .apiserver()
-        .create_pod("shop", &[&format!("{o}/team/app:v1")])
-        .await;
+    let (s, got) = start_and_create(&p, &format!("{o}/team/app:v1")).await;
     assert!(!got.allowed);
     assert!(
         got.message.contains(&format!("the mirror serves {stale}"))
@@ -238,11 +233,7 @@ async fn a_mirror_serving_another_digest_for_the_tag_is_refused() {
     drop(s);
     // The default without requireSameDigest: the mirror's answer, as before.
     let p = policy(&o, &[&o, &ha], &format!("to: \"{ha}/m\""));
-    let s = Sigil::start(Some(&p), &[]).await;
-    let got = s
-        .apiserver()
-        .create_pod("shop", &[&format!("{o}/team/app:v1")])
-        .await;
+    let (_s, got) = start_and_create(&p, &format!("{o}/team/app:v1")).await;
     assert_eq!(
         got.object["spec"]["containers"][0]["image"],
         format!("{ha}/m/team/app:v1@{stale}").as_str()
