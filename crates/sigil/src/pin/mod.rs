@@ -331,7 +331,19 @@ fn report_of(v: &FieldVerdict, object: &ObjectRef) -> (Status, Option<String>, O
         Outcome::Changed {
             new, pinned: None, ..
         } => (Status::Rewritten, Some(new.clone()), None),
-        Outcome::Changed { new, .. } => (Status::Pinned, Some(new.clone()), None),
+        Outcome::Changed { new, .. } => (
+            Status::Pinned,
+            Some(new.clone()),
+            // No mirror had it: pinned at the origin, which the user should know.
+            v.fallback.as_ref().map(|f| {
+                format!(
+                    "image {:?} in {} of {object}: {}",
+                    v.field.value,
+                    v.field.describe(),
+                    f.why
+                )
+            }),
+        ),
         Outcome::NeedsLookup { new, .. } => (
             Status::NeedsRegistry,
             new.clone(),

@@ -207,6 +207,44 @@ async fn with_no_mirror_holding_it_fallback_pins_the_origin_or_the_object_is_den
         m.contains(&format!("sigil_mirror_fallbacks_total{{from=\"{o}\"}} 1")),
         "{m}"
     );
+    // `sigil pin` makes the same decision and says so too.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.yaml");
+    std::fs::write(&file, &p).unwrap();
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: shop}}\nspec:\n  containers:\n    - name: app\n      image: {o}/team/app:v1\n"
+    );
+    let out = crate::support::sigil::run_sigil(
+        &["pin", "--policy", file.to_str().unwrap(), "-"],
+        Some(&manifest),
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stdout.contains(&format!("image: {o}/team/app:v1@{d}")),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("warning:") && stderr.contains("pinned at the origin"),
+        "{stderr}"
+    );
+    // And `sigil krm`, as a warning result.
+    let list = serde_json::json!({"apiVersion": "config.kubernetes.io/v1", "kind": "ResourceList",
+        "items": [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "shop"},
+                   "spec": {"containers": [{"name": "app", "image": format!("{o}/team/app:v1")}]}}]});
+    let out = crate::support::sigil::run_sigil(
+        &["krm", "--policy", file.to_str().unwrap()],
+        Some(&list.to_string()),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("pinned at the origin") && stdout.contains("severity: warning"),
+        "{stdout}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
