@@ -225,7 +225,11 @@ impl Breakers {
                 };
                 if failures >= self.failures || matches!(before, State::HalfOpen { .. }) {
                     State::Open {
-                        until: Instant::now() + self.cool_down,
+                        // A cool-down too long for the clock (a flag of
+                        // years) means a day: never a panic.
+                        until: Instant::now()
+                            .checked_add(self.cool_down)
+                            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400)),
                         failures,
                         last: f.to_string(),
                     }
