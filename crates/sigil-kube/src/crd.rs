@@ -389,15 +389,22 @@ pub struct TrustRootStatus {
 #[serde(rename_all = "camelCase")]
 pub struct ImagePolicyExceptionSpec {
     /// Image patterns (as in a rule's `match`) or exact `name@sha256:…`.
+    /// (Bounded, as every list and string here, so the API server's CEL
+    /// cost estimate stays within its budget.)
+    #[schemars(length(max = 64), inner(length(max = 512)))]
     pub images: Vec<String>,
     /// The rules it waives.
+    #[schemars(length(max = 32))]
     pub rules: Vec<ExceptedRule>,
     /// When it stops applying (RFC 3339); required.
+    #[schemars(length(max = 64))]
     pub expires: String,
     /// Why; shown in warnings, the audit and policy reports.
+    #[schemars(length(max = 1024))]
     pub reason: String,
     /// A tracking reference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
     pub ticket: Option<String>,
 }
 
@@ -406,8 +413,10 @@ pub struct ImagePolicyExceptionSpec {
 pub struct ExceptedRule {
     /// `ClusterImagePolicy/NAME`, `ImagePolicy/NAMESPACE/NAME`, or
     /// `ImagePolicy/NAME` (a policy file's single cluster document).
+    #[schemars(length(max = 512))]
     pub policy: String,
     /// The rule's name.
+    #[schemars(length(max = 253))]
     pub rule: String,
 }
 
