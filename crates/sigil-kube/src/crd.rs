@@ -60,6 +60,10 @@ pub struct Mirror {
     /// (default: true with `fallback`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub require_same_digest: Option<bool>,
+    /// Copy an image the first mirror lacks into it from the origin (with
+    /// its signatures and attestations); needs push credentials.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub copy: bool,
 }
 
 /// `spec.pin`.

@@ -31,9 +31,11 @@ const USER_AGENT: &str = concat!("sigil/", env!("CARGO_PKG_VERSION"));
 /// Connection settings for one registry host.
 #[derive(Debug)]
 pub(crate) struct HostClient {
-    scheme: &'static str,
-    http: reqwest::Client,
+    pub(crate) scheme: &'static str,
+    pub(crate) http: reqwest::Client,
     pub(crate) creds: CredentialSource,
+    /// What copies push with (`pushAuth`, else `auth`).
+    pub(crate) push_creds: CredentialSource,
     /// The policy credential as last read, and when: files are re-read at
     /// most every [`CREDENTIAL_FILE_POLL`], so a rotated Secret takes effect
     /// without a restart and lookups do not read the disk each time.
@@ -128,6 +130,9 @@ impl HostClient {
             .user_agent(USER_AGENT)
             .connect_timeout(Duration::from_secs(5))
             .pool_idle_timeout(Duration::from_secs(90))
+            // A stalled transfer (a copy streams for as long as it takes)
+            // fails instead of hanging; lookups have shorter deadlines.
+            .read_timeout(Duration::from_secs(30))
             .redirect(reqwest::redirect::Policy::limited(5))
             .no_proxy()
             .build()
@@ -136,6 +141,7 @@ impl HostClient {
             scheme: if spec.insecure { "http" } else { "https" },
             http,
             creds: CredentialSource::from_spec(spec.auth.as_ref()),
+            push_creds: CredentialSource::from_spec(spec.push_auth.as_ref().or(spec.auth.as_ref())),
             loaded: std::sync::Mutex::new(None),
             permits: Arc::new(Semaphore::new(
                 spec.max_concurrent_requests
@@ -406,7 +412,9 @@ impl Lookup<'_> {
         })
     }
 
-    async fn fetch_token(
+    /// A token for `scope` (several scopes separated by spaces, as copies
+    /// across two repositories need) from the challenge's realm.
+    pub(crate) async fn fetch_token(
         &self,
         registry: &str,
         realm: &str,
@@ -441,7 +449,9 @@ impl Lookup<'_> {
             if let Some(s) = service {
                 q.append_pair("service", s);
             }
-            q.append_pair("scope", scope);
+            for s in scope.split(' ').filter(|s| !s.is_empty()) {
+                q.append_pair("scope", s);
+            }
         }
         let mut req = self.host.http.get(url.clone()).timeout(self.remaining());
         if let Some(c) = creds {
@@ -505,7 +515,7 @@ impl Lookup<'_> {
     }
 }
 
-async fn read_limited(
+pub(crate) async fn read_limited(
     mut res: reqwest::Response,
     budget: Duration,
 ) -> Result<Vec<u8>, ResolveFailure> {
@@ -534,7 +544,7 @@ async fn read_limited(
     }
 }
 
-fn transport_failure(e: &reqwest::Error, budget: Duration) -> ResolveFailure {
+pub(crate) fn transport_failure(e: &reqwest::Error, budget: Duration) -> ResolveFailure {
     if e.is_timeout() {
         return ResolveFailure::Timeout { budget };
     }

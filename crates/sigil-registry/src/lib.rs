@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod breaker;
 pub mod client;
+pub mod copy;
 pub mod helper;
 mod hosts;
 pub mod keychain;
@@ -67,6 +68,10 @@ pub trait Observer: Send + Sync + 'static {
     fn credential(&self, _source: &str) {}
     /// A host's circuit breaker changed state: 0 closed, 1 open, 2 half-open.
     fn breaker(&self, _host: &str, _state: i64) {}
+    /// A copy into a mirror started.
+    fn copy_started(&self) {}
+    /// A copy into a mirror ended (`ok`), having streamed `bytes`.
+    fn copy_finished(&self, _ok: bool, _bytes: u64, _elapsed: Duration) {}
 }
 
 /// An observer that records nothing.
@@ -166,7 +171,7 @@ pub struct Registry {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     hosts: hosts::Hosts,
     keychain: Arc<keychain::Keychain>,
     tokens: auth::TokenCache,
@@ -179,6 +184,8 @@ struct Inner {
     /// Hosts known to lack the referrers API, and since when: clients go
     /// straight to the tag schema instead of paying a 404 round trip each time.
     no_referrers_api: std::sync::Mutex<std::collections::HashMap<String, Instant>>,
+    /// Copies into mirrors, one per image at a time.
+    copies: copy::Copies,
 }
 
 /// How long a host's missing referrers API is remembered (it may be upgraded).
@@ -203,6 +210,7 @@ impl Registry {
         observer: Arc<dyn Observer>,
         keychain: Arc<keychain::Keychain>,
         breaker: breaker::Settings,
+        copies: copy::Settings,
     ) -> Result<Registry, RegistryError> {
         Ok(Registry {
             inner: Arc::new(Inner {
@@ -218,6 +226,7 @@ impl Registry {
                 lookups: AtomicU64::new(0),
                 breakers: breaker::Breakers::new(breaker),
                 no_referrers_api: Default::default(),
+                copies: copy::Copies::new(copies),
             }),
         })
     }

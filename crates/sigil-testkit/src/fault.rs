@@ -105,3 +105,58 @@ impl FaultServer {
         FaultServer { addr, hits, task }
     }
 }
+
+/// A TCP proxy in front of `upstream` that passes what upstream sends at
+/// most `bytes_per_sec` (requests pass at full speed): a real registry made
+/// slow, for copies that cannot finish within an admission's deadline.
+pub struct Throttle {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Throttle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Throttle {
+    pub async fn start(upstream: String, bytes_per_sec: u64) -> Throttle {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = l.accept().await {
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let up = tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                        let _ = sw.shutdown().await;
+                    });
+                    let chunk = 16 * 1024;
+                    let pause = Duration::from_secs_f64(chunk as f64 / bytes_per_sec.max(1) as f64);
+                    let mut buf = vec![0u8; chunk];
+                    loop {
+                        match sr.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if cw.write_all(&buf[..n]).await.is_err() {
+                                    break;
+                                }
+                                tokio::time::sleep(pause.mul_f64(n as f64 / chunk as f64)).await;
+                            }
+                        }
+                    }
+                    let _ = cw.shutdown().await;
+                    up.abort();
+                });
+            }
+        });
+        Throttle { addr, task }
+    }
+}

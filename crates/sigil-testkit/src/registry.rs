@@ -288,6 +288,94 @@ impl TestRegistry {
         std::fs::write(link.join("link"), digest).unwrap();
     }
 
+    /// Writes a blob of `size` pseudo-random bytes straight into the
+    /// registry's storage and links it into `repo` (hashed as it is written,
+    /// never held in memory): large images in seconds. Returns its digest.
+    pub fn seed_large_blob(&self, repo: &str, size: usize, seed: u64) -> String {
+        use sha2::{Digest as _, Sha256};
+        use std::io::Write as _;
+        let root = self.dir.path().join("data/docker/registry/v2");
+        let tmp = root.join(format!("seed-{seed}.tmp"));
+        std::fs::create_dir_all(&root).unwrap();
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp).unwrap());
+        let mut h = Sha256::new();
+        let mut x = seed | 1;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut left = size;
+        while left > 0 {
+            let n = left.min(buf.len());
+            for w in buf[..n].chunks_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let b = x.to_le_bytes();
+                w.copy_from_slice(&b[..w.len()]);
+            }
+            h.update(&buf[..n]);
+            f.write_all(&buf[..n]).unwrap();
+            left -= n;
+        }
+        f.flush().unwrap();
+        drop(f);
+        let hex = format!("{:x}", h.finalize());
+        let blob = root.join(format!("blobs/sha256/{}/{hex}", &hex[..2]));
+        std::fs::create_dir_all(&blob).unwrap();
+        std::fs::rename(&tmp, blob.join("data")).unwrap();
+        let digest = format!("sha256:{hex}");
+        let link = root.join(format!("repositories/{repo}/_layers/sha256/{hex}"));
+        std::fs::create_dir_all(&link).unwrap();
+        std::fs::write(link.join("link"), &digest).unwrap();
+        digest
+    }
+
+    /// Pushes an image whose one layer is a seeded blob of `size` bytes;
+    /// returns (manifest digest, layer digest).
+    pub async fn push_large_image(
+        &self,
+        repo: &str,
+        tag: &str,
+        size: usize,
+        seed: u64,
+    ) -> (String, String) {
+        let layer = self.seed_large_blob(repo, size, seed);
+        let config = format!(
+            r#"{{"architecture":"amd64","os":"linux","rootfs":{{"type":"layers","diff_ids":[]}},"config":{{}},"seed":{seed}}}"#
+        );
+        let cd = self.push_blob(repo, config.as_bytes()).await;
+        let manifest = serde_json::to_vec(&json!({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": config.len()},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer, "size": size}]
+        }))
+        .unwrap();
+        let d = self
+            .push_manifest(
+                repo,
+                tag,
+                "application/vnd.oci.image.manifest.v1+json",
+                &manifest,
+            )
+            .await;
+        (d, layer)
+    }
+
+    /// Bytes under the registry's storage directory `sub` (e.g. where
+    /// uploads in progress are kept), 0 if it does not exist.
+    pub fn stored_bytes(&self, sub: &str) -> u64 {
+        fn walk(p: &std::path::Path) -> u64 {
+            let Ok(rd) = std::fs::read_dir(p) else {
+                return 0;
+            };
+            rd.flatten()
+                .map(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() => walk(&e.path()),
+                    _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+                })
+                .sum()
+        }
+        walk(&self.dir.path().join("data/docker/registry/v2").join(sub))
+    }
+
     /// Tags an already pushed manifest `digest` of `repo` under every name in
     /// `tags`, by writing the registry's own tag links into its storage: the
     /// registry then answers `HEAD /v2/repo/manifests/<tag>` for each exactly
@@ -350,7 +438,10 @@ impl TestRegistry {
     pub async fn manifest_size(&self, repo: &str, digest: &str) -> usize {
         let r = reqwest::Client::new()
             .get(format!("{}/v2/{repo}/manifests/{digest}", self.base()))
-            .header("accept", "application/vnd.oci.image.manifest.v1+json")
+            .header(
+                "accept",
+                "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json",
+            )
             .send()
             .await
             .unwrap();

@@ -57,6 +57,9 @@ pub struct Engine<R> {
     /// The instant decisions are made at (unix seconds), for exceptions'
     /// expiry; `None` reads the clock at each decision (`sigil test` fixes it).
     pub now: Option<i64>,
+    /// Copies images into mirrors that lack them (`mirrors[].copy`), in the
+    /// webhook; `None` elsewhere, where such a mirror's miss is a failure.
+    pub copier: Option<Arc<dyn crate::failover::MirrorCopier>>,
 }
 
 impl<R: std::fmt::Debug> std::fmt::Debug for Engine<R> {
@@ -82,6 +85,7 @@ impl<R: DigestResolver> Engine<R> {
             max_lookups: DEFAULT_MAX_LOOKUPS,
             unavailable: Vec::new(),
             now: None,
+            copier: None,
         }
     }
 
@@ -239,6 +243,7 @@ impl<R: DigestResolver> Engine<R> {
                     Some(f) => {
                         crate::failover::resolve(
                             &self.resolver,
+                            self.copier.as_deref(),
                             t,
                             f,
                             platform,
@@ -306,6 +311,11 @@ pub struct Sources {
     pub keys: Arc<dyn sigil_core::verify::KeySource>,
     /// When a registry host's circuit breaker opens (`--registry-breaker-*`).
     pub breaker: sigil_registry::breaker::Settings,
+    /// The limits of copies into mirrors (`--mirror-copy-*`).
+    pub copy: sigil_registry::copy::Settings,
+    /// Whether admissions copy images into mirrors (`mirrors[].copy`): the
+    /// webhook only; `sigil pin` never pushes (`sigil mirror` does, asked).
+    pub copy_on_admission: bool,
 }
 
 impl Default for Sources {
@@ -318,6 +328,8 @@ impl Default for Sources {
             trust: Arc::default(),
             keys: Arc::new(sigil_core::verify::NoKeySource),
             breaker: Default::default(),
+            copy: Default::default(),
+            copy_on_admission: false,
         }
     }
 }
@@ -355,6 +367,7 @@ pub fn registry_for(
         metrics.clone(),
         sources.keychain.clone(),
         sources.breaker,
+        sources.copy,
     )
 }
 
@@ -384,7 +397,12 @@ pub fn engine_for(
         sources,
         metrics,
     )?;
-    engine_over(policy, registry, sources, metrics)
+    let copier: Option<Arc<dyn crate::failover::MirrorCopier>> = sources
+        .copy_on_admission
+        .then(|| Arc::new(registry.clone()) as _);
+    let mut engine = engine_over(policy, registry, sources, metrics)?;
+    engine.copier = copier;
+    Ok(engine)
 }
 
 /// [`engine_for`] over any source of digests and artifacts (the registry

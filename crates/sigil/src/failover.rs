@@ -6,15 +6,20 @@
 //! candidates after it gets a share of what is left of the deadline, so one
 //! dark mirror cannot spend a whole admission (and after three failures its
 //! circuit breaker in `sigil-registry` makes it fail at once) — and the
-//! words when nothing could serve the image. What a plan means, and which
+//! words when nothing could serve the image. With `copy: true`, an image the
+//! first mirror lacks (or serves stale) is copied into it from the origin
+//! ([`MirrorCopier`]) and waited for while a share of the deadline allows;
+//! the copy itself is `sigil-registry`'s. What a plan means, and which
 //! mirrors exist, is sigil-core's ([`sigil_core::policy::Failover`]).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt as _;
+use futures_util::future::BoxFuture;
 use sigil_core::policy::{Failover, FellBack};
 use sigil_core::{Digest, DigestResolver, Platform, PullCredentials, Reference, ResolveFailure};
+use sigil_registry::copy::CopyAnswer;
 
 /// Where a lookup was answered, and with what.
 #[derive(Debug)]
@@ -41,9 +46,44 @@ fn with_detail(f: &ResolveFailure, detail: String) -> ResolveFailure {
     }
 }
 
+/// Copies an image from its origin into a mirror (the registry client).
+pub trait MirrorCopier: Send + Sync {
+    /// Starts or joins the copy of `origin` into `mirror`; waits until
+    /// `wait_until`, after which the copy goes on in the background.
+    fn copy<'a>(
+        &'a self,
+        origin: &'a Reference,
+        mirror: &'a Reference,
+        platform: Option<&'a Platform>,
+        wait_until: Instant,
+    ) -> BoxFuture<'a, CopyAnswer>;
+}
+
+impl MirrorCopier for sigil_registry::Registry {
+    fn copy<'a>(
+        &'a self,
+        origin: &'a Reference,
+        mirror: &'a Reference,
+        platform: Option<&'a Platform>,
+        wait_until: Instant,
+    ) -> BoxFuture<'a, CopyAnswer> {
+        Box::pin(sigil_registry::Registry::copy(
+            self, origin, mirror, platform, wait_until,
+        ))
+    }
+}
+
+/// The share of what is left of the deadline an admission waits for a copy:
+/// the rest stays for verifying the copied image, or falling back.
+fn copy_wait(now: Instant, deadline: Instant) -> Instant {
+    now + deadline.saturating_duration_since(now).mul_f32(0.6)
+}
+
 /// Resolves `primary` (the first mirror's image) under `f`.
+#[allow(clippy::too_many_arguments)]
 pub async fn resolve<R: DigestResolver>(
     resolver: &R,
+    copier: Option<&dyn MirrorCopier>,
     primary: &Reference,
     f: &Failover,
     platform: Option<&Platform>,
@@ -96,6 +136,53 @@ pub async fn resolve<R: DigestResolver>(
             fallback: None,
         };
     }
+    // The first mirror lacks the image (or serves another digest): copy it
+    // there from the origin, and use it if the copy is done in time.
+    if f.copy
+        && let Some(o) = &f.origin
+        && let Some((_, first)) = failures.first_mut()
+        && matches!(
+            first,
+            ResolveFailure::NotFound { .. } | ResolveFailure::BadResponse { .. }
+        )
+    {
+        match copier {
+            None => {
+                *first = with_detail(
+                    first,
+                    format!(
+                        "{first}; copy on admission runs only in the webhook (sigil mirror {o} copies it now)"
+                    ),
+                );
+            }
+            Some(c) => match c
+                .copy(o, primary, platform, copy_wait(Instant::now(), deadline))
+                .await
+            {
+                CopyAnswer::Copied(d) => {
+                    return Resolved {
+                        by: primary.clone(),
+                        result: Ok(d),
+                        fallback: None,
+                    };
+                }
+                CopyAnswer::Underway(since) => {
+                    *first = ResolveFailure::NotFound {
+                        detail: format!(
+                            "not in the mirror yet: a copy from the origin is under way (for {}); admissions find it there once it is done",
+                            round(since)
+                        ),
+                    };
+                }
+                CopyAnswer::Failed(e) => {
+                    *first = with_detail(
+                        first,
+                        format!("{first}; the copy from the origin failed: {e}"),
+                    );
+                }
+            },
+        }
+    }
     let why = failures
         .iter()
         .map(|(m, e)| format!("{m}: {e}"))
@@ -146,4 +233,9 @@ pub async fn resolve<R: DigestResolver>(
         result,
         fallback: None,
     }
+}
+
+/// A duration as people read it in a message (`1.2s`).
+fn round(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
 }

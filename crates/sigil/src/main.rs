@@ -68,6 +68,11 @@ enum Command {
     ///
     /// Exit codes: 0 every expected result holds; 1 one does not; 2 bad input.
     Test(cmd::test::TestArgs),
+    /// Copy images from their origin into the mirror the policy maps them
+    /// to (with signatures, attestations and referrers), for pre-seeding.
+    ///
+    /// Exit codes: 0 every image copied; 1 a copy failed; 2 bad input.
+    Mirror(cmd::mirror::MirrorArgs),
     /// Work with policy files.
     Policy {
         #[command(subcommand)]
@@ -95,6 +100,7 @@ fn main() -> ExitCode {
         Command::Crds => cmd::crds::run(),
         Command::Policy { command } => cmd::policy::run(command),
         Command::Test(args) => cmd::test::run(args),
+        Command::Mirror(args) => cmd::mirror::run(args),
     };
     match result {
         Ok(code) => code,

@@ -67,6 +67,10 @@ pub struct Metrics {
     registry_latency: Family<HostLabels, Histogram>,
     registry_breaker: Family<HostLabels, Gauge>,
     mirror_fallbacks: Family<FromLabels, Counter>,
+    copies_started: Counter,
+    copies: Family<ResultLabels, Counter>,
+    copy_bytes: Counter,
+    copy_duration: Histogram,
     cache_lookups: Family<CacheLabels, Counter>,
     policy_reloads: Family<ResultLabels, Counter>,
     /// Entries in the digest cache; set at scrape time.
@@ -135,6 +139,10 @@ impl Default for Metrics {
             registry_latency: Family::new_with_constructor(latency_histogram),
             registry_breaker: Family::default(),
             mirror_fallbacks: Family::default(),
+            copies_started: Counter::default(),
+            copies: Family::default(),
+            copy_bytes: Counter::default(),
+            copy_duration: Histogram::new(exponential_buckets(0.05, 2.0, 14)),
             cache_lookups: Family::default(),
             policy_reloads: Family::default(),
             cache_entries: Gauge::default(),
@@ -197,6 +205,26 @@ impl Default for Metrics {
             "mirror_fallbacks",
             "Images no mirror could serve, pinned at their origin instead (fallback: origin), by mirror origin",
             m.mirror_fallbacks.clone(),
+        );
+        registry.register(
+            "mirror_copies_started",
+            "Copies of images into mirrors started (mirrors[].copy, sigil mirror)",
+            m.copies_started.clone(),
+        );
+        registry.register(
+            "mirror_copies",
+            "Copies of images into mirrors that ended, by result (ok, error)",
+            m.copies.clone(),
+        );
+        registry.register(
+            "mirror_copy_bytes",
+            "Bytes streamed from origins into mirrors (mounted and present blobs are not counted)",
+            m.copy_bytes.clone(),
+        );
+        registry.register(
+            "mirror_copy_duration_seconds",
+            "How long a copy into a mirror took, start to end",
+            m.copy_duration.clone(),
         );
         registry.register(
             "registry_breaker_state",
@@ -398,6 +426,20 @@ impl sigil_registry::Observer for Metrics {
                 source: source.to_owned(),
             })
             .inc();
+    }
+
+    fn copy_started(&self) {
+        self.copies_started.inc();
+    }
+
+    fn copy_finished(&self, ok: bool, bytes: u64, elapsed: Duration) {
+        self.copies
+            .get_or_create(&ResultLabels {
+                result: if ok { "ok" } else { "error" },
+            })
+            .inc();
+        self.copy_bytes.inc_by(bytes);
+        self.copy_duration.observe(elapsed.as_secs_f64());
     }
 
     fn breaker(&self, host: &str, state: i64) {

@@ -316,6 +316,7 @@ fn compile_mirrors(specs: &[MirrorSpec]) -> Result<Vec<Mirror>, PolicyError> {
             alternates: targets,
             fallback_origin,
             require_same_digest: m.require_same_digest.unwrap_or(fallback_origin),
+            copy: m.copy,
         });
     }
     for a in &out {

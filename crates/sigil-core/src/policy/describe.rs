@@ -44,6 +44,13 @@ impl Policy {
                         m.from
                     );
                 }
+                if m.copy {
+                    let _ = writeln!(
+                        s,
+                        "    an image {} lacks is copied into it from {} on admission (copy: true)",
+                        m.to, m.from
+                    );
+                }
                 if m.require_same_digest {
                     let _ = writeln!(
                         s,

@@ -153,6 +153,8 @@ pub struct Mirror {
     pub fallback_origin: bool,
     /// A mirror whose digest for a tag differs from the origin's is refused.
     pub require_same_digest: bool,
+    /// An image the first mirror lacks is copied into it from the origin.
+    pub copy: bool,
 }
 
 impl Mirror {
@@ -163,7 +165,7 @@ impl Mirror {
 
     /// Whether anything beyond the one mirror is tried.
     pub fn fails_over(&self) -> bool {
-        !self.alternates.is_empty() || self.fallback_origin || self.require_same_digest
+        !self.alternates.is_empty() || self.fallback_origin || self.require_same_digest || self.copy
     }
 }
 
@@ -335,6 +337,8 @@ pub struct Failover {
     pub fallback: bool,
     /// Refuse a mirror whose digest differs from the origin's.
     pub require_same_digest: bool,
+    /// Copy the image from the origin into the first mirror when it lacks it.
+    pub copy: bool,
 }
 
 /// An image no mirror could serve, resolved at its origin instead.

@@ -139,9 +139,10 @@ fn failover_of(
     Some(std::sync::Arc::new(Failover {
         from: m.from.clone(),
         alternates,
-        origin: (m.fallback_origin || m.require_same_digest).then(|| origin.clone()),
+        origin: (m.fallback_origin || m.require_same_digest || m.copy).then(|| origin.clone()),
         fallback: m.fallback_origin,
         require_same_digest: m.require_same_digest,
+        copy: m.copy,
     }))
 }
 

@@ -71,6 +71,11 @@ pub struct MirrorSpec {
     /// (when the origin answers). Default: true with `fallback`, else false.
     #[serde(default, rename = "requireSameDigest")]
     pub require_same_digest: Option<bool>,
+    /// Copy an image the first mirror lacks into it from the origin, with
+    /// its signatures, attestations and referrers (needs push credentials
+    /// for the mirror: the registry's `pushAuth`, else its `auth`).
+    #[serde(default)]
+    pub copy: bool,
 }
 
 /// `to`: one mirror prefix, or several in order.
@@ -116,6 +121,10 @@ pub struct RegistrySpec {
     /// Credentials; anonymous when absent.
     #[serde(default)]
     pub auth: Option<AuthSpec>,
+    /// Credentials to push with (copy on admission into a mirror on this
+    /// host); `auth` when absent.
+    #[serde(default)]
+    pub push_auth: Option<AuthSpec>,
     /// At most this many requests in flight to the host (default 32).
     #[serde(default)]
     pub max_concurrent_requests: Option<u32>,

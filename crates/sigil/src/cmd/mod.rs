@@ -21,6 +21,7 @@ pub mod audit;
 pub mod break_glass;
 pub mod crds;
 pub mod krm;
+pub mod mirror;
 pub mod pin;
 pub mod policy;
 pub mod serve;
@@ -118,6 +119,12 @@ pub struct CredentialArgs {
     /// How long a failing registry host fails fast before one request probes it.
     #[arg(long, env = "SIGIL_REGISTRY_BREAKER_COOL_DOWN", default_value = "15s", value_parser = humantime::parse_duration)]
     pub registry_breaker_cool_down: Duration,
+    /// Blob transfers at once when copying images into mirrors (`mirrors[].copy`, `sigil mirror`).
+    #[arg(long, env = "SIGIL_MIRROR_COPY_TRANSFERS", default_value_t = sigil_registry::copy::DEFAULT_TRANSFERS)]
+    pub mirror_copy_transfers: usize,
+    /// Bytes read from origins and not yet written to mirrors, across all copies.
+    #[arg(long, env = "SIGIL_MIRROR_COPY_MAX_BYTES_IN_FLIGHT", default_value_t = sigil_registry::copy::DEFAULT_BYTES_IN_FLIGHT)]
+    pub mirror_copy_max_bytes_in_flight: usize,
 }
 
 impl CredentialArgs {
@@ -135,6 +142,10 @@ impl CredentialArgs {
             breaker: sigil_registry::breaker::Settings {
                 failures: self.registry_breaker_failures,
                 cool_down: self.registry_breaker_cool_down,
+            },
+            copy: sigil_registry::copy::Settings {
+                transfers: self.mirror_copy_transfers,
+                max_bytes_in_flight: self.mirror_copy_max_bytes_in_flight,
             },
             ..Sources::default()
         })

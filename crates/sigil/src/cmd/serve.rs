@@ -298,6 +298,7 @@ async fn configure(
     );
     let metrics = Arc::new(Metrics::default());
     let mut sources = args.creds.sources()?;
+    sources.copy_on_admission = true;
     sources.max_lookups = args.max_lookups_per_object as usize;
     let trust = sources.trust.clone();
     sigil::trust::start_revocation(&trust, metrics.clone());

@@ -16,6 +16,7 @@ mod exceptions;
 mod hardening;
 mod helm;
 mod keyrefs;
+mod mirror_copy;
 mod mirrors;
 mod notation_trust;
 mod pin;
