@@ -299,6 +299,40 @@ pub fn audit_object(
     ObjectAudit { result, fields }
 }
 
+/// For an image its Pod runs from the origin because no mirror could serve
+/// it when it was admitted (`fallback: origin` pinned it there): the first
+/// mirror's name for it by tag, and the digest it runs, so the audit can ask
+/// whether that mirror has it now. `None` for anything else.
+pub fn mirror_to_check(policy: &crate::Policy, written: &str) -> Option<(Reference, Digest)> {
+    let plan = policy.plan(written).ok()?;
+    let f = plan.failover.as_ref()?;
+    let digest = plan.reference.digest()?.clone();
+    let tag = plan.reference.tag()?;
+    if !f.fallback || plan.reference.name() != plan.origin.name() {
+        return None;
+    }
+    let mirror = policy.mirror_of(&plan.origin);
+    if mirror.name() == plan.origin.name() {
+        return None;
+    }
+    let by_tag = Reference::parse(&format!("{}:{tag}", mirror.name())).ok()?;
+    Some((by_tag, digest))
+}
+
+/// Records that `field` runs from the origin although `mirror` (by tag)
+/// serves the digest it runs now.
+pub fn not_mirrored_now(field: &mut FieldAudit, mirror: &Reference) {
+    field.violations.push(Violation {
+        reason: Reason::NotMirrored,
+        mode: Mode::Warn,
+        detail: format!(
+            "runs from the origin, where it was pinned when no mirror could serve it; {mirror} serves the same digest now"
+        ),
+        fix: "apply the workload again as written (by tag): the webhook now pins it to the mirror (or run sigil pin)".into(),
+        exception: None,
+    });
+}
+
 /// The audit reason for a denial (a team policy's by its own reason).
 fn reason_of(d: &Denial) -> Reason {
     match d {

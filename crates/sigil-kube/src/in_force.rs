@@ -26,6 +26,14 @@ pub trait Decide: Send + Sync {
         facts: ObjectFacts<'a>,
         deadline: Instant,
     ) -> BoxFuture<'a, ObjectVerdict>;
+
+    /// Resolves one tag as the webhook would (the policy's platform, sigil's
+    /// own credentials): the audit asks whether a mirror has an image now.
+    fn resolve<'a>(
+        &'a self,
+        target: &'a sigil_core::Reference,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<sigil_core::Digest, sigil_core::ResolveFailure>>;
 }
 
 /// What is in force in this process, and how to change it.

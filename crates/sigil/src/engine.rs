@@ -291,6 +291,23 @@ impl<R: DigestResolver> sigil_kube::Decide for Engine<R> {
     ) -> BoxFuture<'a, ObjectVerdict> {
         Box::pin(Engine::decide(self, facts, deadline))
     }
+
+    fn resolve<'a>(
+        &'a self,
+        target: &'a Reference,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Digest, ResolveFailure>> {
+        Box::pin(async move {
+            self.resolver
+                .resolve(
+                    target,
+                    self.policy.platform.as_ref(),
+                    &PullCredentials::default(),
+                    deadline,
+                )
+                .await
+        })
+    }
 }
 
 /// Where credentials come from besides the policy: set once from flags and

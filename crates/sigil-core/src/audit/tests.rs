@@ -185,3 +185,45 @@ fn labels_are_stable() {
         );
     }
 }
+
+#[test]
+fn only_images_pinned_at_the_origin_by_a_fallback_are_checked_against_the_mirror() {
+    let with = |extra: &str| {
+        Policy::from_yaml(&format!(
+            "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  mirrors: [{{from: docker.io, to: [a.local/hub, b.local/hub]{extra}}}]\n  rules:\n  - {{name: all, match: ['**'], mode: enforce}}\n"
+        ))
+        .expect("policy")
+    };
+    let fallback = with(", fallback: origin");
+    let at_origin = format!("docker.io/library/nginx:1.27@{D1}");
+    let (mirror, runs) = mirror_to_check(&fallback, &at_origin).expect("checked");
+    assert_eq!(mirror.to_string(), "a.local/hub/library/nginx:1.27");
+    assert_eq!(runs.as_str(), D1);
+    // Without fallback the webhook would have moved it; at a mirror it is
+    // mirrored; without a tag there is nothing to ask the mirror.
+    assert!(mirror_to_check(&with(""), &at_origin).is_none());
+    assert!(mirror_to_check(&fallback, &format!("b.local/hub/library/nginx:1.27@{D1}")).is_none());
+    assert!(mirror_to_check(&fallback, &format!("docker.io/library/nginx@{D1}")).is_none());
+    assert!(mirror_to_check(&fallback, "docker.io/library/nginx:1.27").is_none());
+    let mut f = FieldAudit {
+        field: crate::walker::ImageField {
+            kind: FieldKind::Container,
+            name: Some("app".into()),
+            path: Default::default(),
+            pointer: Default::default(),
+            value: at_origin.clone(),
+        },
+        verdict: "unchanged".into(),
+        expected: None,
+        running: None,
+        violations: Vec::new(),
+        rule: None,
+    };
+    not_mirrored_now(&mut f, &mirror);
+    assert_eq!(f.violations[0].reason, Reason::NotMirrored);
+    assert!(
+        f.violations[0]
+            .detail
+            .contains("a.local/hub/library/nginx:1.27 serves the same digest now")
+    );
+}

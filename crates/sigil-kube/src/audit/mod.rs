@@ -23,7 +23,7 @@ use futures_util::StreamExt as _;
 use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 use serde_json::Value;
-use sigil_core::audit::{audit_object, running_images};
+use sigil_core::audit::{audit_object, mirror_to_check, not_mirrored_now, running_images};
 use sigil_core::walker::summarize_value;
 use sigil_core::{ObjectFacts, Operation, Source, effective_namespace};
 
@@ -230,6 +230,7 @@ async fn audit_one(
     } else {
         Vec::new()
     };
+    let deadline = Instant::now() + opts.timeout;
     let verdict = engine
         .decide(
             ObjectFacts {
@@ -241,13 +242,23 @@ async fn audit_one(
                 old_object: None,
                 namespace_labels: None,
             },
-            Instant::now() + opts.timeout,
+            deadline,
         )
         .await;
-    Some(ObjectReport::new(
-        meta,
-        audit_object(&verdict, &fields, &running),
-    ))
+    let mut audit = audit_object(&verdict, &fields, &running);
+    // Pinned at the origin when no mirror had it: does a mirror have it now?
+    for f in audit.fields.iter_mut().filter(|f| f.violations.is_empty()) {
+        if let Some((mirror, runs)) = mirror_to_check(engine.policy(), &f.field.value)
+            && engine
+                .resolve(&mirror, deadline)
+                .await
+                .is_ok_and(|d| d == runs)
+        {
+            not_mirrored_now(f, &mirror);
+            audit.result = sigil_core::audit::ObjectResult::Violating;
+        }
+    }
+    Some(ObjectReport::new(meta, audit))
 }
 
 fn object_meta(v: &Value, kind: &Kind) -> ObjectMeta {

@@ -480,3 +480,94 @@ async fn a_200_mib_copy_stays_in_bounded_memory_and_survives_kill_9() {
         "peak RSS {peak_kib} KiB during a 200 MiB copy"
     );
 }
+
+/// An image pinned at the origin by `fallback: origin` is compliant while no
+/// mirror has it; once `sigil mirror` copied it, the audit says the Pod
+/// runs from the origin what the mirror now serves (`not_mirrored`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_reports_origin_pinned_images_a_mirror_now_has() {
+    let (origin, mirror) = tokio::join!(
+        TestRegistry::start(Mode::Plain),
+        TestRegistry::start(Mode::Plain)
+    );
+    let (o, m) = (origin.host(), mirror.host());
+    let d = origin.push_image("team/app", "v1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.yaml");
+    std::fs::write(
+        &file,
+        policy(
+            &[&o, &m],
+            &o,
+            &format!("{m}/hub"),
+            ", fallback: origin",
+            ALL,
+        ),
+    )
+    .unwrap();
+    let kube = crate::support::kube::FakeKube::start().await;
+    kube.namespaces(&["shop"]);
+    let running = format!("{o}/team/app:v1@{d}");
+    kube.insert(
+        "/api/v1/namespaces/shop/pods",
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "fell-back", "namespace": "shop"},
+            "spec": {"containers": [{"name": "app", "image": running}]},
+            "status": {"phase": "Running", "containerStatuses": [{"name": "app", "image": running,
+                "imageID": format!("{o}/team/app@{d}"), "ready": true}]}}),
+    );
+    let audit = || {
+        let out = std::process::Command::new(bin())
+            .args([
+                "audit",
+                "-n",
+                "shop",
+                "-o",
+                "json",
+                "--policy",
+                file.to_str().unwrap(),
+            ])
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("KUBECONFIG", &kube.kubeconfig)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code(), v)
+    };
+    let (code, v) = tokio::task::block_in_place(audit);
+    assert_eq!(code, Some(0), "{v:#}");
+    assert_eq!(v["summary"]["compliant"], 1, "{v:#}");
+    let out = run_sigil(
+        &[
+            "mirror",
+            "--policy",
+            file.to_str().unwrap(),
+            &format!("{o}/team/app:v1"),
+        ],
+        None,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!(
+            "copied  {o}/team/app:v1 -> {m}/hub/team/app:v1@{d}"
+        )),
+        "{stdout}"
+    );
+    let (code, v) = tokio::task::block_in_place(audit);
+    assert_eq!(code, Some(1), "{v:#}");
+    let violation = &v["objects"][0]["fields"][0]["violations"][0];
+    assert_eq!(violation["reason"], "not_mirrored", "{v:#}");
+    assert!(
+        violation["detail"]
+            .as_str()
+            .is_some_and(|s| s.contains(&format!("{m}/hub/team/app:v1 serves the same digest now"))),
+        "{v:#}"
+    );
+}
