@@ -174,6 +174,9 @@ fn every_value_the_chart_offers_changes_what_it_renders() {
         "limits.firstRequestTimeout=5s",
         "limits.idleTimeout=60s",
         "limits.maxLookupsPerObject=32",
+        "mirrorCopy.transfers=8",
+        "mirrorCopy.maxBytesInFlight=33554432",
+        "registryCredentials[0]=mirror-push",
         "resources.limits.memory=512Mi",
         "priorityClassName=",
         "nodeSelector.pool=system",
@@ -211,6 +214,29 @@ fn every_value_the_chart_offers_changes_what_it_renders() {
     assert_eq!(
         env(&o, "SIGIL_MAX_LOOKUPS_PER_OBJECT").as_deref(),
         Some("32")
+    );
+    assert_eq!(env(&o, "SIGIL_MIRROR_COPY_TRANSFERS").as_deref(), Some("8"));
+    assert_eq!(
+        env(&o, "SIGIL_MIRROR_COPY_MAX_BYTES_IN_FLIGHT").as_deref(),
+        Some("33554432")
+    );
+    assert!(
+        c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(
+                |m| m["mountPath"] == "/etc/sigil/credentials/mirror-push" && m["readOnly"] == true
+            ),
+        "{c}"
+    );
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["secret"]["secretName"] == "mirror-push"),
+        "{pod}"
     );
     assert_eq!(env(&o, "SIGIL_AUDIT_INTERVAL").as_deref(), Some("1h"));
     assert_eq!(
@@ -336,6 +362,22 @@ async fn the_chart_with_a_given_certificate_runs_as_shipped() {
         "metadata": {"name": "sigil-serving-tls", "namespace": "sigil-system"},
         "data": {"tls.crt": b64(&cert), "tls.key": b64(&key), "ca.crt": b64(&ca)}}),
     );
+    run_objects(&objects).await.unwrap();
+}
+
+/// Registry credentials from a Secret the user created beforehand (push
+/// credentials for a mirror that copies), and the copy limits: runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_with_registry_credentials_runs_as_shipped() {
+    let mut objects = rendered(&[
+        "registryCredentials[0]=mirror-push",
+        "mirrorCopy.transfers=2",
+        "mirrorCopy.maxBytesInFlight=8388608",
+    ]);
+    objects.push(created_namespace());
+    objects.push(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "mirror-push", "namespace": "sigil-system"},
+        "data": {"username": b64("robot"), "password": b64("s3cret")}}));
     run_objects(&objects).await.unwrap();
 }
 
