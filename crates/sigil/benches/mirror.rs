@@ -87,11 +87,8 @@ async fn admissions(s: &Sigil, image: &str, tags: &[String]) -> (Duration, Durat
     let mut took = Vec::with_capacity(tags.len());
     for t in tags {
         let i = format!("{image}:{t}");
-        let review = sigil_testkit::review::review(
-            "CREATE",
-            "shop",
-            sigil_testkit::review::pod("p", &[&i]),
-        );
+        let review =
+            sigil_testkit::review::review("CREATE", "shop", sigil_testkit::review::pod("p", &[&i]));
         let started = Instant::now();
         let a = api.admit(&review, Duration::from_secs(3)).await;
         took.push(started.elapsed());

@@ -103,3 +103,26 @@ fn policy_objects_take_a_mirror_list_too() {
     assert_eq!(p.mirrors[0].alternates, ["b.local/hub"]);
     assert!(p.mirrors[0].fallback_origin);
 }
+
+#[test]
+fn copy_alone_fails_over_to_the_origin_to_copy_from() {
+    let p = policy("  - {from: docker.io, to: a.local/hub, copy: true}\n").unwrap();
+    let plan = p.plan("nginx:1").unwrap();
+    assert_eq!(plan.target.to_string(), "a.local/hub/library/nginx:1");
+    let f = plan.failover.as_ref().expect("a copying mirror fails over");
+    assert!(f.copy && !f.fallback && !f.require_same_digest);
+    assert_eq!(
+        f.origin.as_ref().unwrap().to_string(),
+        "docker.io/library/nginx:1",
+        "the origin is what is copied"
+    );
+    assert!(
+        p.describe()
+            .contains("an image a.local/hub lacks is copied into it from docker.io on admission"),
+        "{}",
+        p.describe()
+    );
+    let plain = policy("  - {from: docker.io, to: a.local/hub}\n").unwrap();
+    assert!(plain.plan("nginx:1").unwrap().failover.is_none());
+    assert!(policy("  - {from: docker.io, to: a.local/hub, copy: yes-please}\n").is_err());
+}

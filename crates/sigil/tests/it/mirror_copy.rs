@@ -538,6 +538,25 @@ async fn the_audit_reports_origin_pinned_images_a_mirror_now_has() {
     let (code, v) = tokio::task::block_in_place(audit);
     assert_eq!(code, Some(0), "{v:#}");
     assert_eq!(v["summary"]["compliant"], 1, "{v:#}");
+    // `sigil pin` never pushes: it pins the origin (fallback) and names `sigil mirror`.
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: shop}}\nspec:\n  containers:\n    - name: app\n      image: {o}/team/app:v1\n"
+    );
+    let out = run_sigil(
+        &["pin", "--policy", file.to_str().unwrap(), "-"],
+        Some(&manifest),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("copy on admission runs only in the webhook")
+            && stderr.contains(&format!("sigil mirror {o}/team/app:v1")),
+        "{stderr}"
+    );
+    assert!(
+        !has_manifest(&mirror, "hub/team/app", "v1").await,
+        "pin pushed nothing"
+    );
     let out = run_sigil(
         &[
             "mirror",
