@@ -122,15 +122,22 @@ impl Registry {
                 .jobs
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            jobs.retain(|_, j| match &*j.done.borrow() {
-                None => true,
-                Some(f) => {
-                    let keep = if f.result.is_ok() {
-                        remember
-                    } else {
-                        REMEMBER_FAILURE
-                    };
-                    f.at.elapsed() < keep
+            // A copy whose task ended without an answer (it panicked) is
+            // forgotten, so the next admission starts a new one.
+            let closed = |j: &Job| j.done.has_changed().is_err();
+            jobs.retain(|_, j| {
+                // Cloned first: the watch's lock is not held while asking it more.
+                let finished = j.done.borrow().clone();
+                match finished {
+                    None => !closed(j),
+                    Some(f) => {
+                        let keep = if f.result.is_ok() {
+                            remember
+                        } else {
+                            REMEMBER_FAILURE
+                        };
+                        f.at.elapsed() < keep
+                    }
                 }
             });
             match jobs.get(&key) {

@@ -341,20 +341,8 @@ impl TestRegistry {
         let config = format!(
             r#"{{"architecture":"amd64","os":"linux","rootfs":{{"type":"layers","diff_ids":[]}},"config":{{}},"seed":{seed}}}"#
         );
-        let cd = self.push_blob(repo, config.as_bytes()).await;
-        let manifest = serde_json::to_vec(&json!({
-            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": config.len()},
-            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer, "size": size}]
-        }))
-        .unwrap();
-        let d = self
-            .push_manifest(
-                repo,
-                tag,
-                "application/vnd.oci.image.manifest.v1+json",
-                &manifest,
-            )
+        let (d, _) = self
+            .push_one_layer(repo, tag, config.as_bytes(), &layer, size)
             .await;
         (d, layer)
     }
@@ -468,13 +456,28 @@ impl TestRegistry {
         let config = json!({"architecture": arch, "os": os, "variant": variant, "rootfs": {"type": "layers", "diff_ids": []}, "config": {}, "created": format!("{repo}:{tag}:{os}/{arch}")});
         let config = serde_json::to_vec(&config).unwrap();
         let layer = format!("layer of {repo}:{tag} {os}/{arch} {}", uniq()).into_bytes();
-        let cd = self.push_blob(repo, &config).await;
         let ld = self.push_blob(repo, &layer).await;
+        self.push_one_layer(repo, tag, &config, &ld, layer.len())
+            .await
+    }
+
+    /// Pushes `config` and an OCI image manifest naming it and one layer
+    /// the registry already holds (`layer`, `size` bytes, stated as given);
+    /// returns (manifest digest, manifest length).
+    pub async fn push_one_layer(
+        &self,
+        repo: &str,
+        tag: &str,
+        config: &[u8],
+        layer: &str,
+        size: usize,
+    ) -> (String, usize) {
+        let cd = self.push_blob(repo, config).await;
         let manifest = serde_json::to_vec(&json!({
             "schemaVersion": 2,
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
             "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": config.len()},
-            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": ld, "size": layer.len()}]
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer, "size": size}]
         }))
         .unwrap();
         let d = self

@@ -366,7 +366,7 @@ impl<'a> Repo<'a> {
                 at.as_str(),
                 Some("application/octet-stream"),
                 Some((body, len)),
-                None,
+                Some(upload_timeout(len)),
             )
             .await?;
         let status = res.status();
@@ -392,6 +392,13 @@ impl<'a> Repo<'a> {
         let len = res.content_length();
         Ok((res, len))
     }
+}
+
+/// How long one blob upload may take: a minute, plus a second per MiB (a
+/// mirror that takes less than 1 MiB/s is treated as stalled; a stalled
+/// origin fails sooner, after 30 s without a byte).
+fn upload_timeout(len: u64) -> Duration {
+    REQUEST_TIMEOUT + Duration::from_secs(len >> 20)
 }
 
 /// A registry's refusal of one step, in words that say what to fix.

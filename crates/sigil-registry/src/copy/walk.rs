@@ -256,3 +256,40 @@ fn descriptors<'v>(
     })
     .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(c: char) -> String {
+        format!("sha256:{}", c.to_string().repeat(64))
+    }
+
+    #[test]
+    fn an_image_manifest_names_its_config_layers_and_blobs_once_each() {
+        let m = serde_json::json!({
+            "config": {"digest": d('a'), "size": 2},
+            "layers": [{"digest": d('b'), "size": 10}, {"digest": d('a'), "size": 2}],
+            "blobs": [{"digest": d('c')}]
+        });
+        let got = blobs(m.to_string().as_bytes()).unwrap();
+        let names: Vec<&str> = got.iter().map(|(x, _)| x.as_str()).collect();
+        assert_eq!(names, [d('a'), d('b'), d('c')]);
+        assert_eq!(got[1].1, Some(10));
+        assert_eq!(got[2].1, None, "a size the manifest does not state");
+        assert!(children(m.to_string().as_bytes()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn what_cannot_be_copied_safely_is_refused() {
+        let sha512 =
+            serde_json::json!({"layers": [{"digest": format!("sha512:{}", "a".repeat(128))}]});
+        assert!(
+            blobs(sha512.to_string().as_bytes()).is_err(),
+            "only sha256 content"
+        );
+        let bad = serde_json::json!({"manifests": [{"digest": "sha256:xyz"}]});
+        assert!(children(bad.to_string().as_bytes()).is_err());
+        assert!(blobs(b"not json").is_err());
+    }
+}

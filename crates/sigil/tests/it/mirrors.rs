@@ -18,21 +18,10 @@ use crate::support::sigil::Sigil;
 /// The same image (same bytes, so the same digest) pushed to `reg`.
 async fn push_same(reg: &TestRegistry, repo: &str, tag: &str, content: &str) -> String {
     let config = br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]},"config":{}}"#;
-    let cd = reg.push_blob(repo, config).await;
     let ld = reg.push_blob(repo, content.as_bytes()).await;
-    let manifest = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": config.len()},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": ld, "size": content.len()}]
-    }))
-    .unwrap();
-    reg.push_manifest(
-        repo,
-        tag,
-        "application/vnd.oci.image.manifest.v1+json",
-        &manifest,
-    )
-    .await
+    reg.push_one_layer(repo, tag, config, &ld, content.len())
+        .await
+        .0
 }
 
 /// Listens, accepts and never answers; counts connections.
