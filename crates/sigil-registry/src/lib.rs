@@ -5,12 +5,13 @@
 //! ([`auth`]), and the process-wide digest cache: positive answers live for the
 //! policy's `cacheTTL`, not-found answers for a short negative TTL, transient
 //! failures are never kept, and concurrent lookups of one reference are
-//! coalesced into one request (single-flight, via moka's entry API). It
+//! coalesced into one request (single-flight; the table is [`cache`]'s). It
 //! implements [`sigil_core::DigestResolver`]; it makes no policy decisions and
 //! knows nothing about Kubernetes.
 
 pub mod auth;
 pub mod breaker;
+mod cache;
 pub mod client;
 pub mod copy;
 pub mod helper;
@@ -24,7 +25,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use moka::future::Cache;
 use sigil_core::credentials::{ANONYMOUS, Candidate, Credential, CredentialSource};
 use sigil_core::policy::RegistrySpec;
 use sigil_core::{
@@ -175,7 +175,7 @@ pub(crate) struct Inner {
     hosts: hosts::Hosts,
     keychain: Arc<keychain::Keychain>,
     tokens: auth::TokenCache,
-    cache: Cache<Key, Answer>,
+    cache: cache::Cache<Answer>,
     cache_config: CacheConfig,
     observer: Arc<dyn Observer>,
     lookups: AtomicU64,
@@ -195,7 +195,7 @@ impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registry")
             .field("hosts", &self.inner.hosts)
-            .field("cached", &self.inner.cache.entry_count())
+            .field("cached", &self.inner.cache.len())
             .finish()
     }
 }
@@ -217,10 +217,7 @@ impl Registry {
                 hosts: hosts::Hosts::new(specs)?,
                 keychain,
                 tokens: auth::TokenCache::default(),
-                cache: Cache::builder()
-                    .max_capacity(cache.capacity)
-                    .time_to_live(cache.ttl)
-                    .build(),
+                cache: cache::Cache::new(cache.capacity, cache.ttl),
                 cache_config: cache,
                 observer,
                 lookups: AtomicU64::new(0),
@@ -236,12 +233,9 @@ impl Registry {
         &self.inner.keychain
     }
 
-    /// Entries in the digest cache. moka counts lazily (inserts are
-    /// applied by its housekeeping), so the pending work is run first: a
-    /// scrape right after a burst would otherwise report too few.
+    /// Entries in the digest cache.
     pub async fn cache_size(&self) -> u64 {
-        self.inner.cache.run_pending_tasks().await;
-        self.inner.cache.entry_count()
+        self.inner.cache.len()
     }
 
     /// Lookups that went to a registry (cache misses that loaded).
@@ -442,14 +436,14 @@ impl Registry {
             platform,
             credential.as_ref().map_or(ANONYMOUS, Credential::identity),
         );
-        // Hit path: no timer, no initializer bookkeeping.
-        if let Some(v) = self.inner.cache.get(&key).await {
+        // Hit path: one shard lock, no allocation for a sha256 answer.
+        if let Some(v) = self.inner.cache.get(&key.0) {
             if v.usable(Instant::now()) {
                 self.inner.observer.cache(true);
                 return v.result();
             }
             // A negative answer past its shorter life: ask again.
-            self.inner.cache.invalidate(&key).await;
+            self.inner.cache.invalidate(&key.0);
         }
         let budget = deadline.saturating_duration_since(Instant::now());
         let load = async {
@@ -462,13 +456,13 @@ impl Registry {
         };
         let entry = tokio::time::timeout_at(
             deadline.into(),
-            self.inner.cache.entry(key).or_insert_with(load),
+            self.inner.cache.get_or_load(key.0, || load),
         )
         .await;
         match entry {
-            Ok(e) => {
-                self.inner.observer.cache(!e.is_fresh());
-                e.into_value().result()
+            Ok((answer, loaded)) => {
+                self.inner.observer.cache(!loaded);
+                answer.result()
             }
             Err(_) => Err(ResolveFailure::Timeout { budget }),
         }
