@@ -38,19 +38,24 @@ if ! command -v helm >/dev/null; then
   export PATH="$HOME/.local/bin:$PATH"
 fi
 command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked
+# Each phase says how long it took, so a slow CI run says where.
+phase_start=$SECONDS
+phase() { echo "   (took $((SECONDS - phase_start)) s)"; phase_start=$SECONDS; echo "$1"; }
 
-echo "== self-contained"; scripts/check-self-contained.sh
-echo "== fmt";    cargo fmt --all --check
-echo "== clippy"; cargo clippy --workspace --all-targets -- -D warnings
-echo "== tests"
+echo "   (tools ready after $SECONDS s)"
+phase "== self-contained"; scripts/check-self-contained.sh
+phase "== fmt";    cargo fmt --all --check
+phase "== clippy"; cargo clippy --workspace --all-targets -- -D warnings
+phase "== tests"
 summary=$(mktemp)
 cargo nextest run --workspace --no-fail-fast 2>&1 | tee "$summary"
 passed=$(grep -oE '[0-9]+ passed' "$summary" | tail -n 1 | grep -oE '[0-9]+' || echo 0)
 rm -f "$summary"
-echo "== bench smoke (each benchmark once)"; cargo test --workspace --benches -q
-echo "== doctests"; cargo test --workspace --doc -q
+phase "== bench smoke (each benchmark once)"; cargo test --workspace --benches -q
+phase "== doctests"; cargo test --workspace --doc -q
 if [ "${SIGIL_SKIP_FUZZ:-}" != 1 ] && rustup toolchain list | grep -q nightly; then
-  echo "== fuzz smoke"; scripts/fuzz.sh smoke
+  phase "== fuzz smoke"; scripts/fuzz.sh smoke
 fi
-echo "== all checks passed"
+phase "== all checks passed"
+echo "   (whole run: $SECONDS s)"
 echo "tests: ${passed} passed, 0 failed"

@@ -76,10 +76,14 @@ pub(crate) struct Cache<V> {
 }
 
 impl<V: Clone> Cache<V> {
-    /// A cache of at most `capacity` entries (at least one per shard), each
+    /// A cache of about `capacity` entries (at most an eighth more), each
     /// usable for `ttl`.
     pub(crate) fn new(capacity: u64, ttl: Duration) -> Cache<V> {
-        let per_shard = usize::try_from(capacity.div_ceil(SHARDS as u64))
+        // Keys spread over shards by chance, not evenly: each shard gets an
+        // eighth more than its share, so a cache filled to `capacity` keeps
+        // it all (a shard's count strays by about its square root).
+        let share = capacity.div_ceil(SHARDS as u64);
+        let per_shard = usize::try_from(share + share / 8 + 1)
             .unwrap_or(usize::MAX)
             .clamp(1, 1 << 24);
         let shards = (0..SHARDS)
