@@ -39,8 +39,11 @@ if ! command -v helm >/dev/null; then
 fi
 command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked
 # Each phase says how long it took, so a slow CI run says where.
-phase_start=$SECONDS
-phase() { echo "   (took $((SECONDS - phase_start)) s)"; phase_start=$SECONDS; echo "$1"; }
+phase_start=
+phase() {
+  [ -z "$phase_start" ] || echo "   (took $((SECONDS - phase_start)) s)"
+  phase_start=$SECONDS; echo "$1"
+}
 
 echo "   (tools ready after $SECONDS s)"
 phase "== self-contained"; scripts/check-self-contained.sh

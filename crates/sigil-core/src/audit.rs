@@ -304,6 +304,10 @@ pub fn audit_object(
 /// mirror's name for it by tag, and the digest it runs, so the audit can ask
 /// whether that mirror has it now. `None` for anything else.
 pub fn mirror_to_check(policy: &crate::Policy, written: &str) -> Option<(Reference, Digest)> {
+    // Most policies have no fallback: then no image is planned twice.
+    if !policy.mirrors.iter().any(|m| m.fallback_origin) {
+        return None;
+    }
     let plan = policy.plan(written).ok()?;
     let f = plan.failover.as_ref()?;
     let digest = plan.reference.digest()?.clone();

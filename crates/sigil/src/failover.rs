@@ -146,12 +146,19 @@ pub async fn resolve<R: DigestResolver>(
             ResolveFailure::NotFound { .. } | ResolveFailure::BadResponse { .. }
         )
     {
+        // The mirror's own words, without the kind's prefix (it is kept).
+        let said = match &*first {
+            ResolveFailure::NotFound { detail } | ResolveFailure::BadResponse { detail } => {
+                detail.clone()
+            }
+            other => other.to_string(),
+        };
         match copier {
             None => {
                 *first = with_detail(
                     first,
                     format!(
-                        "{first}; copy on admission runs only in the webhook (sigil mirror {o} copies it now)"
+                        "{said}; copy on admission runs only in the webhook (sigil mirror {o} copies it now)"
                     ),
                 );
             }
@@ -177,7 +184,7 @@ pub async fn resolve<R: DigestResolver>(
                 CopyAnswer::Failed(e) => {
                     *first = with_detail(
                         first,
-                        format!("{first}; the copy from the origin failed: {e}"),
+                        format!("{said}; the copy from the origin failed: {e}"),
                     );
                 }
             },

@@ -275,6 +275,11 @@ async fn pushes_use_push_auth_and_a_refused_push_says_so() {
         got.message
     );
     assert!(
+        !got.message.contains("(registry answered"),
+        "the mirror's answer is said once, not nested: {}",
+        got.message
+    );
+    assert!(
         !got.message.contains("wrong"),
         "no secret in a message: {}",
         got.message
