@@ -78,17 +78,15 @@ impl Policy {
                         }
                     ));
                 }
-                match &r.auth {
-                    Some(a) if a.docker_config.is_some() => parts.push(format!(
-                        "credentials from docker config {}",
-                        a.docker_config.as_deref().unwrap_or_default()
-                    )),
-                    Some(a) => parts.push(format!(
-                        "user {} with password from {}",
-                        a.username.as_deref().unwrap_or_default(),
-                        a.password_file.as_deref().unwrap_or_default()
-                    )),
-                    None => parts.push("anonymous".into()),
+                parts.push(match &r.auth {
+                    Some(a) => credentials(a),
+                    None => "anonymous".into(),
+                });
+                if let Some(a) = &r.push_auth {
+                    parts.push(format!(
+                        "pushes (copies into mirrors) as {}",
+                        credentials(a)
+                    ));
                 }
                 let _ = writeln!(s, "  {}: {}", r.host, parts.join(", "));
             }
@@ -234,5 +232,18 @@ impl Policy {
             );
         }
         s
+    }
+}
+
+/// Where an `auth` or `pushAuth` block takes its credentials from (never
+/// the secret itself).
+fn credentials(a: &super::schema::AuthSpec) -> String {
+    match &a.docker_config {
+        Some(path) => format!("credentials from docker config {path}"),
+        None => format!(
+            "user {} with password from {}",
+            a.username.as_deref().unwrap_or_default(),
+            a.password_file.as_deref().unwrap_or_default()
+        ),
     }
 }

@@ -122,6 +122,17 @@ fn copy_alone_fails_over_to_the_origin_to_copy_from() {
         "{}",
         p.describe()
     );
+    let pushing = Policy::from_yaml(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  registries:\n    - {host: a.local, pushAuth: {username: robot, passwordFile: /run/push}}\n  rules:\n  - {name: all, match: ['**']}\n",
+    )
+    .unwrap();
+    assert!(
+        pushing
+            .describe()
+            .contains("a.local: HTTPS, anonymous, pushes (copies into mirrors) as user robot with password from /run/push"),
+        "{}",
+        pushing.describe()
+    );
     let plain = policy("  - {from: docker.io, to: a.local/hub}\n").unwrap();
     assert!(plain.plan("nginx:1").unwrap().failover.is_none());
     assert!(policy("  - {from: docker.io, to: a.local/hub, copy: yes-please}\n").is_err());
