@@ -21,11 +21,7 @@ use crate::support::signing::{Layer, Signer, push_legacy, simple_signing};
 /// A policy mirroring `from` to `to` with `copy: true` (and `extra` on the
 /// mirror entry), over plain-HTTP `hosts`, with `rules`.
 fn policy(hosts: &[&str], from: &str, to: &str, extra: &str, rules: &str) -> String {
-    let registries = hosts
-        .iter()
-        .map(|h| format!("{{host: \"{h}\", insecure: true}}"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let registries = crate::mirrors::plain_registries(hosts);
     format!(
         "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  registries: [{registries}]\n  mirrors:\n    - {{from: \"{from}\", to: \"{to}\", copy: true{extra}}}\n  rules:\n{rules}"
     )
@@ -54,6 +50,14 @@ async fn has_manifest(reg: &TestRegistry, repo: &str, reference: &str) -> bool {
         .unwrap()
         .status()
         == 200
+}
+
+/// `sigil mirror --policy FILE IMAGE`, as a user runs it.
+fn sigil_mirror(policy: &std::path::Path, image: &str) -> std::process::Output {
+    run_sigil(
+        &["mirror", "--policy", policy.to_str().unwrap(), image],
+        None,
+    )
 }
 
 fn image_of(a: &crate::support::sigil::Admitted) -> String {
@@ -339,15 +343,7 @@ async fn a_blob_that_does_not_hash_to_its_digest_is_never_committed() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("policy.yaml");
     std::fs::write(&file, policy(&[&o, &m], &o, &format!("{m}/hub"), "", ALL)).unwrap();
-    let out = run_sigil(
-        &[
-            "mirror",
-            "--policy",
-            file.to_str().unwrap(),
-            &format!("{o}/team/app:v1"),
-        ],
-        None,
-    );
+    let out = sigil_mirror(&file, &format!("{o}/team/app:v1"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -540,15 +536,7 @@ async fn the_audit_reports_origin_pinned_images_a_mirror_now_has() {
         !has_manifest(&mirror, "hub/team/app", "v1").await,
         "pin pushed nothing"
     );
-    let out = run_sigil(
-        &[
-            "mirror",
-            "--policy",
-            file.to_str().unwrap(),
-            &format!("{o}/team/app:v1"),
-        ],
-        None,
-    );
+    let out = sigil_mirror(&file, &format!("{o}/team/app:v1"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),

@@ -57,12 +57,17 @@ async fn start_and_create(policy: &str, image: &str) -> (Sigil, crate::support::
     (s, got)
 }
 
-fn policy(origin: &str, hosts: &[&str], mirror: &str) -> String {
-    let registries = hosts
+/// `registries:` entries reaching each of `hosts` over plain HTTP.
+pub(crate) fn plain_registries(hosts: &[&str]) -> String {
+    hosts
         .iter()
         .map(|h| format!("{{host: \"{h}\", insecure: true}}"))
         .collect::<Vec<_>>()
-        .join(", ");
+        .join(", ")
+}
+
+fn policy(origin: &str, hosts: &[&str], mirror: &str) -> String {
+    let registries = plain_registries(hosts);
     format!(
         "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  registries: [{registries}]\n  mirrors:\n    - {{from: \"{origin}\", {mirror}}}\n  rules:\n    - {{name: all, match: [\"**\"], mode: enforce}}\n"
     )
