@@ -87,6 +87,25 @@ pub fn peak_rss_kib(pid: u32) -> Option<u64> {
     status_kib(pid, "VmHWM:")
 }
 
+/// Waits for `child`, reading its peak RSS (VmHWM, KiB) every `every` while
+/// it runs: (exit status, peak).
+pub async fn wait_with_peak_rss(
+    child: &mut std::process::Child,
+    every: Duration,
+) -> (std::process::ExitStatus, u64) {
+    let pid = child.id();
+    let mut peak = 0;
+    loop {
+        if let Some(kib) = peak_rss_kib(pid) {
+            peak = peak.max(kib);
+        }
+        if let Some(s) = child.try_wait().expect("wait") {
+            return (s, peak);
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

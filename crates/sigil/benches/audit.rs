@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sigil_testkit::kube::FakeKube;
-use sigil_testkit::procstat::{children_cpu, peak_rss_kib};
+use sigil_testkit::procstat::{children_cpu, wait_with_peak_rss};
 use sigil_testkit::registry::{Mode, TestRegistry};
 use sigil_testkit::sigil::audit_command;
 
@@ -62,23 +62,13 @@ async fn run(pods: usize, images: usize) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run sigil audit");
-    let pid = child.id();
     let stdout = child.stdout.take().expect("stdout");
     let reader = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = std::io::Read::read_to_string(&mut { stdout }, &mut s);
         s
     });
-    let mut peak = 0;
-    let status = loop {
-        if let Some(kib) = peak_rss_kib(pid) {
-            peak = peak.max(kib);
-        }
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let (status, peak) = wait_with_peak_rss(&mut child, Duration::from_millis(20)).await;
     let wall = t.elapsed();
     let cpu = {
         let ((u1, s1), (u0, s0)) = (children_cpu(), cpu0);

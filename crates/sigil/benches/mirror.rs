@@ -16,7 +16,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sigil_testkit::procstat::{children_cpu, peak_rss_kib};
+use sigil_testkit::procstat::{children_cpu, wait_with_peak_rss};
 use sigil_testkit::registry::{Mode, TestRegistry};
 use sigil_testkit::sigil::{Sigil, bin};
 
@@ -50,17 +50,7 @@ async fn copy(policy: &str, image: &str) -> (Duration, Duration, u64) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run sigil mirror");
-    let pid = child.id();
-    let mut peak = 0;
-    let status = loop {
-        if let Some(kib) = peak_rss_kib(pid) {
-            peak = peak.max(kib);
-        }
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let (status, peak) = wait_with_peak_rss(&mut child, Duration::from_millis(10)).await;
     let wall = t.elapsed();
     assert!(status.success(), "sigil mirror failed: {status}");
     let ((u1, s1), (u0, s0)) = (children_cpu(), cpu0);
