@@ -283,7 +283,7 @@ pub fn audit_object(
             }
             FieldAudit {
                 field: v.field.clone(),
-                verdict: v.label(),
+                verdict: v.label().into_owned(),
                 expected,
                 running: run,
                 violations,

@@ -224,7 +224,7 @@ impl FieldVerdict {
     /// from every front end: `unchanged`, `pinned`, `rewritten`,
     /// `needs-lookup`, `denied:<reason>`, `warned:<reason>`,
     /// `excepted:<reason>` (an exception made it a warning).
-    pub fn label(&self) -> String {
+    pub fn label(&self) -> std::borrow::Cow<'static, str> {
         match &self.outcome {
             Outcome::Unchanged { .. } => "unchanged".into(),
             Outcome::Changed {
@@ -233,9 +233,9 @@ impl FieldVerdict {
             Outcome::Changed { pinned: None, .. } => "rewritten".into(),
             Outcome::NeedsLookup { .. } => "needs-lookup".into(),
             Outcome::Failed(f) => match (f.mode, &f.waiver) {
-                (_, Some(_)) => format!("excepted:{}", f.denial.kind()),
-                (Mode::Enforce, None) => format!("denied:{}", f.denial.kind()),
-                (Mode::Warn, None) => format!("warned:{}", f.denial.kind()),
+                (_, Some(_)) => format!("excepted:{}", f.denial.kind()).into(),
+                (Mode::Enforce, None) => format!("denied:{}", f.denial.kind()).into(),
+                (Mode::Warn, None) => format!("warned:{}", f.denial.kind()).into(),
             },
         }
     }
@@ -324,7 +324,7 @@ pub fn plan_object(policy: &Policy, facts: ObjectFacts<'_>) -> ObjectPlan {
             Ok(p) => team_policies
                 .iter()
                 .map(|t| TeamCheck {
-                    policy: t.display_name(),
+                    policy: t.display_shared(),
                     mode: t.mode,
                     verdict: t.judge(&p.origin),
                 })
@@ -364,7 +364,7 @@ pub fn plan_object(policy: &Policy, facts: ObjectFacts<'_>) -> ObjectPlan {
 #[derive(Debug, Clone)]
 struct TeamCheck {
     /// `ImagePolicy ns/name`.
-    policy: String,
+    policy: std::sync::Arc<str>,
     mode: Mode,
     verdict: TeamVerdict,
 }

@@ -35,6 +35,53 @@ pub fn build_patch(changes: &[Replacement<'_>]) -> Patch {
     Patch(ops)
 }
 
+/// Writes the same patch as [`build_patch`] straight as JSON bytes into
+/// `out`: the admission path's form, with no operation, pointer or value
+/// allocated on the way.
+pub fn write_patch(out: &mut Vec<u8>, changes: &[Replacement<'_>]) {
+    out.push(b'[');
+    for (i, c) in changes.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"op":"replace","path":"#);
+        pointer(out, &c.field.path);
+        out.extend_from_slice(br#","value":"#);
+        // Writing a str to a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, c.new);
+        out.push(b'}');
+    }
+    out.push(b']');
+}
+
+/// The RFC 6901 pointer of `path` as a JSON string (`~` → `~0`, `/` → `~1`).
+fn pointer(out: &mut Vec<u8>, path: &[String]) {
+    let plain = |s: &String| {
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+    };
+    if path.iter().all(plain) {
+        // The walker's fields: nothing to escape, written as they are.
+        out.push(b'"');
+        for seg in path {
+            out.push(b'/');
+            out.extend_from_slice(seg.as_bytes());
+        }
+        out.push(b'"');
+        return;
+    }
+    let mut p = String::with_capacity(path.iter().map(|s| s.len() + 1).sum());
+    for seg in path {
+        p.push('/');
+        if seg.contains(['~', '/']) {
+            p.push_str(&seg.replace('~', "~0").replace('/', "~1"));
+        } else {
+            p.push_str(seg);
+        }
+    }
+    let _ = serde_json::to_writer(&mut *out, &p);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +109,40 @@ mod tests {
             wire,
             json!([{"op":"replace","path":"/spec/containers/0/image","value":"nginx:latest@sha256:00"}])
         );
+    }
+
+    /// The bytes the admission path writes are the serialized patch.
+    #[test]
+    fn written_patch_is_the_serialized_patch() {
+        let obj = json!({"spec":{"containers":[{"image":"a"},{"image":"b"}],
+            "volumes":[{"name":"v","image":{"reference":"c"}}]},
+            "template":{"spec":{"initContainers":[{"image":"d"}]}}});
+        let fields = image_fields(&obj);
+        let news = ["x", "quote\" and \\ ~ / é", "", "n@sha256:00"];
+        for n in 0..=fields.len() {
+            let reps: Vec<_> = fields
+                .iter()
+                .zip(news)
+                .take(n)
+                .map(|(field, new)| Replacement { field, new })
+                .collect();
+            let mut ours = Vec::new();
+            write_patch(&mut ours, &reps);
+            assert_eq!(ours, serde_json::to_vec(&build_patch(&reps)).unwrap());
+        }
+        let odd = ImageField {
+            pointer: String::new(),
+            path: vec!["a~b".into(), "c/d".into(), "0".into()],
+            kind: crate::walker::FieldKind::Container,
+            name: None,
+            value: "v".into(),
+        };
+        let reps = [Replacement {
+            field: &odd,
+            new: "w",
+        }];
+        let mut ours = Vec::new();
+        write_patch(&mut ours, &reps);
+        assert_eq!(ours, serde_json::to_vec(&build_patch(&reps)).unwrap());
     }
 }

@@ -65,19 +65,26 @@ impl ImageField {
     /// `spec.containers[0].image` form, as kubectl prints field paths.
     pub fn dotted(&self) -> String {
         let mut s = String::new();
+        self.write_dotted(&mut s);
+        s
+    }
+
+    /// Appends [`Self::dotted`] to `out` (the hot path builds one line of
+    /// several fields without a `String` per field).
+    pub fn write_dotted(&self, out: &mut String) {
+        let start = out.len();
         for seg in &self.path {
             if seg.bytes().all(|b| b.is_ascii_digit()) && !seg.is_empty() {
-                s.push('[');
-                s.push_str(seg);
-                s.push(']');
+                out.push('[');
+                out.push_str(seg);
+                out.push(']');
             } else {
-                if !s.is_empty() {
-                    s.push('.');
+                if out.len() > start {
+                    out.push('.');
                 }
-                s.push_str(seg);
+                out.push_str(seg);
             }
         }
-        s
     }
 }
 

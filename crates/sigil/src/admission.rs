@@ -131,8 +131,9 @@ pub struct Verdict {
     pub object: ObjectRef,
     /// Why it was skipped, if it was.
     pub skipped: Option<&'static str>,
-    /// Per-image summaries: `field verdict: image[ -> new]`.
-    pub images: Vec<String>,
+    /// Per-image summaries, `; `-separated: `field verdict: image[ -> new]`
+    /// (built only when the decision line is logged).
+    pub images: String,
 }
 
 /// The webhook handler. One per process, shared by every connection.
@@ -142,6 +143,9 @@ pub struct Webhook<R> {
     /// engine it started with.
     engine: arc_swap::ArcSwap<Engine<R>>,
     metrics: Arc<Metrics>,
+    /// Where the decision line is written by hand (`sigil serve`, JSON
+    /// logs); without it the line goes through tracing.
+    decision_log: Option<crate::decisionlog::DecisionLog>,
 }
 
 /// Takes `?timeout=10s` (a Go duration) from a request query string.
@@ -168,7 +172,15 @@ impl<R: DigestResolver> Webhook<R> {
         Webhook {
             engine: arc_swap::ArcSwap::from_pointee(engine),
             metrics,
+            decision_log: None,
         }
+    }
+
+    /// Writes the decision line by hand into `log` (same bytes as the JSON
+    /// formatter's; `SIGIL_LOG` still decides whether it is written).
+    pub fn with_decision_log(mut self, log: crate::decisionlog::DecisionLog) -> Self {
+        self.decision_log = Some(log);
+        self
     }
 
     /// The engine in force now.
@@ -211,29 +223,26 @@ impl<R: DigestResolver> Webhook<R> {
         let mut req = review.request.ok_or(BadReview::MissingRequest(""))?;
         let uid = req
             .uid
-            .clone()
+            .take()
             .filter(|u| !u.is_empty())
             .ok_or(BadReview::MissingRequest(" uid"))?;
         let operation = req
             .operation
-            .clone()
+            .take()
             .filter(|o| !o.is_empty())
             .ok_or(BadReview::MissingRequest(" operation"))?;
-        let kind = req
-            .kind
-            .as_ref()
-            .map(|k| k.kind.clone())
-            .unwrap_or_default();
+        let kind = req.kind.take().map(|k| k.kind).unwrap_or_default();
         let engine = self.engine.load_full();
         let object = req.object.as_mut().and_then(|w| w.0.take());
         let old = req.old_object.as_mut().and_then(|w| w.0.take());
+        let object_ref = object_ref(&req, object.as_ref(), &kind);
         let mut verdict = Verdict {
             decision: "allowed",
-            operation: operation.clone(),
-            kind: kind.clone(),
-            object: object_ref(&req, object.as_ref(), &kind),
+            operation,
+            kind,
+            object: object_ref,
             skipped: None,
-            images: Vec::new(),
+            images: String::new(),
         };
         let mut resp = ResponseOut {
             uid,
@@ -244,14 +253,13 @@ impl<R: DigestResolver> Webhook<R> {
             audit_annotations: Default::default(),
             status: None,
         };
-        let metadata_ns = object.as_ref().and_then(|o| o.namespace.as_deref());
-        let namespace =
-            effective_namespace(req.namespace.as_deref(), metadata_ns, None).map(str::to_owned);
+        let metadata_ns = object.as_ref().and_then(|o| o.namespace.clone());
+        let namespace = effective_namespace(req.namespace.as_deref(), metadata_ns.as_deref(), None);
         let facts = ObjectFacts {
-            operation: Operation::parse(&operation),
+            operation: Operation::parse(&verdict.operation),
             source: Source::Admission,
-            kind: &kind,
-            namespace: namespace.as_deref(),
+            kind: &verdict.kind,
+            namespace,
             object,
             old_object: old.as_ref(),
             namespace_labels: None,
@@ -298,12 +306,12 @@ impl<R: DigestResolver> Webhook<R> {
                 if !verified.is_empty() {
                     verified.push_str("; ");
                 }
-                verified.push_str(&field.dotted());
+                field.write_dotted(&mut verified);
                 verified.push_str(": ");
                 verified.push_str(&names.join(", "));
             }
             if detail {
-                verdict.images.push(log_entry(v));
+                log_entry(&mut verdict.images, v);
             }
             match &v.outcome {
                 Outcome::Unchanged { .. } | Outcome::NeedsLookup { .. } => {
@@ -333,7 +341,7 @@ impl<R: DigestResolver> Webhook<R> {
                     if !audit.is_empty() {
                         audit.push_str("; ");
                     }
-                    audit.push_str(&field.dotted());
+                    field.write_dotted(&mut audit);
                     audit.push_str(": ");
                     audit.push_str(&field.value);
                     audit.push_str(" -> ");
@@ -366,9 +374,8 @@ impl<R: DigestResolver> Webhook<R> {
         }
         let changes = d.changes();
         if d.patchable && !changes.is_empty() {
-            let patch = sigil_core::patch::build_patch(&changes);
-            let bytes =
-                serde_json::to_vec(&patch).map_err(|e| BadReview::Malformed(e.to_string()))?;
+            let mut bytes = Vec::with_capacity(128 * changes.len());
+            sigil_core::patch::write_patch(&mut bytes, &changes);
             resp.patch_type = Some("JSONPatch");
             resp.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
             resp.audit_annotations.insert("images".into(), audit);
@@ -390,27 +397,32 @@ impl<R: DigestResolver> Webhook<R> {
         }
         self.metrics
             .admission(&v.operation, &v.kind, v.decision, elapsed);
-        tracing::info!(
-            decision = v.decision,
-            operation = %v.operation,
-            object = %v.object,
-            skipped = v.skipped,
-            images = %v.images.join("; "),
-            elapsed_ms = elapsed.as_secs_f64() * 1000.0,
-            "admission"
-        );
+        match &self.decision_log {
+            Some(log) if tracing::enabled!(target: crate::decisionlog::TARGET, tracing::Level::INFO) =>
+            {
+                log.write(v, elapsed);
+            }
+            Some(_) => {}
+            None => crate::decisionlog::via_tracing(v, elapsed),
+        }
     }
 }
 
-/// One image in the decision log line: `field verdict: image[ -> new]`,
-/// the verdict being the label every front end reports for it.
-fn log_entry(v: &FieldVerdict) -> String {
-    let mut s = format!("{} {}: {}", v.field.dotted(), v.label(), v.field.value);
-    if let Outcome::Changed { new, .. } = &v.outcome {
-        s.push_str(" -> ");
-        s.push_str(new);
+/// One image in the decision log line, appended `; `-separated:
+/// `field verdict: image[ -> new]`, the verdict being the label every front
+/// end reports for it.
+fn log_entry(out: &mut String, v: &FieldVerdict) {
+    use std::fmt::Write as _;
+    if !out.is_empty() {
+        out.push_str("; ");
     }
-    s
+    v.field.write_dotted(out);
+    // Writes to a String cannot fail.
+    let _ = write!(out, " {}: {}", v.label(), v.field.value);
+    if let Outcome::Changed { new, .. } = &v.outcome {
+        out.push_str(" -> ");
+        out.push_str(new);
+    }
 }
 
 fn object_ref(req: &RequestIn, obj: Option<&ObjectSummary>, kind: &str) -> ObjectRef {

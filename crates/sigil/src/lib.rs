@@ -18,6 +18,7 @@
 //! and `cmd/` are only flags and glue.
 
 pub mod admission;
+pub mod decisionlog;
 pub mod engine;
 pub mod error;
 pub mod failover;

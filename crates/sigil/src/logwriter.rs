@@ -14,8 +14,9 @@
 //! before. Nothing is dropped: past
 //! [`MAX_BUFFERED`] (stderr not draining) writers wait for the thread, as
 //! the old writer's lossless mode did. [`FlushGuard`] writes what is left at
-//! exit. It does not format lines (tracing-subscriber does) and is not used
-//! by the one-shot commands, which write to stderr directly.
+//! exit. It does not format lines and is not used
+//! by the one-shot commands, which write to stderr directly. Lines are formatted
+//! by tracing-subscriber, the decision line by [`crate::decisionlog`].
 
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -135,8 +136,18 @@ fn writer_thread<W: Write>(shared: &Shared, mut out: W) {
     }
 }
 
-impl Write for BatchWriter {
-    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+impl BatchWriter {
+    /// The same buffer, for lines that wait for the batch window (the
+    /// decision line written by [`crate::decisionlog`]).
+    pub fn batched(&self) -> BatchWriter {
+        BatchWriter {
+            shared: self.shared.clone(),
+            urgent: false,
+        }
+    }
+
+    /// Appends one whole line (or several) to the buffer.
+    pub fn append(&self, line: &[u8]) {
         let mut st = self.shared.lock();
         while st.buf.len() >= MAX_BUFFERED && !st.closing {
             st = self
@@ -152,6 +163,12 @@ impl Write for BatchWriter {
         if wake {
             self.shared.filled.notify_one();
         }
+    }
+}
+
+impl Write for BatchWriter {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        self.append(line);
         Ok(line.len())
     }
 
@@ -177,7 +194,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for BatchWriter {
 }
 
 /// Where the per-admission decision line is logged from.
-const DECISION_TARGET: &str = "sigil::admission";
+const DECISION_TARGET: &str = crate::decisionlog::TARGET;
 
 impl Drop for FlushGuard {
     fn drop(&mut self) {

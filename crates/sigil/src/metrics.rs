@@ -7,6 +7,7 @@
 //! ([`Metrics::kube`]). It does not serve HTTP itself.
 
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -92,6 +93,9 @@ pub struct Metrics {
     crl_next_update: Family<UrlLabels, Gauge>,
     /// Registry requests made by this process (an audit reports its own share).
     registry_requests_total: AtomicU64,
+    /// Handles to the series every cached admission touches, made on first
+    /// use (a family lookup hashes its labels under a lock on each call).
+    hot: Hot,
     /// The cluster side's families (sigil-kube's own), in the same registry.
     pub kube: Arc<sigil_kube::Metrics>,
 }
@@ -158,6 +162,7 @@ impl Default for Metrics {
             crl_fetches: Family::default(),
             crl_next_update: Family::default(),
             registry_requests_total: AtomicU64::new(0),
+            hot: Hot::default(),
             registry: Registry::default(),
             kube: Arc::default(),
         };
@@ -312,7 +317,16 @@ impl Metrics {
 
     /// Records one image field's outcome.
     pub fn image(&self, outcome: &'static str) {
-        self.images.get_or_create(&OutcomeLabels { outcome }).inc();
+        let slot = match outcome {
+            "unchanged" => &self.hot.images[0],
+            "pinned" => &self.hot.images[1],
+            "rewritten" => &self.hot.images[2],
+            _ => {
+                self.images.get_or_create(&OutcomeLabels { outcome }).inc();
+                return;
+            }
+        };
+        handle(slot, &self.images, || OutcomeLabels { outcome }).inc();
     }
 
     /// Counts an image pinned at its origin because no mirror could serve it.
@@ -356,11 +370,7 @@ impl sigil_verify::Observer for Metrics {
     }
 
     fn cache(&self, hit: bool) {
-        self.verification_cache
-            .get_or_create(&CacheLabels {
-                result: if hit { "hit" } else { "miss" },
-            })
-            .inc();
+        cache_counter(&self.hot.verification_cache, &self.verification_cache, hit).inc();
     }
 }
 
@@ -451,10 +461,36 @@ impl sigil_registry::Observer for Metrics {
     }
 
     fn cache(&self, hit: bool) {
-        self.cache_lookups
-            .get_or_create(&CacheLabels {
-                result: if hit { "hit" } else { "miss" },
-            })
-            .inc();
+        cache_counter(&self.hot.cache_lookups, &self.cache_lookups, hit).inc();
     }
+}
+
+/// Counter handles of fixed-label series, filled on first use so the
+/// exposition is unchanged (a series appears once it was counted).
+#[derive(Debug, Default)]
+struct Hot {
+    /// `unchanged`, `pinned`, `rewritten`.
+    images: [OnceLock<Counter>; 3],
+    /// hit, miss.
+    cache_lookups: [OnceLock<Counter>; 2],
+    /// hit, miss.
+    verification_cache: [OnceLock<Counter>; 2],
+}
+
+/// The series of `family` with `labels`, through a handle kept in `slot`.
+fn handle<'a, S: Clone + std::hash::Hash + Eq>(
+    slot: &'a OnceLock<Counter>,
+    family: &Family<S, Counter>,
+    labels: impl FnOnce() -> S,
+) -> &'a Counter {
+    slot.get_or_init(|| family.get_or_create(&labels()).clone())
+}
+
+fn cache_counter<'a>(
+    slots: &'a [OnceLock<Counter>; 2],
+    family: &Family<CacheLabels, Counter>,
+    hit: bool,
+) -> &'a Counter {
+    let result = if hit { "hit" } else { "miss" };
+    handle(&slots[usize::from(!hit)], family, || CacheLabels { result })
 }

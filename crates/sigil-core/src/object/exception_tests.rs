@@ -76,7 +76,7 @@ fn label(p: &Policy, ns: &str, image: &str, now: i64) -> (String, Option<String>
         crate::Outcome::Failed(x) if x.mode == crate::Mode::Warn => Some(x.warning()),
         _ => None,
     };
-    (f.label(), warning)
+    (f.label().into_owned(), warning)
 }
 
 #[test]

@@ -68,7 +68,7 @@ pub(super) fn apply_teams(
             image: field.value.clone(),
             field: field.clone(),
             denial: Denial::TeamPolicy {
-                policy: c.policy.clone(),
+                policy: c.policy.to_string(),
                 refusal: Box::new(refusal),
             },
             mode: c.mode,

@@ -99,6 +99,8 @@ pub struct NamespacePolicy {
     pub rules: Vec<TeamRule>,
     /// (rule, pattern) most specific first.
     order: Vec<(usize, usize)>,
+    /// [`Self::display_name`], made once: every image it judges names it.
+    display: std::sync::Arc<str>,
 }
 
 /// What a namespaced policy says about one image.
@@ -125,7 +127,12 @@ pub enum TeamVerdict {
 impl NamespacePolicy {
     /// `ImagePolicy team-a/signed-only`, as messages name it.
     pub fn display_name(&self) -> String {
-        format!("ImagePolicy {}/{}", self.namespace, self.name)
+        self.display.to_string()
+    }
+
+    /// [`Self::display_name`], shared.
+    pub fn display_shared(&self) -> std::sync::Arc<str> {
+        self.display.clone()
     }
 
     /// Compiles one namespaced ImagePolicy document (already parsed).
@@ -295,6 +302,11 @@ impl NamespacePolicy {
             ),
         })?;
         Ok(NamespacePolicy {
+            display: format!(
+                "ImagePolicy {}/{}",
+                doc.metadata.namespace, doc.metadata.name
+            )
+            .into(),
             namespace: doc.metadata.namespace,
             name: doc.metadata.name,
             mode: spec.mode.unwrap_or(Mode::Enforce),

@@ -40,6 +40,43 @@ pub fn client_tls(ca_pem: &[u8]) -> Arc<rustls::ClientConfig> {
     Arc::new(cfg)
 }
 
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+/// One keep-alive HTTPS connection, as the API server opens them.
+async fn connect(addr: SocketAddr, tls: Arc<rustls::ClientConfig>) -> Sender {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    tcp.set_nodelay(true).expect("nodelay");
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(
+            rustls::pki_types::ServerName::try_from("localhost").expect("name"),
+            tcp,
+        )
+        .await
+        .expect("tls");
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    sender
+}
+
+/// One `POST /mutate`; the answer's body.
+async fn send(sender: &mut Sender, body: Vec<u8>) -> Bytes {
+    let req = http::Request::post("/mutate?timeout=10s")
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .expect("request");
+    let resp = sender.send_request(req).await.expect("send");
+    assert!(resp.status().is_success(), "status {}", resp.status());
+    resp.into_body().collect().await.expect("body").to_bytes()
+}
+
+/// One request on a new connection: the answer's body.
+pub async fn one(addr: SocketAddr, tls: Arc<rustls::ClientConfig>, body: Vec<u8>) -> Bytes {
+    send(&mut connect(addr, tls).await, body).await
+}
+
 /// `concurrency` workers, each on its own keep-alive HTTPS connection.
 pub async fn drive(
     addr: SocketAddr,
@@ -55,34 +92,15 @@ pub async fn drive(
     for _ in 0..concurrency {
         let (tls, body, next) = (tls.clone(), body.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
-            let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-            tcp.set_nodelay(true).expect("nodelay");
-            let stream = tokio_rustls::TlsConnector::from(tls)
-                .connect(
-                    rustls::pki_types::ServerName::try_from("localhost").expect("name"),
-                    tcp,
-                )
-                .await
-                .expect("tls");
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                .await
-                .expect("handshake");
-            tokio::spawn(conn);
+            let mut sender = connect(addr, tls).await;
             let mut lat = Vec::new();
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if i >= total {
                     break;
                 }
-                let req = http::Request::post("/mutate?timeout=10s")
-                    .header("host", "localhost")
-                    .header("content-type", "application/json")
-                    .body(Full::new(Bytes::from(body(i))))
-                    .expect("request");
                 let t = Instant::now();
-                let resp = sender.send_request(req).await.expect("send");
-                assert!(resp.status().is_success(), "status {}", resp.status());
-                let b = resp.into_body().collect().await.expect("body").to_bytes();
+                let b = send(&mut sender, body(i)).await;
                 lat.push(t.elapsed());
                 assert!(!b.is_empty());
             }

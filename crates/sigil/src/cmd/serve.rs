@@ -186,28 +186,42 @@ impl ServeArgs {
 /// ([`sigil::logwriter`]), so the one decision line per admission costs
 /// formatting and a `memcpy`, not a write(2) or a thread wake-up on the
 /// request path. Lossless; the returned guard flushes it at exit.
-fn init_logging(format: LogFormat) -> sigil::logwriter::FlushGuard {
+/// With JSON logs, the decision line is formatted by hand into the same
+/// writer ([`sigil::decisionlog`]).
+fn init_logging(
+    format: LogFormat,
+) -> (
+    sigil::logwriter::FlushGuard,
+    Option<sigil::decisionlog::DecisionLog>,
+) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SIGIL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let (writer, guard) = sigil::logwriter::BatchWriter::new(std::io::stderr());
+    let decisions = sigil::decisionlog::DecisionLog::new(&writer);
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer);
     match format {
-        LogFormat::Json => b.json().flatten_event(true).with_current_span(false).init(),
-        LogFormat::Text => b.init(),
+        LogFormat::Json => {
+            b.json().flatten_event(true).with_current_span(false).init();
+            (guard, Some(decisions))
+        }
+        LogFormat::Text => {
+            b.init();
+            (guard, None)
+        }
     }
-    guard
 }
 
 /// Runs `sigil serve` until a signal and the drain complete.
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
     args.validate()?;
-    let _log_guard = init_logging(args.log_format);
+    let (_log_guard, decisions) = init_logging(args.log_format);
     let (policy, policy_bytes) = super::load_policy_bytes(args.policy.as_deref())?;
     let file_policy = args.policy.is_some().then(|| policy.clone());
     super::runtime()?.block_on(async {
-        let (config, live, leaders) = configure(&args, policy, policy_bytes, file_policy).await?;
+        let (config, live, leaders) =
+            configure(&args, policy, policy_bytes, file_policy, decisions).await?;
         let bound = sigil::server::bind(config).await?;
         let mut signals = Signals::install()?;
         let running = bound.spawn(live);
@@ -226,6 +240,7 @@ async fn configure(
     policy: Policy,
     policy_bytes: Option<Vec<u8>>,
     file_policy: Option<Policy>,
+    decisions: Option<sigil::decisionlog::DecisionLog>,
 ) -> Result<(ServeConfig, Arc<Live>, Vec<lease::Shutdown>)> {
     let namespace = cluster::own_namespace(args.cluster.namespace.clone());
     // The API server is contacted only when a flag asks for it.
@@ -334,7 +349,10 @@ async fn configure(
     let engine = sigil::engine::engine_for(Arc::new(policy), None, &sources, &metrics)
         .context("putting the policy in force")?;
     let live = Arc::new(Live {
-        webhook: Arc::new(Webhook::new(engine, metrics.clone())),
+        webhook: Arc::new(match decisions {
+            Some(log) => Webhook::new(engine, metrics.clone()).with_decision_log(log),
+            None => Webhook::new(engine, metrics.clone()),
+        }),
         sources,
         metrics: metrics.clone(),
     });

@@ -310,7 +310,7 @@ pub async fn decide_targets<R: DigestResolver>(
                 object: object.clone(),
                 field: field.dotted(),
                 describe: field.describe(),
-                verdict: v.label(),
+                verdict: v.label().into_owned(),
                 image: field.value.clone(),
                 new,
                 status,

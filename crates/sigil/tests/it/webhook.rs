@@ -211,6 +211,20 @@ async fn mirror_round_trip_is_idempotent() {
         "rule must match the origin on the second pass: {}",
         again.message
     );
+    // The decision line `sigil serve` formats by hand: one JSON object.
+    let line = decision_line(&s, "nginx:1.25 -> ").await;
+    assert_eq!(line["level"], "INFO");
+    assert_eq!(line["message"], "admission");
+    assert_eq!(line["target"], "sigil::admission");
+    assert_eq!(line["decision"], "patched");
+    assert_eq!(line["operation"], "CREATE");
+    assert_eq!(
+        line["images"],
+        format!(
+            "spec.containers[0].image pinned: nginx:1.25 -> {h}/mirror/hub/library/nginx:1.25@{d}"
+        )
+    );
+    assert!(line["elapsed_ms"].as_f64().is_some(), "{line}");
     // The mirrored spelling of a blocked origin is still blocked.
     let got = api
         .admit(
@@ -227,6 +241,22 @@ async fn mirror_round_trip_is_idempotent() {
         "{}",
         got.message
     );
+}
+
+/// The first decision line of the server's log that contains `needle`, parsed.
+async fn decision_line(s: &Sigil, needle: &str) -> Value {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let logs = s.logs();
+        if let Some(l) = logs
+            .lines()
+            .find(|l| l.contains("\"message\":\"admission\"") && l.contains(needle))
+        {
+            return serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        }
+        assert!(Instant::now() < until, "no decision line: {logs}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The finalizer / DELETE / exempt rules hold even when the registry is down

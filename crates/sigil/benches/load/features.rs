@@ -1,0 +1,156 @@
+//! The features row: the same cached 3-image Pod decided under a policy with
+//! every feature of the latest round — two mirrors (the images are rewritten
+//! to the first), an attestation rule (a keyed SLSA v1 provenance with two
+//! conditions on the pinned digest), a team ImagePolicy for the Pod's
+//! namespace, and an active ImagePolicyException in that namespace — by a
+//! second `sigil serve`, driven in alternating rounds against the plain one.
+//! It measures what those features cost a cached admission; it checks the
+//! decision is the intended one (patched to the mirror, attestation passed)
+//! before measuring.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sigil_testkit::attestations::{SLSA_V1, keyed_layer, predicate, push_att};
+use sigil_testkit::intoto::statement;
+use sigil_testkit::registry::{TestRegistry, free_port};
+use sigil_testkit::sigil::{KillOnDrop as Proc, bin, wait_http};
+use sigil_testkit::signing::Signer;
+
+use crate::client::client_tls;
+use crate::side::Target;
+
+/// The captured Pod's namespace (`02_pod.json`).
+const NAMESPACE: &str = "test-connaisseur";
+const REPOSITORY: &str = "https://github.com/acme/api";
+
+/// The policy file: cluster policy, team policy, exception.
+fn policy(reg: &str, key: &Path, now: i64) -> String {
+    let expires = humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + Duration::from_secs((now + 7 * 86_400) as u64),
+    );
+    format!(
+        r#"apiVersion: sigil.dev/v1alpha1
+kind: ClusterImagePolicy
+metadata: {{name: platform}}
+spec:
+  registries:
+    - {{host: "{reg}", insecure: true}}
+  mirrors:
+    - from: "{reg}/bench"
+      to: ["{reg}/mirror-a/bench", "{reg}/mirror-b/bench"]
+  rules:
+    - {{name: all, match: ["**"], mode: enforce}}
+    - name: built-by-ci
+      match: ["{reg}/bench/app"]
+      exceptions: {{allowed: true, maxDuration: 720h}}
+      attestations:
+        - name: provenance
+          predicateType: slsaprovenance1
+          attestors: [{{name: ci, cosign: {{key: "{key}"}}}}]
+          conditions:
+            - expression: predicate.buildDefinition.externalParameters.workflow.repository == "{REPOSITORY}"
+              message: built from acme/api
+            - expression: predicate.runDetails.builder.id.startsWith("https://github.com/actions/")
+              message: built on GitHub Actions
+---
+apiVersion: sigil.dev/v1alpha1
+kind: ImagePolicy
+metadata: {{name: strict, namespace: {NAMESPACE}}}
+spec:
+  defaultAction: deny
+  rules:
+    - {{name: allow-list, match: ["{reg}/bench/**"]}}
+---
+apiVersion: sigil.dev/v1alpha1
+kind: ImagePolicyException
+metadata: {{name: legacy, namespace: {NAMESPACE}}}
+spec:
+  images: ["{reg}/bench/legacy-*"]
+  rules: [{{policy: ClusterImagePolicy/platform, rule: built-by-ci}}]
+  expires: "{expires}"
+  reason: vendor image, provenance pending
+"#,
+        key = key.display()
+    )
+}
+
+/// Pushes what the featured policy reads — the warm images at the first
+/// mirror, each with a keyed SLSA v1 attestation — and starts the second
+/// `sigil serve`. Returns the process, its target and its admin port.
+pub async fn start(registry: &TestRegistry, dir: &Path, tags: &[String]) -> (Proc, Target, u16) {
+    let reg = registry.host();
+    let key = Signer::p256();
+    let key_path = dir.join("ci.pub");
+    std::fs::write(&key_path, key.public_pem()).expect("key file");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    for tag in tags {
+        let d = registry.push_image("mirror-a/bench/app", tag).await;
+        let st = statement(&d, SLSA_V1, predicate(SLSA_V1, REPOSITORY, now - 3600));
+        push_att(
+            registry,
+            "mirror-a/bench/app",
+            &d,
+            &[keyed_layer(&key, &st)],
+        )
+        .await;
+    }
+    let policy = dir.join("featured.yaml");
+    std::fs::write(&policy, self::policy(&reg, &key_path, now)).expect("policy");
+    let ca = dir.join("featured-ca.pem");
+    let (port, admin) = (free_port(), free_port());
+    let proc = Proc(
+        Command::new(bin())
+            .args(["serve", "--shutdown-delay", "0s"])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+            .arg("--policy")
+            .arg(&policy)
+            .arg("--ca-bundle-out")
+            .arg(&ca)
+            .env(
+                "SIGIL_LOG",
+                std::env::var("BENCH_SIGIL_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn featured sigil"),
+    );
+    let until = Instant::now() + Duration::from_secs(10);
+    while !ca.exists() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_http(&format!("http://127.0.0.1:{admin}/readyz")).await;
+    let target = Target {
+        pid: proc.0.id(),
+        addr: format!("127.0.0.1:{port}").parse().expect("addr"),
+        tls: client_tls(&std::fs::read(&ca).expect("ca")),
+    };
+    (proc, target, admin)
+}
+
+/// Checks one answer of the featured server: patched to the first mirror,
+/// nothing denied or warned (so the row measures the intended decision).
+pub fn check_answer(answer: &[u8], reg: &str) {
+    let v: serde_json::Value = serde_json::from_slice(answer).expect("answer json");
+    let r = &v["response"];
+    assert_eq!(r["allowed"], true, "featured decision denied: {v}");
+    assert!(r["warnings"].is_null(), "featured decision warned: {v}");
+    let images = r["auditAnnotations"]["images"].as_str().unwrap_or_default();
+    assert!(
+        images.contains(&format!("-> {reg}/mirror-a/bench/app:warm0@sha256:")),
+        "not rewritten to the first mirror: {v}"
+    );
+    let verified = r["auditAnnotations"]["verified"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        verified.contains("provenance"),
+        "attestation not verified: {v}"
+    );
+}
