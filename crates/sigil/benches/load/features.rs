@@ -9,13 +9,12 @@
 //! before measuring.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sigil_testkit::attestations::{SLSA_V1, keyed_layer, predicate, push_att};
 use sigil_testkit::intoto::statement;
 use sigil_testkit::registry::{TestRegistry, free_port};
-use sigil_testkit::sigil::{KillOnDrop as Proc, bin, wait_http};
+use sigil_testkit::sigil::{KillOnDrop as Proc, wait_http};
 use sigil_testkit::signing::Signer;
 
 use crate::client::client_tls;
@@ -103,24 +102,7 @@ pub async fn start(registry: &TestRegistry, dir: &Path, tags: &[String]) -> (Pro
     std::fs::write(&policy, self::policy(&reg, &key_path, now)).expect("policy");
     let ca = dir.join("featured-ca.pem");
     let (port, admin) = (free_port(), free_port());
-    let proc = Proc(
-        Command::new(bin())
-            .args(["serve", "--shutdown-delay", "0s"])
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-            .arg("--policy")
-            .arg(&policy)
-            .arg("--ca-bundle-out")
-            .arg(&ca)
-            .env(
-                "SIGIL_LOG",
-                std::env::var("BENCH_SIGIL_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn featured sigil"),
-    );
+    let proc = crate::spawn_sigil(&policy, &ca, port, admin);
     let until = Instant::now() + Duration::from_secs(10);
     while !ca.exists() && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(20)).await;

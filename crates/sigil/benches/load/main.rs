@@ -169,30 +169,7 @@ async fn run(size: Size, full: bool) {
     let admin_port = free_port();
     let port = free_port();
     let started = Instant::now();
-    let sigil = Proc(
-        Command::new(bin())
-            .args([
-                "serve",
-                "--shutdown-delay",
-                "0s",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--admin-listen",
-                &format!("127.0.0.1:{admin_port}"),
-            ])
-            .arg("--policy")
-            .arg(&policy)
-            .arg("--ca-bundle-out")
-            .arg(&ca)
-            .env(
-                "SIGIL_LOG",
-                std::env::var("BENCH_SIGIL_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn sigil"),
-    );
+    let sigil = spawn_sigil(&policy, &ca, port, admin_port);
     wait_http(&format!("http://127.0.0.1:{admin_port}/readyz")).await;
     let start_to_ready = started.elapsed();
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -537,6 +514,29 @@ async fn run(size: Size, full: bool) {
         "the cache holds what was filled ({} entries)",
         filled.entries
     );
+}
+
+/// `sigil serve` as the benchmark runs it: production log level (or
+/// `BENCH_SIGIL_LOG`), its CA written to `ca`, output discarded.
+fn spawn_sigil(policy: &std::path::Path, ca: &std::path::Path, port: u16, admin: u16) -> Proc {
+    Proc(
+        Command::new(bin())
+            .args(["serve", "--shutdown-delay", "0s"])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+            .arg("--policy")
+            .arg(policy)
+            .arg("--ca-bundle-out")
+            .arg(ca)
+            .env(
+                "SIGIL_LOG",
+                std::env::var("BENCH_SIGIL_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn sigil"),
+    )
 }
 
 fn ms(d: Duration) -> f64 {
