@@ -22,6 +22,7 @@ use sigil_core::{
     Source, effective_namespace,
 };
 
+pub use crate::decisionlog::Verdict;
 use crate::engine::Engine;
 use crate::metrics::Metrics;
 
@@ -116,24 +117,6 @@ struct StatusOut {
     code: u16,
     reason: &'static str,
     message: String,
-}
-
-/// Summary of one answered review, for logs and metrics.
-#[derive(Debug, Clone)]
-pub struct Verdict {
-    /// `allowed`, `patched`, `denied`, `warned`, `skipped`.
-    pub decision: &'static str,
-    /// Operation as sent.
-    pub operation: String,
-    /// Object kind.
-    pub kind: String,
-    /// Object identity for logs.
-    pub object: ObjectRef,
-    /// Why it was skipped, if it was.
-    pub skipped: Option<&'static str>,
-    /// Per-image summaries, `; `-separated: `field verdict: image[ -> new]`
-    /// (built only when the decision line is logged).
-    pub images: String,
 }
 
 /// The webhook handler. One per process, shared by every connection.

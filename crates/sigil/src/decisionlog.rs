@@ -11,18 +11,39 @@
 //! itself (docs/benchmarks.md). Whether the line is written at all is still
 //! the subscriber's filter's call (`SIGIL_LOG`), asked per line; the text
 //! format and every other line go through tracing as before. It decides
-//! nothing and formats no other line.
+//! nothing and formats no other line. The [`Verdict`] it writes (what the
+//! webhook answered, for logs and metrics) lives here so the webhook depends
+//! on its log line and not the other way round.
 
 use std::cell::RefCell;
 use std::io::Write as _;
 use std::time::{Duration, SystemTime};
 
-use crate::admission::Verdict;
-use crate::logwriter::BatchWriter;
+use sigil_core::ObjectRef;
+
+use crate::logwriter::{BatchWriter, DECISION_TARGET};
 
 /// The target the decision line is logged under (the filter's and the
 /// log writer's name for it).
-pub const TARGET: &str = "sigil::admission";
+pub const TARGET: &str = DECISION_TARGET;
+
+/// Summary of one answered review, for logs and metrics.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    /// `allowed`, `patched`, `denied`, `warned`, `skipped`.
+    pub decision: &'static str,
+    /// Operation as sent.
+    pub operation: String,
+    /// Object kind.
+    pub kind: String,
+    /// Object identity for logs.
+    pub object: ObjectRef,
+    /// Why it was skipped, if it was.
+    pub skipped: Option<&'static str>,
+    /// Per-image summaries, `; `-separated: `field verdict: image[ -> new]`
+    /// (built only when the decision line is logged).
+    pub images: String,
+}
 
 /// Where hand-formatted decision lines go: the batched side of the log writer.
 #[derive(Clone, Debug)]
@@ -167,7 +188,6 @@ impl std::fmt::Write for Escaped<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sigil_core::ObjectRef;
     use std::sync::{Arc, Mutex};
 
     #[derive(Clone, Default)]

@@ -194,7 +194,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for BatchWriter {
 }
 
 /// Where the per-admission decision line is logged from.
-const DECISION_TARGET: &str = crate::decisionlog::TARGET;
+pub const DECISION_TARGET: &str = "sigil::admission";
 
 impl Drop for FlushGuard {
     fn drop(&mut self) {
