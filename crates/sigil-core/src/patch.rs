@@ -73,11 +73,7 @@ fn pointer(out: &mut Vec<u8>, path: &[String]) {
     let mut p = String::with_capacity(path.iter().map(|s| s.len() + 1).sum());
     for seg in path {
         p.push('/');
-        if seg.contains(['~', '/']) {
-            p.push_str(&seg.replace('~', "~0").replace('/', "~1"));
-        } else {
-            p.push_str(seg);
-        }
+        p.push_str(&crate::walker::escape_token(seg));
     }
     let _ = serde_json::to_writer(&mut *out, &p);
 }
