@@ -152,30 +152,38 @@ pub struct Running {
 /// and says nothing comparable.
 pub fn running_images(pod: &Value) -> Vec<Running> {
     let mut out = Vec::new();
-    for (key, kind) in [
-        ("containerStatuses", FieldKind::Container),
-        ("initContainerStatuses", FieldKind::InitContainer),
-        ("ephemeralContainerStatuses", FieldKind::EphemeralContainer),
-    ] {
+    for (key, kind) in STATUS_LISTS {
         let Some(list) = pod["status"][key].as_array() else {
             continue;
         };
         for s in list {
-            let Some(name) = s["name"].as_str() else {
-                continue;
-            };
-            let digest = s["imageID"]
-                .as_str()
-                .and_then(|id| id.rsplit_once('@'))
-                .and_then(|(_, d)| Digest::parse(d).ok());
-            out.push(Running {
-                kind,
-                name: name.to_owned(),
-                digest,
-            });
+            if let Some(name) = s["name"].as_str() {
+                out.push(Running::of(kind, name, s["imageID"].as_str()));
+            }
         }
     }
     out
+}
+
+/// The Pod status lists [`running_images`] reads, and what each holds.
+pub const STATUS_LISTS: [(&str, FieldKind); 3] = [
+    ("containerStatuses", FieldKind::Container),
+    ("initContainerStatuses", FieldKind::InitContainer),
+    ("ephemeralContainerStatuses", FieldKind::EphemeralContainer),
+];
+
+impl Running {
+    /// One container status: its name and `imageID` (see [`running_images`]).
+    pub fn of(kind: FieldKind, name: &str, image_id: Option<&str>) -> Running {
+        let digest = image_id
+            .and_then(|id| id.rsplit_once('@'))
+            .and_then(|(_, d)| Digest::parse(d).ok());
+        Running {
+            kind,
+            name: name.to_owned(),
+            digest,
+        }
+    }
 }
 
 /// Reads a verdict as an audit. `fields` are the object's image fields

@@ -56,7 +56,12 @@ pub(super) fn parse(text: &str) -> Option<Vec<Tree>> {
         MAX_EVENTS.max(budget.max_events / 2),
         MAX_DOCUMENTS.max(budget.max_documents - budget.max_documents / 40),
     );
-    for (n, item) in Parser::new_from_str(text).enumerate() {
+    // Comments are checked but not emitted, as on the general path
+    // (`crate::yaml::options`): capturing them (the `comments` feature
+    // another dependency turns on) was a tenth of `sigil pin`'s parse.
+    let mut options = granit_parser::Options::default();
+    options.set_emit_comments(false);
+    for (n, item) in Parser::new_from_str_with_options(text, options).enumerate() {
         if n > max_events {
             return None;
         }

@@ -11,6 +11,7 @@
 //! verified once per audit: the engine's caches are shared by all objects.
 
 pub mod continuous;
+mod item;
 pub mod kinds;
 pub mod policyreport;
 pub mod report;
@@ -24,7 +25,7 @@ use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 use serde_json::Value;
 use sigil_core::audit::{audit_object, mirror_to_check, not_mirrored_now, running_images};
-use sigil_core::walker::summarize_value;
+use sigil_core::walker::{summarize_json, summarize_value};
 use sigil_core::{ObjectFacts, Operation, Source, effective_namespace};
 
 pub use kinds::Kind;
@@ -168,9 +169,11 @@ async fn audit_kind(
     }
     let mut pages = 0u32;
     loop {
-        let page = api.list(&lp).await.map_err(|e| list_error(kind, opts, e))?;
+        let page = list_page(client, &api, &lp)
+            .await
+            .map_err(|e| list_error(kind, opts, e))?;
         pages += 1;
-        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        let next = page.metadata.continue_.filter(|c| !c.is_empty());
         let decided: Vec<Option<ObjectReport>> = futures_util::stream::iter(page.items)
             .map(|o| audit_one(engine, opts, kind, o))
             .buffer_unordered(opts.concurrency.max(1))
@@ -183,6 +186,36 @@ async fn audit_kind(
             _ => return Ok(()),
         }
     }
+}
+
+/// One list page as the API server wrote it, each item kept as its JSON
+/// text (one allocation per object; read by [`read_item`]).
+#[derive(serde::Deserialize)]
+struct Page {
+    #[serde(default)]
+    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta,
+    #[serde(default)]
+    items: Vec<Box<serde_json::value::RawValue>>,
+}
+
+/// `GET` one page through kube-rs's client (its auth, TLS and API errors),
+/// read as [`Page`], each item kept as its JSON text, not as
+/// `ObjectList<DynamicObject>`: a `DynamicObject` buffers every field
+/// through serde's flatten and had to be serialized back into a `Value`
+/// for the decision, which together cost about a fifth of an audit's CPU
+/// (docs/benchmarks.md, issue 27). [`item`] reads each text once for the
+/// metadata and status, the walker once for the images.
+async fn list_page(
+    client: &Client,
+    api: &Api<DynamicObject>,
+    lp: &ListParams,
+) -> std::result::Result<Page, kube::Error> {
+    let mut req = kube::core::Request::new(api.resource_url())
+        .list(lp)
+        .map_err(kube::Error::BuildRequest)?;
+    req.extensions_mut().insert("list");
+    let text = client.request_text(req).await?;
+    serde_json::from_str(&text).map_err(kube::Error::SerdeError)
 }
 
 fn list_error(kind: &Kind, opts: &Options, e: kube::Error) -> Error {
@@ -213,23 +246,10 @@ async fn audit_one(
     engine: &Arc<dyn Decide>,
     opts: &Options,
     kind: &Kind,
-    obj: DynamicObject,
+    obj: Box<serde_json::value::RawValue>,
 ) -> Option<ObjectReport> {
-    let mut value = serde_json::to_value(&obj).ok()?;
-    value["kind"] = Value::from(kind.kind);
-    if let Some(since) = opts.since
-        && changed_at(&value).is_some_and(|t| t < since)
-    {
-        return None;
-    }
-    let meta = object_meta(&value, kind);
-    let summary = summarize_value(&value);
+    let (meta, summary, running) = read_item(obj.get(), kind, opts.since)?;
     let fields = summary.fields.clone();
-    let running = if kind.kind == "Pod" {
-        running_images(&value)
-    } else {
-        Vec::new()
-    };
     let deadline = Instant::now() + opts.timeout;
     let verdict = engine
         .decide(
@@ -259,6 +279,41 @@ async fn audit_one(
         }
     }
     Some(ObjectReport::new(meta, audit))
+}
+
+/// What the audit reads of one listed object (its JSON text): identity,
+/// images, running images; `None` when `--since` leaves it out. The typed
+/// reading ([`item::Head`]) and the walker's pass over the text, or, for
+/// an object with a field of an unexpected type, a `Value` of it.
+fn read_item(
+    json: &str,
+    kind: &Kind,
+    since: Option<SystemTime>,
+) -> Option<(
+    ObjectMeta,
+    sigil_core::ObjectSummary,
+    Vec<sigil_core::audit::Running>,
+)> {
+    let pod = kind.kind == "Pod";
+    if let Some(head) = item::Head::read(json)
+        && let Ok(summary) = summarize_json(json)
+    {
+        if since.is_some_and(|since| head.changed_at().is_some_and(|t| t < since)) {
+            return None;
+        }
+        let running = if pod { head.running() } else { Vec::new() };
+        return Some((head.object_meta(kind), summary, running));
+    }
+    let value: Value = serde_json::from_str(json).ok().filter(Value::is_object)?;
+    if since.is_some_and(|since| changed_at(&value).is_some_and(|t| t < since)) {
+        return None;
+    }
+    let running = if pod {
+        running_images(&value)
+    } else {
+        Vec::new()
+    };
+    Some((object_meta(&value, kind), summarize_value(&value), running))
 }
 
 fn object_meta(v: &Value, kind: &Kind) -> ObjectMeta {
@@ -368,6 +423,30 @@ mod tests {
             changed_at(&v),
             humantime::parse_rfc3339("2026-02-01T00:00:00Z").ok()
         );
+    }
+
+    /// A listed object is read from its text: typed when it can be, as a
+    /// `Value` when a field has an odd type, skipped when it is no object;
+    /// `--since` leaves out what did not change after it.
+    #[test]
+    fn listed_items_are_read_from_their_text_either_way_alike() {
+        let pod = kinds::ALL.iter().find(|k| k.kind == "Pod").expect("Pod");
+        let typed = r#"{"metadata":{"name":"p","namespace":"ns","creationTimestamp":"2026-01-01T00:00:00Z"},
+            "spec":{"containers":[{"name":"a","image":"nginx:1"}]},
+            "status":{"containerStatuses":[{"name":"a","imageID":"docker.io/library/nginx@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}]}}"#;
+        // The same object with a label of an odd type: read as a `Value`.
+        let odd = typed.replace(r#""name":"p","#, r#""name":"p","ownerReferences":{"x":1},"#);
+        let (m1, s1, r1) = read_item(typed, pod, None).expect("typed");
+        let (m2, s2, r2) = read_item(&odd, pod, None).expect("as a Value");
+        assert!(item::Head::read(&odd).is_none());
+        assert_eq!((&m1, &s1.fields, &r1), (&m2, &s2.fields, &r2));
+        assert_eq!((m1.name.as_str(), m1.namespace.as_str()), ("p", "ns"));
+        assert_eq!(s1.fields[0].value, "nginx:1");
+        assert!(r1[0].digest.is_some());
+        assert!(read_item("[1]", pod, None).is_none(), "no object");
+        let later = humantime::parse_rfc3339("2026-06-01T00:00:00Z").ok();
+        assert!(read_item(typed, pod, later).is_none(), "unchanged since");
+        assert!(read_item(&odd, pod, later).is_none(), "unchanged since");
     }
 
     #[test]

@@ -145,7 +145,7 @@ impl ObjectReport {
 }
 
 /// What the lister knows about an object besides its images.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ObjectMeta {
     /// Namespace.
     pub namespace: String,

@@ -61,27 +61,28 @@ impl Walk {
         if !self.seen_dirs.insert((meta.dev(), meta.ino())) {
             return Ok(());
         }
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        let mut entries: Vec<(PathBuf, std::fs::FileType)> = std::fs::read_dir(dir)
             .with_context(|| format!("listing {}", dir.display()))?
-            .map(|e| e.map(|e| e.path()))
+            .map(|e| e.and_then(|e| Ok((e.path(), e.file_type()?))))
             .collect::<std::result::Result<_, _>>()
             .with_context(|| format!("listing {}", dir.display()))?;
-        entries.sort();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
         let mut dirs = Vec::new();
-        for e in entries {
+        for (e, own) in entries {
             let hidden = e
                 .file_name()
                 .is_some_and(|n| n.to_string_lossy().starts_with('.'));
-            if hidden {
+            // The entry's own type comes with the listing: a plain file that
+            // is not YAML needs no `stat`, anything else one (its target's).
+            if hidden || (own.is_file() && !is_yaml(&e)) {
                 continue;
             }
-            let own = std::fs::symlink_metadata(&e).with_context(|| format!("{}", e.display()))?;
             // Where a link points (a dangling link is left alone).
             let Ok(target) = std::fs::metadata(&e) else {
                 continue;
             };
             if target.is_dir() {
-                if own.file_type().is_symlink() {
+                if own.is_symlink() {
                     self.notes.push(format!(
                         "{}: directory link not followed (name its target to pin it)",
                         e.display()
@@ -207,6 +208,35 @@ mod tests {
             "{:?}",
             w.notes
         );
+    }
+
+    /// The walk takes each entry's type from the listing (one `stat` for
+    /// YAML files, links and directories, none for other files): what it
+    /// reads must be what it read when it asked twice per entry.
+    #[test]
+    fn the_walk_reads_yaml_files_and_links_to_them_and_passes_over_the_rest() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let root = d.path().join("d");
+        touch(&root.join("a.yaml"));
+        touch(&root.join("notes.txt"));
+        touch(&root.join(".hidden.yaml"));
+        touch(&d.path().join("outside/o.yaml"));
+        std::os::unix::fs::symlink("../outside/o.yaml", root.join("ext.yaml")).expect("link");
+        std::os::unix::fs::symlink("missing.yaml", root.join("dangling.yaml")).expect("link");
+        std::os::unix::fs::symlink("../outside", root.join("dirlink")).expect("link");
+        std::fs::create_dir_all(root.join("tree.yaml")).expect("a directory named like YAML");
+        touch(&root.join("tree.yaml/inner.yml"));
+        let w = Walk::of(std::slice::from_ref(&root)).expect("walk");
+        assert_eq!(
+            w.files,
+            vec![
+                root.join("a.yaml"),
+                root.join("ext.yaml"),
+                root.join("tree.yaml/inner.yml")
+            ]
+        );
+        assert_eq!(w.notes.len(), 1, "{:?}", w.notes);
+        assert!(w.notes[0].contains("dirlink: directory link not followed"));
     }
 
     #[test]
