@@ -58,7 +58,7 @@ pub(super) fn parse(text: &str) -> Option<Vec<Tree>> {
     );
     // Comments are checked but not emitted, as on the general path
     // (`crate::yaml::options`): capturing them (the `comments` feature
-    // another dependency turns on) was a tenth of `sigil pin`'s parse.
+    // another dependency turns on) cost 4 % of `sigil pin --check`'s instructions.
     let mut options = granit_parser::Options::default();
     options.set_emit_comments(false);
     for (n, item) in Parser::new_from_str_with_options(text, options).enumerate() {
