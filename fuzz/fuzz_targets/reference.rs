@@ -1,5 +1,8 @@
-//! Reference parsing and pattern compilation never panic, and a parsed
-//! reference re-parses to itself from both its canonical and familiar forms.
+//! Reference parsing and pattern compilation never panic, a parsed
+//! reference re-parses to itself from both its canonical and familiar forms,
+//! and the mirror prefix swap (`image\nto`: the name's prefix up to each of
+//! its `/` and the whole name, replaced by `to`) equals parsing the swapped
+//! name.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -16,4 +19,18 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let _ = Pattern::parse(s);
+    if let Some((image, to)) = s.split_once('\n')
+        && let Ok(r) = Reference::parse(image)
+    {
+        let name = r.name();
+        for cut in name.match_indices('/').map(|(i, _)| i).chain([name.len()]) {
+            let by_parsing = Reference::from_parts(
+                &format!("{to}{}", &name[cut..]),
+                r.tag(),
+                r.digest().cloned(),
+            )
+            .ok();
+            assert_eq!(r.with_prefix(cut, to), by_parsing, "{name} at {cut} to {to}");
+        }
+    }
 });

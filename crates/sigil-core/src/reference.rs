@@ -216,6 +216,69 @@ impl Reference {
         Ok(r)
     }
 
+    /// This reference under another prefix: the first `from_len` bytes of
+    /// its name (a prefix ending where a segment does) replaced by `to`, a
+    /// mirror prefix (`host[/path]`), tag and digest kept. The same answer as
+    /// [`Reference::from_parts`] on the new name — `None` where that fails —
+    /// but without parsing what is already known valid: the rest of this
+    /// name. Only `to` is checked, and the cases where parsing would
+    /// normalize the result differently (a Docker Hub or bare host, a name
+    /// with no path) take the parse. Mirror rewrites call it per image per
+    /// admission.
+    pub fn with_prefix(&self, from_len: usize, to: &str) -> Option<Reference> {
+        // What follows the prefix in `domain/path`: "/" and the rest of the
+        // path from a segment's start (or nothing) in every well-formed call.
+        let rest = match from_len.checked_sub(self.domain.len()) {
+            Some(0) => Some(self.path.as_str()),
+            Some(n) => self.path.get(n - 1..).and_then(|tail| {
+                if tail.is_empty() {
+                    Some("")
+                } else {
+                    tail.strip_prefix('/')
+                }
+            }),
+            None => None,
+        };
+        let (host, to_path) = match to.split_once('/') {
+            Some((h, p)) => (h, Some(p)),
+            None => (to, None),
+        };
+        let new_path = match (rest, to_path) {
+            (Some(""), Some(p)) => Some(std::borrow::Cow::Borrowed(p)),
+            (Some(r), Some(p)) => {
+                let mut s = String::with_capacity(p.len() + 1 + r.len());
+                s.push_str(p);
+                s.push('/');
+                s.push_str(r);
+                Some(std::borrow::Cow::Owned(s))
+            }
+            (Some(r), None) => Some(std::borrow::Cow::Borrowed(r)),
+            (None, _) => None,
+        };
+        let plain = new_path.as_ref().is_some_and(|p| {
+            !p.is_empty()
+                && (host == "localhost" || host.contains(['.', ':']))
+                && !is_docker_hub(host)
+                && host.len() + 1 + p.len() <= NAME_TOTAL_LENGTH_MAX
+                && validate_domain(host).is_ok()
+                && to_path.is_none_or(|p| p.split('/').all(is_path_component))
+        });
+        match new_path {
+            Some(p) if plain => Some(Reference {
+                domain: host.to_owned(),
+                path: p.into_owned(),
+                tag: self.tag.clone(),
+                digest: self.digest.clone(),
+            }),
+            // Whatever parsing would make of it: the swapped name, parsed.
+            _ => {
+                let name = self.name();
+                let name = format!("{to}{}", name.get(from_len..)?);
+                Reference::from_parts(&name, self.tag(), self.digest.clone()).ok()
+            }
+        }
+    }
+
     /// Registry host, with port if any (`docker.io`, `localhost:5000`, `[::1]:5000`).
     pub fn domain(&self) -> &str {
         &self.domain
@@ -427,174 +490,4 @@ fn is_digest_algorithm(a: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    #[test]
-    fn sha256_bytes_round_trip() {
-        let d = super::Digest::from_sha256(&[0xab; 32]);
-        assert_eq!(d.sha256_bytes(), Some([0xab; 32]));
-        let other = super::Digest::parse(&format!("sha512:{}", "0".repeat(128))).unwrap();
-        assert_eq!(other.sha256_bytes(), None);
-    }
-
-    use super::*;
-
-    const D: &str = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-
-    fn norm(s: &str) -> String {
-        Reference::parse(s)
-            .map(|r| r.to_string())
-            .unwrap_or_else(|e| format!("ERR {e}"))
-    }
-
-    #[test]
-    fn normalizes_like_go_distribution_reference() {
-        let cases = [
-            ("nginx", "docker.io/library/nginx"),
-            ("nginx:1.25", "docker.io/library/nginx:1.25"),
-            ("docker.io/nginx", "docker.io/library/nginx"),
-            ("index.docker.io/library/nginx", "docker.io/library/nginx"),
-            ("index.docker.io/foo/bar", "docker.io/foo/bar"),
-            ("foo/bar", "docker.io/foo/bar"),
-            ("foo/bar/baz", "docker.io/foo/bar/baz"),
-            ("localhost/foo", "localhost/foo"),
-            ("localhost:5000/x", "localhost:5000/x"),
-            ("localhost:5000/x:v1", "localhost:5000/x:v1"),
-            ("127.0.0.1:5000/a/b:c", "127.0.0.1:5000/a/b:c"),
-            ("[::1]:5000/x:tag", "[::1]:5000/x:tag"),
-            ("[2001:db8::1]/x", "[2001:db8::1]/x"),
-            (
-                "example.com/a__b/c-d/e--f.g_h",
-                "example.com/a__b/c-d/e--f.g_h",
-            ),
-            ("Foo/bar", "Foo/bar"),
-            ("foo:5000", "docker.io/library/foo:5000"),
-        ];
-        for (input, want) in cases {
-            assert_eq!(norm(input), want, "input {input}");
-        }
-    }
-
-    #[test]
-    fn digests_with_and_without_tag() {
-        let r = Reference::parse(&format!("nginx@{D}")).unwrap();
-        assert_eq!(r.tag(), None);
-        assert_eq!(r.digest().unwrap().as_str(), D);
-        let r = Reference::parse(&format!("nginx:1.25@{D}")).unwrap();
-        assert_eq!(r.tag(), Some("1.25"));
-        assert_eq!(r.to_string(), format!("docker.io/library/nginx:1.25@{D}"));
-        assert_eq!(r.familiar(), format!("nginx:1.25@{D}"));
-    }
-
-    #[test]
-    fn rejects_what_go_rejects() {
-        let bad = [
-            "",
-            "Nginx",
-            "docker.io/Library/nginx",
-            "foo/Bar",
-            "a//b",
-            "-foo",
-            "foo-",
-            "foo/.bar",
-            "foo..bar",
-            "foo:",
-            "foo:-tag",
-            "foo@sha256:abc",
-            "foo@sha256:E3B0C44298FC1C149AFBF4C8996FB92427AE41E4649B934CA495991B7852B855",
-            "foo@md5:e3b0c44298fc1c149afbf4c8996fb924",
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-            "exa_mple.com/foo",
-            "[::1/foo",
-            "[zz]/foo",
-            "host:port/foo",
-            "foo bar",
-            "foo\n",
-        ];
-        for b in bad {
-            assert!(Reference::parse(b).is_err(), "accepted {b:?}");
-        }
-    }
-
-    #[test]
-    fn length_limits() {
-        let long = format!("example.com/{}", "a".repeat(NAME_TOTAL_LENGTH_MAX));
-        assert_eq!(Reference::parse(&long), Err(ReferenceError::NameTooLong));
-        let tag = format!("nginx:{}", "t".repeat(TAG_LENGTH_MAX + 1));
-        assert!(matches!(
-            Reference::parse(&tag),
-            Err(ReferenceError::InvalidTag(_))
-        ));
-        let tag = format!("nginx:{}", "t".repeat(TAG_LENGTH_MAX));
-        assert!(Reference::parse(&tag).is_ok());
-    }
-
-    #[test]
-    fn pinned_keeps_tag_for_humans() {
-        let d = Digest::parse(D).unwrap();
-        assert_eq!(
-            Reference::parse("nginx")
-                .unwrap()
-                .pinned(d.clone())
-                .to_string(),
-            format!("docker.io/library/nginx:latest@{D}")
-        );
-        assert_eq!(
-            Reference::parse("nginx:1").unwrap().pinned(d).familiar(),
-            format!("nginx:1@{D}")
-        );
-    }
-
-    /// Found by the `reference` fuzz target.
-    #[test]
-    fn familiar_keeps_docker_io_when_the_path_looks_like_a_host() {
-        let r = Reference::parse("index.docker.io/ho.sdex.docker.io/ho.sl").unwrap();
-        assert_eq!(r.familiar(), "docker.io/ho.sdex.docker.io/ho.sl");
-        assert_eq!(Reference::parse(&r.familiar()).unwrap(), r);
-    }
-
-    /// Found by the `reference` fuzz target.
-    #[test]
-    fn familiar_keeps_nested_library_paths() {
-        let r = Reference::parse("library/lnlibrary/ln-------os-------os").unwrap();
-        assert_eq!(r.familiar(), "library/lnlibrary/ln-------os-------os");
-        assert_eq!(Reference::parse(&r.familiar()).unwrap(), r);
-    }
-
-    #[test]
-    fn reparse_of_display_is_identity() {
-        for s in [
-            "nginx",
-            "a/b:c",
-            "localhost:5000/x@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-            "[::1]:1/a",
-        ] {
-            let r = Reference::parse(s).unwrap();
-            assert_eq!(Reference::parse(&r.to_string()).unwrap(), r);
-            assert_eq!(Reference::parse(&r.familiar()).unwrap(), r);
-        }
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn parse_never_panics(s in "\\PC{0,300}") {
-            let _ = Reference::parse(&s);
-        }
-
-        #[test]
-        fn valid_refs_roundtrip(
-            domain in proptest::option::of("[a-z0-9]{1,10}(\\.[a-z0-9]{1,5}){1,2}(:[0-9]{1,5})?"),
-            path in "[a-z0-9]{1,8}((__|[._]|-{1,2})[a-z0-9]{1,5})?(/[a-z0-9]{1,8}){0,3}",
-            tag in proptest::option::of("[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}"),
-        ) {
-            let mut s = String::new();
-            if let Some(d) = &domain { s.push_str(d); s.push('/'); }
-            s.push_str(&path);
-            if let Some(t) = &tag { s.push(':'); s.push_str(t); }
-            let r = Reference::parse(&s).unwrap();
-            proptest::prop_assert_eq!(r.tag(), tag.as_deref());
-            let again = Reference::parse(&r.to_string()).unwrap();
-            proptest::prop_assert_eq!(&again, &r);
-            proptest::prop_assert_eq!(Reference::parse(&r.familiar()).unwrap(), r);
-        }
-    }
-}
+mod tests;

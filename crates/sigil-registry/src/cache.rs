@@ -1,19 +1,20 @@
-//! The digest cache: a table built for one shape of entry — a 32-byte key
-//! (the SHA-256 of everything a lookup depends on) and a small answer — that
+//! The cache sigil keeps answers in — digests here, verification reports in
+//! sigil-verify: a table built for one shape of entry — a 32-byte key (the
+//! SHA-256 of everything a lookup depends on) and a small answer — that
 //! holds 100,000 of them in a few MiB.
 //!
 //! Owns the table (sharded by the key's own bits, each shard a map from key
 //! to slot and a fixed array of slots, so an entry is one slot and one map
 //! cell and nothing is allocated per entry), eviction (CLOCK: a hit sets a
 //! slot's bit, the hand clears bits until it finds one unset or expired —
-//! hits never take a write lock on anything shared beyond their shard), the
-//! cache-wide time to live (checked on every hit; expired slots are reused
-//! first), and single-flight: concurrent misses of one key wait for one load
+//! hits never take a write lock on anything shared beyond their shard), each
+//! entry's time to live (the cache-wide one unless the insert says otherwise;
+//! checked on every hit; expired slots are reused first), and single-flight: concurrent misses of one key wait for one load
 //! (a separate in-flight map, so the table holds only answers). A load that
 //! is cancelled (its admission timed out) wakes the waiters, and one of them
 //! loads instead — none waits for an answer that will not come. It knows
-//! nothing about registries: what an answer means, and the shorter lives of
-//! negative answers, are `lib.rs`'s.
+//! nothing about registries or signatures: what an answer means, and how long
+//! each kind of answer lives, are its users'.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -27,7 +28,43 @@ use tokio::sync::watch;
 const SHARDS: usize = 16;
 
 /// A cache key: already a hash, so its first bytes are used as is.
-pub(crate) type Key = [u8; 32];
+pub type Key = [u8; 32];
+
+/// Builds a [`Key`]: the SHA-256 of the parts a lookup depends on, each
+/// prefixed by its length, so no two lists of parts read alike. A collision
+/// would need a SHA-256 collision.
+#[derive(Debug, Clone)]
+pub struct KeyBuilder(sha2::Sha256);
+
+impl KeyBuilder {
+    /// An empty key.
+    pub fn new() -> KeyBuilder {
+        KeyBuilder(<sha2::Sha256 as sha2::Digest>::new())
+    }
+
+    /// Adds one part.
+    pub fn part(&mut self, p: &str) -> &mut KeyBuilder {
+        self.bytes(p.as_bytes())
+    }
+
+    /// Adds one part of raw bytes.
+    pub fn bytes(&mut self, b: &[u8]) -> &mut KeyBuilder {
+        sha2::Digest::update(&mut self.0, (b.len() as u64).to_le_bytes());
+        sha2::Digest::update(&mut self.0, b);
+        self
+    }
+
+    /// The key.
+    pub fn finish(self) -> Key {
+        sha2::Digest::finalize(self.0).into()
+    }
+}
+
+impl Default for KeyBuilder {
+    fn default() -> Self {
+        KeyBuilder::new()
+    }
+}
 
 /// Hashes a [`Key`] by its first eight bytes (it is a SHA-256: uniform
 /// already; hashing it again would only cost time).
@@ -54,8 +91,8 @@ type Index = HashMap<Key, u32, BuildHasherDefault<KeyHasher>>;
 struct Slot<V> {
     key: Key,
     value: V,
-    /// When it was stored, in milliseconds since the cache was made.
-    born: u64,
+    /// When it stops being usable, in milliseconds since the cache was made.
+    expires: u64,
     /// Read since the hand last passed.
     referenced: bool,
 }
@@ -67,18 +104,29 @@ struct Shard<V> {
     capacity: usize,
 }
 
-/// The digest cache.
-pub(crate) struct Cache<V> {
+/// A sharded CLOCK cache with single-flight loads (see the module).
+pub struct Cache<V> {
     shards: Box<[Mutex<Shard<V>>]>,
     inflight: Mutex<HashMap<Key, watch::Receiver<Option<V>>, BuildHasherDefault<KeyHasher>>>,
     ttl_ms: u64,
     epoch: Instant,
 }
 
+impl<V> std::fmt::Debug for Cache<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let stored: usize = self
+            .shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).index.len())
+            .sum();
+        f.debug_struct("Cache").field("stored", &stored).finish()
+    }
+}
+
 impl<V: Clone> Cache<V> {
     /// A cache of about `capacity` entries (at most an eighth more), each
     /// usable for `ttl`.
-    pub(crate) fn new(capacity: u64, ttl: Duration) -> Cache<V> {
+    pub fn new(capacity: u64, ttl: Duration) -> Cache<V> {
         // Keys spread over shards by chance, not evenly: each shard gets an
         // eighth more than its share, so a cache filled to `capacity` keeps
         // it all (a shard's count strays by about its square root).
@@ -114,40 +162,52 @@ impl<V: Clone> Cache<V> {
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn fresh(&self, born: u64, now: u64) -> bool {
-        now.saturating_sub(born) < self.ttl_ms
+    /// The instant `ttl` from `now`, in the cache's milliseconds.
+    fn until(now: u64, ttl: Duration) -> u64 {
+        now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
     }
 
-    /// The answer for `key`, if one is stored and not past the TTL.
-    pub(crate) fn get(&self, key: &Key) -> Option<V> {
+    /// The answer for `key`, if one is stored and not past its time to live.
+    pub fn get(&self, key: &Key) -> Option<V> {
         let now = self.now();
         let mut shard = self.shard(key);
         let i = *shard.index.get(key)? as usize;
         let slot = &mut shard.slots[i];
-        if !self.fresh(slot.born, now) {
+        if now >= slot.expires {
             return None;
         }
         slot.referenced = true;
         Some(slot.value.clone())
     }
 
-    /// Stores `value` for `key`, evicting by CLOCK when the shard is full.
-    pub(crate) fn insert(&self, key: Key, value: V) {
+    /// Stores `value` for `key` for the cache-wide time to live.
+    pub fn insert(&self, key: Key, value: V) {
         let now = self.now();
-        let ttl = self.ttl_ms;
+        self.insert_until(key, value, now, now.saturating_add(self.ttl_ms));
+    }
+
+    /// Stores `value` for `key` for `ttl` (zero: not kept).
+    pub fn insert_for(&self, key: Key, value: V, ttl: Duration) {
+        let now = self.now();
+        self.insert_until(key, value, now, Self::until(now, ttl));
+    }
+
+    /// Stores `value` for `key` until `expires`, evicting by CLOCK when the
+    /// shard is full.
+    fn insert_until(&self, key: Key, value: V, now: u64, expires: u64) {
         let mut guard = self.shard(&key);
         let shard = &mut *guard;
         if let Some(&i) = shard.index.get(&key) {
             let slot = &mut shard.slots[i as usize];
             slot.value = value;
-            slot.born = now;
+            slot.expires = expires;
             slot.referenced = true;
             return;
         }
         let slot = Slot {
             key,
             value,
-            born: now,
+            expires,
             referenced: false,
         };
         if shard.slots.len() < shard.capacity {
@@ -161,7 +221,7 @@ impl<V: Clone> Cache<V> {
             let h = shard.hand;
             shard.hand = (h + 1) % shard.slots.len();
             let s = &mut shard.slots[h];
-            if s.referenced && now.saturating_sub(s.born) < ttl {
+            if s.referenced && now < s.expires {
                 s.referenced = false;
                 continue;
             }
@@ -175,29 +235,47 @@ impl<V: Clone> Cache<V> {
     }
 
     /// Forgets `key` (its slot is reused first).
-    pub(crate) fn invalidate(&self, key: &Key) {
+    pub fn invalidate(&self, key: &Key) {
         let mut shard = self.shard(key);
         if let Some(i) = shard.index.remove(key) {
             let s = &mut shard.slots[i as usize];
             s.referenced = false;
-            s.born = 0;
+            s.expires = 0;
         }
     }
 
     /// Entries stored (expired ones included until they are reused).
-    pub(crate) fn len(&self) -> u64 {
+    pub fn len(&self) -> u64 {
         self.shards
             .iter()
             .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).index.len() as u64)
             .sum()
     }
 
+    /// Whether nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The stored answer, or the one `load` gives — run once however many
-    /// ask at the same time. `true` with an answer this call loaded.
-    pub(crate) async fn get_or_load<F, Fut>(&self, key: Key, load: F) -> (V, bool)
+    /// ask at the same time — kept for the cache-wide time to live. `true`
+    /// with an answer this call loaded.
+    pub async fn get_or_load<F, Fut>(&self, key: Key, load: F) -> (V, bool)
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = V>,
+    {
+        let ttl = Duration::from_millis(self.ttl_ms);
+        self.get_or_load_for(key, load, |_| ttl).await
+    }
+
+    /// [`Cache::get_or_load`], the answer kept for `ttl_of(&answer)` (zero:
+    /// handed to the callers waiting for it, not kept).
+    pub async fn get_or_load_for<F, Fut, T>(&self, key: Key, load: F, ttl_of: T) -> (V, bool)
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = V>,
+        T: FnOnce(&V) -> Duration,
     {
         let mut load = Some(load);
         loop {
@@ -235,7 +313,7 @@ impl<V: Clone> Cache<V> {
                     };
                     let _done = Loading { cache: self, key };
                     let v = f().await;
-                    self.insert(key, v.clone());
+                    self.insert_for(key, v.clone(), ttl_of(&v));
                     let _ = tx.send(Some(v.clone()));
                     return (v, true);
                 }

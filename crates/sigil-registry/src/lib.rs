@@ -11,7 +11,7 @@
 
 pub mod auth;
 pub mod breaker;
-mod cache;
+pub mod cache;
 pub mod client;
 pub mod copy;
 pub mod helper;
@@ -89,34 +89,27 @@ pub use sigil_core::CacheConfig;
 /// A cached answer is keyed by the credential identity it was learned with,
 /// so namespaces sharing one credential share it and no other request sees it.
 ///
-/// The key is the SHA-256 of every part (each prefixed by its length, so no
-/// two keys read alike): 32 bytes inline instead of five separately
-/// allocated strings, so a cache of 100,000 digests spends its memory on
-/// answers. A collision would need a SHA-256 collision.
+/// The key is the SHA-256 of every part ([`cache::KeyBuilder`]): 32 bytes
+/// inline instead of five separately allocated strings, so a cache of
+/// 100,000 digests spends its memory on answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Key([u8; 32]);
 
 impl Key {
     fn new(target: &Reference, platform: Option<&Platform>, identity: &str) -> Key {
-        use sha2::{Digest as _, Sha256};
-        let mut h = Sha256::new();
-        let mut part = |p: &str| {
-            h.update((p.len() as u64).to_le_bytes());
-            h.update(p.as_bytes());
-        };
-        part(identity);
-        part(target.domain());
-        part(target.path());
-        part(target.tag_or_latest());
+        let mut k = cache::KeyBuilder::new();
+        k.part(identity)
+            .part(target.domain())
+            .part(target.path())
+            .part(target.tag_or_latest());
         match platform {
-            None => part(""),
-            Some(p) => {
-                part(&p.os);
-                part(&p.architecture);
-                part(p.variant.as_deref().unwrap_or("\0none"));
-            }
-        }
-        Key(h.finalize().into())
+            None => k.part(""),
+            Some(p) => k
+                .part(&p.os)
+                .part(&p.architecture)
+                .part(p.variant.as_deref().unwrap_or("\0none")),
+        };
+        Key(k.finish())
     }
 }
 

@@ -24,6 +24,7 @@
 pub mod artifacts;
 pub mod attestations;
 pub mod fault;
+pub mod featured;
 pub mod intoto;
 pub mod kube;
 pub mod oci_layout;

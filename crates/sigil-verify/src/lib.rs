@@ -7,8 +7,9 @@
 //! notation (JWS, COSE) signatures — for attestations too, returning the
 //! signed statement and every Fulcio extension of its certificate — and
 //! the verification cache: outcomes per (signature repository, digest,
-//! verifier set) with a TTL, concurrent verifications of one key coalesced
-//! into one. It fetches through [`sigil_core::ArtifactSource`], so it has no
+//! verifier set, pull identities) with a lifetime per outcome, concurrent
+//! verifications of one key coalesced into one (sigil-registry's cache,
+//! the one the digests live in). It fetches through [`sigil_core::ArtifactSource`], so it has no
 //! HTTP stack of its own, and it decides nothing about admission: it reports
 //! per-verifier outcomes in sigil-core's types and the engine decides.
 
@@ -37,6 +38,7 @@ macro_rules! message_error {
 
 pub mod attest;
 pub mod bundle;
+mod cached;
 pub mod checkpoint;
 pub mod cosign;
 pub mod crl;
@@ -56,13 +58,15 @@ pub mod tuf;
 pub mod x509;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
-use moka::Expiry;
-use moka::future::Cache;
+use sigil_registry::cache::{Cache, Key};
+
+use crate::cached::{Entry, key, lifetime, made_for};
+
 pub use sigil_core::CacheConfig;
 use sigil_core::{
-    ArtifactSource, BoxFuture, Digest, Freshness, PullCredentials, Reference, SignatureProblem,
+    ArtifactSource, BoxFuture, Digest, PullCredentials, Reference, SignatureProblem,
     SignatureVerifier, Verification, VerificationReport, VerifierOutcome,
 };
 
@@ -273,44 +277,12 @@ impl Observer for NoObserver {
 /// Capacity of the verification cache unless the caller says otherwise.
 pub const DEFAULT_CAPACITY: u64 = 50_000;
 
-/// (repository, digest, verifier set, the cluster credentials' identities):
-/// a report fetched with one namespace's pull secrets is only served to
-/// requests holding the same ones. Node-level credentials are the same for
-/// every request, so they need no place in the key.
-type Key = (String, Digest, Arc<Verification>, String);
-
-/// The identities of the cluster credentials, joined (empty: none).
-fn identities(creds: &PullCredentials) -> String {
-    let mut s = String::new();
-    for c in &creds.candidates {
-        if !s.is_empty() {
-            s.push(',');
-        }
-        s.push_str(c.identity());
-    }
-    s
-}
-type Answer = Arc<VerificationReport>;
-
-struct TtlByOutcome(CacheConfig);
-
-impl Expiry<Key, Answer> for TtlByOutcome {
-    fn expire_after_create(&self, _: &Key, v: &Answer, _: std::time::Instant) -> Option<Duration> {
-        Some(self.0.lifetime(if v.satisfied() {
-            Freshness::Good
-        } else if v.is_transient() {
-            Freshness::Transient
-        } else {
-            Freshness::Definite
-        }))
-    }
-}
-
 /// The signature verifier: one per policy load.
 pub struct Verifier<S> {
     source: S,
     material: Material,
-    cache: Cache<Key, Answer>,
+    cache: Cache<Entry>,
+    config: CacheConfig,
     observer: Arc<dyn Observer>,
 }
 
@@ -318,7 +290,7 @@ impl<S> std::fmt::Debug for Verifier<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Verifier")
             .field("sets", &self.material.len())
-            .field("cached", &self.cache.entry_count())
+            .field("cached", &self.cache.len())
             .finish()
     }
 }
@@ -334,10 +306,8 @@ impl<S: ArtifactSource + 'static> Verifier<S> {
         Verifier {
             source,
             material,
-            cache: Cache::builder()
-                .max_capacity(cache.capacity)
-                .expire_after(TtlByOutcome(cache))
-                .build(),
+            cache: Cache::new(cache.capacity, cache.ttl),
+            config: cache,
             observer,
         }
     }
@@ -426,15 +396,14 @@ impl<S: ArtifactSource + 'static> SignatureVerifier for Verifier<S> {
         // its own only when it runs (moving that large state machine into
         // a box on every hit was a measurable memcpy per admission).
         Box::pin(async move {
-            let key: Key = (
-                repo.name(),
-                digest.clone(),
-                verification.clone(),
-                identities(creds),
-            );
-            if let Some(v) = self.cache.get(&key).await {
+            let key = key(repo, digest, verification, creds);
+            if let Some(r) = self
+                .cache
+                .get(&key)
+                .and_then(|e| made_for(&e, verification))
+            {
                 self.observer.cache(true);
-                return v;
+                return r;
             }
             self.verify_miss(key, repo, digest, verification, creds, deadline)
                 .await
@@ -455,22 +424,31 @@ impl<S: ArtifactSource + 'static> Verifier<S> {
     ) -> BoxFuture<'a, Arc<VerificationReport>> {
         Box::pin(async move {
             let budget = deadline.saturating_duration_since(Instant::now());
-            let load = async {
-                Arc::new(
-                    self.verify_uncached(repo, digest, verification, creds, deadline)
-                        .await,
-                )
+            let load = || async {
+                let r = self
+                    .verify_uncached(repo, digest, verification, creds, deadline)
+                    .await;
+                (verification.clone(), Arc::new(r))
             };
+            let ttl_of = |e: &Entry| lifetime(&self.config, &e.1);
             match tokio::time::timeout_at(
                 deadline.into(),
-                self.cache.entry(key).or_insert_with(load),
+                self.cache.get_or_load_for(key, load, ttl_of),
             )
             .await
             {
-                Ok(e) => {
-                    self.observer.cache(!e.is_fresh());
-                    e.into_value()
-                }
+                Ok((e, loaded)) => match made_for(&e, verification) {
+                    Some(r) => {
+                        self.observer.cache(!loaded);
+                        r
+                    }
+                    // Another verifier set under the same fingerprint (never
+                    // seen; a 64-bit collision): verified here, not cached.
+                    None => Arc::new(
+                        self.verify_uncached(repo, digest, verification, creds, deadline)
+                            .await,
+                    ),
+                },
                 Err(_) => Arc::new(VerificationReport::unfetched(
                     verification,
                     sigil_core::ResolveFailure::Timeout { budget },

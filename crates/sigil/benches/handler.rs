@@ -6,7 +6,11 @@
 //! costs (the load benchmark shows the same at p99 over HTTPS). The
 //! `_attested` variant adds an attestation rule (a SLSA v1 statement, three
 //! conditions) whose outcome is cached too: within 5 % of `_verified` is
-//! the target. `verify_attestation_cold_5mib_sbom` is the CPU of checking a
+//! the target. `_featured` runs the load benchmark's features row in-process
+//! (two mirrors, a cached attestation rule, a team ImagePolicy, an active
+//! exception) beside `_plain_rule`, that row's plain policy: what the
+//! features cost sigil's own code, without TLS or the kernel.
+//! `verify_attestation_cold_5mib_sbom` is the CPU of checking a
 //! 5 MiB SPDX attestation from nothing (read, signature, subject, parse,
 //! a condition on its creator): at most 50 ms is the target; `_scan_…`
 //! shows what a condition reading all 36,500 packages adds.
@@ -21,6 +25,7 @@ use sigil::engine::Engine;
 use sigil_core::credentials::{Auths, Credential, SecretAuths, StaticStore};
 use sigil_core::{Digest, Policy};
 use sigil_testkit::artifacts::MemorySource;
+use sigil_testkit::featured::{Featured, featured_policy};
 use sigil_testkit::registry::sha256;
 use sigil_testkit::resolver::FakeResolver;
 use sigil_testkit::signing::{Layer, Signer, legacy_manifest, simple_signing};
@@ -63,20 +68,25 @@ fn signed_with(
         ..MemorySource::default()
     };
     if let Some(st) = statement {
-        let layer = sigil_testkit::attestations::keyed_layer(&key, &st);
-        let ed = sha256(&layer.envelope);
-        let m = serde_json::to_vec(&serde_json::json!({
-            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": 2, "digest": sha256(b"{}")},
-            "layers": [{"mediaType": "application/vnd.dsse.envelope.v1+json", "size": layer.envelope.len(), "digest": ed, "annotations": layer.annotations}]
-        }))
-        .expect("manifest");
-        source
-            .manifests
-            .insert(format!("{}.att", digest.as_str().replace(':', "-")), m);
-        source.blobs.insert(ed, layer.envelope);
+        attest(&mut source, digest, &key, &st);
     }
     (policy, source)
+}
+
+/// Puts `statement`, signed by `key`, in `source` as `digest`'s `.att`.
+fn attest(source: &mut MemorySource, digest: &Digest, key: &Signer, statement: &[u8]) {
+    let layer = sigil_testkit::attestations::keyed_layer(key, statement);
+    let ed = sha256(&layer.envelope);
+    let m = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": 2, "digest": sha256(b"{}")},
+        "layers": [{"mediaType": "application/vnd.dsse.envelope.v1+json", "size": layer.envelope.len(), "digest": ed, "annotations": layer.annotations}]
+    }))
+    .expect("manifest");
+    source
+        .manifests
+        .insert(format!("{}.att", digest.as_str().replace(':', "-")), m);
+    source.blobs.insert(ed, layer.envelope);
 }
 
 /// Three conditions over SLSA v1 provenance, as docs/attestations.md writes them.
@@ -178,6 +188,43 @@ fn bench(c: &mut Criterion) {
         bn.iter(|| run(&ahook))
     });
 
+    // The features of the round, as the load benchmark's features row:
+    // two mirrors (rewritten to the first), an attestation rule on the
+    // mirrored image (keyed SLSA v1, two conditions, cached), a team
+    // ImagePolicy for the Pod's namespace, an active exception. Against the
+    // plain policy of that row (one enforce rule), decided in-process.
+    let plain = Policy::from_documents(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n    - {name: all, match: [\"**\"], mode: enforce}\n",
+    )
+    .expect("plain policy");
+    let rhook = Webhook::new(
+        Engine::new(Arc::new(plain), FakeResolver::fixed(d.clone())),
+        Arc::new(sigil::metrics::Metrics::default()),
+    );
+    let fhook = featured(&d, dir.path());
+    let (out, _) = rt
+        .block_on(fhook.review(&b, Instant::now() + Duration::from_secs(9)))
+        .expect("review");
+    let answer: serde_json::Value = serde_json::from_slice(&out).expect("json");
+    let r = &answer["response"];
+    assert!(
+        r["allowed"] == true
+            && r["warnings"].is_null()
+            && r["auditAnnotations"]["images"]
+                .as_str()
+                .is_some_and(|i| i.contains("-> mirror-a.example.com/team/app0:v1@sha256:"))
+            && r["auditAnnotations"]["verified"]
+                .as_str()
+                .is_some_and(|v| v.contains("provenance")),
+        "{answer}"
+    );
+    c.bench_function("admission_review_cached_3_container_pod_plain_rule", |bn| {
+        bn.iter(|| run(&rhook))
+    });
+    c.bench_function("admission_review_cached_3_container_pod_featured", |bn| {
+        bn.iter(|| run(&fhook))
+    });
+
     // The same Pod naming an imagePullSecret held by the watches: the
     // object's keyring is built and looked up per request.
     let mut store = StaticStore::default();
@@ -211,6 +258,54 @@ fn bench(c: &mut Criterion) {
             })
         },
     );
+}
+
+/// The load benchmark's featured policy (`benches/load/features.rs`) over
+/// `registry.example.com/team`, its images mirrored to `mirror-a.example.com`
+/// (then `mirror-b`), each with a keyed SLSA v1 attestation in the source.
+fn featured(digest: &Digest, dir: &std::path::Path) -> Webhook<FakeResolver> {
+    let key = Signer::p256();
+    let key_path = dir.join("featured.pub");
+    std::fs::write(&key_path, key.public_pem()).expect("key file");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    let policy = Policy::from_documents_at(
+        &featured_policy(&Featured {
+            registries: "",
+            origin: "registry.example.com/team",
+            mirrors: ["mirror-a.example.com/team", "mirror-b.example.com/team"],
+            namespace: "bench",
+            key: &key_path,
+            now,
+        }),
+        Some(now),
+    )
+    .expect("featured policy");
+    let st = sigil_testkit::intoto::statement(
+        digest.as_str(),
+        sigil_testkit::attestations::SLSA_V1,
+        sigil_testkit::attestations::predicate(
+            sigil_testkit::attestations::SLSA_V1,
+            sigil_testkit::featured::REPOSITORY,
+            1_700_000_000,
+        ),
+    );
+    let mut source = MemorySource::default();
+    attest(&mut source, digest, &key, &st);
+    let metrics = Arc::new(sigil::metrics::Metrics::default());
+    let verifier = sigil_verify::Verifier::new(
+        source,
+        sigil_verify::Material::load(&policy).expect("material"),
+        Default::default(),
+        metrics.clone(),
+    );
+    Webhook::new(
+        Engine::new(Arc::new(policy), FakeResolver::fixed(digest.clone()))
+            .with_verifier(Arc::new(verifier)),
+        metrics,
+    )
 }
 
 /// 100 ClusterImagePolicy rules (some limited by namespaceSelector) and

@@ -240,12 +240,12 @@ impl<R: DigestResolver> Engine<R> {
             let failover = plan.failover_of(t);
             async move {
                 match failover {
-                    Some(f) => {
+                    Some((f, origin)) => {
                         crate::failover::resolve(
                             &self.resolver,
                             self.copier.as_deref(),
                             t,
-                            f,
+                            (f.as_ref(), origin),
                             platform,
                             &for_target,
                             deadline,

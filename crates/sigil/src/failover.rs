@@ -79,34 +79,40 @@ fn copy_wait(now: Instant, deadline: Instant) -> Instant {
     now + deadline.saturating_duration_since(now).mul_f32(0.6)
 }
 
-/// Resolves `primary` (the first mirror's image) under `f`.
+/// Resolves `primary` (the first mirror's image of `origin`) under `f`.
 #[allow(clippy::too_many_arguments)]
 pub async fn resolve<R: DigestResolver>(
     resolver: &R,
     copier: Option<&dyn MirrorCopier>,
     primary: &Reference,
-    f: &Failover,
+    (f, origin_image): (&Failover, &Reference),
     platform: Option<&Platform>,
     creds: &(dyn Fn(&Reference) -> PullCredentials + Sync),
     deadline: Instant,
 ) -> Resolved {
     // The origin is asked at once, alongside the mirrors, when its answer
     // may be needed: to compare digests, or to fall back on.
-    let origin_creds = f.origin.as_ref().map(creds);
-    let origin = match (&f.origin, &origin_creds) {
+    let at_origin = f.resolves_origin().then_some(origin_image);
+    let origin_creds = at_origin.map(creds);
+    let origin = match (at_origin, &origin_creds) {
         (Some(o), Some(c)) => Some(resolver.resolve(o, platform, c, deadline).boxed().shared()),
         _ => None,
     };
-    let mirrors: Vec<&Reference> = std::iter::once(primary).chain(&f.alternates).collect();
+    // The further mirrors' images are made only if the first fails.
+    let mirrors = std::iter::once(std::borrow::Cow::Borrowed(primary))
+        .chain(f.alternates_of(origin_image).map(std::borrow::Cow::Owned));
+    let count = 1 + f.alternates.len();
     let mut failures: Vec<(String, ResolveFailure)> = Vec::new();
-    let tries_left = |i: usize| (mirrors.len() - i) as u32 + u32::from(f.fallback);
-    for (i, m) in mirrors.iter().enumerate() {
+    let tries_left = |i: usize| count.saturating_sub(i) as u32 + u32::from(f.fallback);
+    for (i, m) in mirrors.enumerate() {
         let now = Instant::now();
         let left = deadline.saturating_duration_since(now);
         // A share of what is left, so the next candidates still get a try.
         let until = now + left / tries_left(i).max(1);
-        let c = creds(m);
-        let answer = resolver.resolve(m, platform, &c, until.min(deadline)).await;
+        let c = creds(&m);
+        let answer = resolver
+            .resolve(&m, platform, &c, until.min(deadline))
+            .await;
         let digest = match answer {
             Ok(d) => d,
             Err(e) => {
@@ -124,14 +130,14 @@ pub async fn resolve<R: DigestResolver>(
                 ResolveFailure::BadResponse {
                     detail: format!(
                         "the mirror serves {digest}, the origin {} serves {want}: a stale or tampered mirror (requireSameDigest)",
-                        f.origin.as_ref().map(ToString::to_string).unwrap_or_default()
+                        origin_image
                     ),
                 },
             ));
             continue;
         }
         return Resolved {
-            by: (*m).clone(),
+            by: m.into_owned(),
             result: Ok(digest),
             fallback: None,
         };
@@ -139,7 +145,7 @@ pub async fn resolve<R: DigestResolver>(
     // The first mirror lacks the image (or serves another digest): copy it
     // there from the origin, and use it if the copy is done in time.
     if f.copy
-        && let Some(o) = &f.origin
+        && let Some(o) = at_origin
         && let Some((_, first)) = failures.first_mut()
         && matches!(
             first,
@@ -196,7 +202,7 @@ pub async fn resolve<R: DigestResolver>(
         .collect::<Vec<_>>()
         .join("; ");
     if f.fallback
-        && let (Some(o), Some(at)) = (origin, &f.origin)
+        && let (Some(o), Some(at)) = (origin, at_origin)
     {
         match o.await {
             Ok(d) => {

@@ -6,8 +6,12 @@ use super::*;
 
 impl ObjectPlan {
     /// The other mirrors and the origin to try for lookup `target`, when its
-    /// mirror fails over.
-    pub fn failover_of(&self, target: &Reference) -> Option<&Arc<crate::policy::Failover>> {
+    /// mirror fails over: how it fails over, and the image's origin (what
+    /// the other mirrors' images are derived from).
+    pub fn failover_of(
+        &self,
+        target: &Reference,
+    ) -> Option<(&Arc<crate::policy::Failover>, &Reference)> {
         let ObjectPlan::Fields(f) = self else {
             return None;
         };
@@ -15,7 +19,7 @@ impl ObjectPlan {
             .iter()
             .flatten()
             .find(|p| p.step == Step::Resolve && p.target == *target)
-            .and_then(|p| p.failover.as_ref())
+            .and_then(|p| Some((p.failover.as_ref()?, &p.origin)))
     }
 
     /// The plan with each lookup answered by another mirror (or the origin)

@@ -310,12 +310,23 @@ fn compile_mirrors(specs: &[MirrorSpec]) -> Result<Vec<Mirror>, PolicyError> {
         }
         let fallback_origin = m.fallback == Some(super::schema::Fallback::Origin);
         let to = targets.remove(0);
+        let require_same_digest = m.require_same_digest.unwrap_or(fallback_origin);
+        let fails_over = !targets.is_empty() || fallback_origin || require_same_digest || m.copy;
         out.push(Mirror {
+            failover: fails_over.then(|| {
+                std::sync::Arc::new(super::Failover {
+                    from: from.clone(),
+                    alternates: targets.clone(),
+                    fallback: fallback_origin,
+                    require_same_digest,
+                    copy: m.copy,
+                })
+            }),
             from,
             to,
             alternates: targets,
             fallback_origin,
-            require_same_digest: m.require_same_digest.unwrap_or(fallback_origin),
+            require_same_digest,
             copy: m.copy,
         });
     }

@@ -23,12 +23,16 @@ fn to_takes_one_mirror_or_several_in_order() {
     assert_eq!(p.target.to_string(), "a.local/hub/library/nginx:1");
     let f = p.failover.as_ref().unwrap();
     assert_eq!(
-        f.alternates[0].to_string(),
-        "b.local:5000/hub/library/nginx:1"
+        f.alternates_of(&p.origin)
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>(),
+        ["b.local:5000/hub/library/nginx:1"]
     );
-    assert_eq!(
-        f.origin.as_ref().unwrap().to_string(),
-        "docker.io/library/nginx:1"
+    assert!(f.resolves_origin());
+    assert_eq!(p.origin.to_string(), "docker.io/library/nginx:1");
+    assert!(
+        Arc::ptr_eq(f, two.plan("nginx:2").unwrap().failover.as_ref().unwrap()),
+        "one failover per mirror, shared by its plans"
     );
     assert!(
         f.fallback && f.require_same_digest,
@@ -54,7 +58,7 @@ fn to_takes_one_mirror_or_several_in_order() {
     let strict =
         policy("  - {from: docker.io, to: a.local/hub, requireSameDigest: true}\n").unwrap();
     let f = strict.plan("nginx:1").unwrap().failover.unwrap();
-    assert!(f.require_same_digest && !f.fallback && f.origin.is_some());
+    assert!(f.require_same_digest && !f.fallback && f.resolves_origin());
 }
 
 #[test]
@@ -111,11 +115,8 @@ fn copy_alone_fails_over_to_the_origin_to_copy_from() {
     assert_eq!(plan.target.to_string(), "a.local/hub/library/nginx:1");
     let f = plan.failover.as_ref().expect("a copying mirror fails over");
     assert!(f.copy && !f.fallback && !f.require_same_digest);
-    assert_eq!(
-        f.origin.as_ref().unwrap().to_string(),
-        "docker.io/library/nginx:1",
-        "the origin is what is copied"
-    );
+    assert!(f.resolves_origin(), "the origin is what is copied");
+    assert_eq!(plan.origin.to_string(), "docker.io/library/nginx:1");
     assert!(
         p.describe()
             .contains("an image a.local/hub lacks is copied into it from docker.io on admission"),

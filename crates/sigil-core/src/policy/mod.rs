@@ -155,17 +155,15 @@ pub struct Mirror {
     pub require_same_digest: bool,
     /// An image the first mirror lacks is copied into it from the origin.
     pub copy: bool,
+    /// What its images fail over to, shared by every plan under it (`None`:
+    /// nothing beyond the one mirror is tried).
+    pub failover: Option<Arc<Failover>>,
 }
 
 impl Mirror {
     /// Every mirror prefix, in the order they are tried.
     pub fn targets(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.to.as_str()).chain(self.alternates.iter().map(String::as_str))
-    }
-
-    /// Whether anything beyond the one mirror is tried.
-    pub fn fails_over(&self) -> bool {
-        !self.alternates.is_empty() || self.fallback_origin || self.require_same_digest || self.copy
     }
 }
 
@@ -323,22 +321,41 @@ pub struct Plan {
     pub fallback: Option<Arc<FellBack>>,
 }
 
-/// What a mirrored image falls back on (see [`Policy::plan_in`]).
+/// What a mirror's images fall back on (see [`Policy::plan_in`]): made once
+/// per mirror when the policy is compiled, shared by every plan under it;
+/// the images themselves are derived from a plan's origin only when a
+/// lookup needs them (a cached lookup of the first mirror never does).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failover {
     /// The mirror's origin prefix (`sigil_mirror_fallbacks_total{from}`).
     pub from: String,
-    /// The image under each further mirror, in the order tried.
-    pub alternates: Vec<Reference>,
-    /// The image at its origin, when it is resolved (to fall back on, or to
-    /// compare digests with).
-    pub origin: Option<Reference>,
+    /// The further mirrors' prefixes, in the order tried.
+    pub alternates: Vec<String>,
     /// Pin at the origin when no mirror has the image.
     pub fallback: bool,
     /// Refuse a mirror whose digest differs from the origin's.
     pub require_same_digest: bool,
     /// Copy the image from the origin into the first mirror when it lacks it.
     pub copy: bool,
+}
+
+impl Failover {
+    /// The image (whose origin is `origin`) under each further mirror, in
+    /// the order tried.
+    pub fn alternates_of<'a>(
+        &'a self,
+        origin: &'a Reference,
+    ) -> impl Iterator<Item = Reference> + 'a {
+        self.alternates
+            .iter()
+            .filter_map(move |to| origin.with_prefix(self.from.len(), to))
+    }
+
+    /// Whether the image's origin is resolved too: to fall back on, to
+    /// compare digests with, or to copy from.
+    pub fn resolves_origin(&self) -> bool {
+        self.fallback || self.require_same_digest || self.copy
+    }
 }
 
 /// An image no mirror could serve, resolved at its origin instead.

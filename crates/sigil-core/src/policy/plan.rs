@@ -2,7 +2,7 @@
 //! admission pass decides the same), the rule that governs the image, and
 //! whether it must be resolved, kept, or denied.
 
-use super::{Action, Failover, Labels, Plan, Policy, Rule, Step};
+use super::{Action, Labels, Plan, Policy, Rule, Step};
 use crate::denial::Denial;
 use crate::reference::{self, Reference};
 
@@ -79,11 +79,11 @@ impl Policy {
         let name = origin.name();
         let mirror = self.mirror_for(&name);
         let mut target = mirrored(&origin, &name, mirror);
-        let failover = mirror.and_then(|m| failover_of(m, &origin, &name));
+        let failover = mirror.and_then(|m| m.failover.clone());
         if let Some(f) = &failover
             && reference.digest().is_some()
             && let written_name = reference.name()
-            && (f.alternates.iter().any(|a| a.name() == written_name)
+            && (f.alternates_of(&origin).any(|a| a.name() == written_name)
                 || (f.fallback && name == written_name))
         {
             // Pinned by a failover already (a second admission pass, a
@@ -118,32 +118,6 @@ fn mirrored(origin: &Reference, name: &str, mirror: Option<&super::Mirror>) -> R
         Some(m) => swap_prefix(origin, name, &m.from, &m.to).unwrap_or_else(|| origin.clone()),
         None => origin.clone(),
     }
-}
-
-/// Where else an origin's image may be resolved, when its mirror fails
-/// over: the other mirrors in order, then the origin (`fallback: origin`, or
-/// only to compare digests with `requireSameDigest`).
-fn failover_of(
-    m: &super::Mirror,
-    origin: &Reference,
-    name: &str,
-) -> Option<std::sync::Arc<Failover>> {
-    if !m.fails_over() {
-        return None;
-    }
-    let alternates = m
-        .alternates
-        .iter()
-        .filter_map(|to| swap_prefix(origin, name, &m.from, to))
-        .collect();
-    Some(std::sync::Arc::new(Failover {
-        from: m.from.clone(),
-        alternates,
-        origin: (m.fallback_origin || m.require_same_digest || m.copy).then(|| origin.clone()),
-        fallback: m.fallback_origin,
-        require_same_digest: m.require_same_digest,
-        copy: m.copy,
-    }))
 }
 
 impl Plan {
@@ -201,9 +175,10 @@ pub(super) fn under(name: &str, prefix: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
+/// `r` (named `name`) with its prefix `from` swapped for `to`.
 fn swap_prefix(r: &Reference, name: &str, from: &str, to: &str) -> Option<Reference> {
-    let new_name = format!("{to}{}", &name[from.len()..]);
-    Reference::from_parts(&new_name, r.tag(), r.digest().cloned()).ok()
+    debug_assert!(under(name, from));
+    r.with_prefix(from.len(), to)
 }
 
 /// A rule by name and the policy object stating it.

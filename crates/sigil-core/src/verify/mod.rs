@@ -162,6 +162,14 @@ pub struct Verification {
     fingerprint: u64,
 }
 
+impl Verification {
+    /// The hash of its contents, computed once at compile (caches key on
+    /// it; equal sets have equal fingerprints).
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+}
+
 impl std::hash::Hash for Verification {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         state.write_u64(self.fingerprint);

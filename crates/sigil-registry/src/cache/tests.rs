@@ -85,6 +85,48 @@ fn the_time_to_live_is_checked_on_every_hit() {
 }
 
 #[test]
+fn each_entry_keeps_its_own_time_to_live() {
+    let cache: Cache<u32> = Cache::new(100, Duration::from_secs(3600));
+    cache.insert_for(key(1), 1, Duration::from_millis(30));
+    cache.insert_for(key(2), 2, Duration::ZERO);
+    cache.insert(key(3), 3);
+    assert_eq!(cache.get(&key(1)), Some(1));
+    assert_eq!(cache.get(&key(2)), None, "a zero life is not kept");
+    std::thread::sleep(Duration::from_millis(40));
+    assert_eq!(cache.get(&key(1)), None, "past its own life");
+    assert_eq!(cache.get(&key(3)), Some(3), "the cache-wide life");
+    cache.insert_for(key(3), 4, Duration::ZERO);
+    assert_eq!(cache.get(&key(3)), None, "stored again with no life");
+}
+
+#[tokio::test]
+async fn a_load_kept_for_no_time_still_answers_its_caller_and_is_loaded_again() {
+    let cache: Cache<u32> = Cache::new(100, Duration::from_secs(3600));
+    let loads = AtomicUsize::new(0);
+    for want in [(1, true), (2, true)] {
+        let got = cache
+            .get_or_load_for(
+                key(9),
+                || async { loads.fetch_add(1, Ordering::SeqCst) as u32 + 1 },
+                |v| {
+                    if *v < 3 {
+                        Duration::ZERO
+                    } else {
+                        Duration::from_secs(60)
+                    }
+                },
+            )
+            .await;
+        assert_eq!(got, want);
+    }
+    let (v, loaded) = cache
+        .get_or_load_for(key(9), || async { 3 }, |_| Duration::from_secs(60))
+        .await;
+    assert_eq!((v, loaded), (3, true));
+    assert_eq!(cache.get(&key(9)), Some(3), "kept for its life");
+}
+
+#[test]
 fn a_full_shard_evicts_what_was_not_read_since_the_hand_passed() {
     // Two slots per shard: keys of one shard replace each other, the one
     // read survives the first pass of the hand.

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use sigil_testkit::attestations::{SLSA_V1, keyed_layer, predicate, push_att};
+use sigil_testkit::featured::{Featured, REPOSITORY, featured_policy};
 use sigil_testkit::intoto::statement;
 use sigil_testkit::registry::{TestRegistry, free_port};
 use sigil_testkit::sigil::{KillOnDrop as Proc, wait_http};
@@ -22,58 +23,6 @@ use crate::side::Target;
 
 /// The captured Pod's namespace (`02_pod.json`).
 const NAMESPACE: &str = "test-connaisseur";
-const REPOSITORY: &str = "https://github.com/acme/api";
-
-/// The policy file: cluster policy, team policy, exception.
-fn policy(reg: &str, key: &Path, now: i64) -> String {
-    let expires = humantime::format_rfc3339_seconds(
-        std::time::UNIX_EPOCH + Duration::from_secs((now + 7 * 86_400) as u64),
-    );
-    format!(
-        r#"apiVersion: sigil.dev/v1alpha1
-kind: ClusterImagePolicy
-metadata: {{name: platform}}
-spec:
-  registries:
-    - {{host: "{reg}", insecure: true}}
-  mirrors:
-    - from: "{reg}/bench"
-      to: ["{reg}/mirror-a/bench", "{reg}/mirror-b/bench"]
-  rules:
-    - {{name: all, match: ["**"], mode: enforce}}
-    - name: built-by-ci
-      match: ["{reg}/bench/app"]
-      exceptions: {{allowed: true, maxDuration: 720h}}
-      attestations:
-        - name: provenance
-          predicateType: slsaprovenance1
-          attestors: [{{name: ci, cosign: {{key: "{key}"}}}}]
-          conditions:
-            - expression: predicate.buildDefinition.externalParameters.workflow.repository == "{REPOSITORY}"
-              message: built from acme/api
-            - expression: predicate.runDetails.builder.id.startsWith("https://github.com/actions/")
-              message: built on GitHub Actions
----
-apiVersion: sigil.dev/v1alpha1
-kind: ImagePolicy
-metadata: {{name: strict, namespace: {NAMESPACE}}}
-spec:
-  defaultAction: deny
-  rules:
-    - {{name: allow-list, match: ["{reg}/bench/**"]}}
----
-apiVersion: sigil.dev/v1alpha1
-kind: ImagePolicyException
-metadata: {{name: legacy, namespace: {NAMESPACE}}}
-spec:
-  images: ["{reg}/bench/legacy-*"]
-  rules: [{{policy: ClusterImagePolicy/platform, rule: built-by-ci}}]
-  expires: "{expires}"
-  reason: vendor image, provenance pending
-"#,
-        key = key.display()
-    )
-}
 
 /// Pushes what the featured policy reads — the warm images at the first
 /// mirror, each with a keyed SLSA v1 attestation — and starts the second
@@ -99,7 +48,19 @@ pub async fn start(registry: &TestRegistry, dir: &Path, tags: &[String]) -> (Pro
         .await;
     }
     let policy = dir.join("featured.yaml");
-    std::fs::write(&policy, self::policy(&reg, &key_path, now)).expect("policy");
+    let registries = format!("    - {{host: \"{reg}\", insecure: true}}\n");
+    let text = featured_policy(&Featured {
+        registries: &registries,
+        origin: &format!("{reg}/bench"),
+        mirrors: [
+            &format!("{reg}/mirror-a/bench"),
+            &format!("{reg}/mirror-b/bench"),
+        ],
+        namespace: NAMESPACE,
+        key: &key_path,
+        now,
+    });
+    std::fs::write(&policy, text).expect("policy");
     let ca = dir.join("featured-ca.pem");
     let (port, admin) = (free_port(), free_port());
     let proc = crate::spawn_sigil(&policy, &ca, port, admin);
