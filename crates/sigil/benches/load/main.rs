@@ -430,7 +430,13 @@ async fn run(size: Size, full: bool) {
     println!();
     println!("| figure | value | target |");
     println!("|---|---|---|");
-    let met = |ok: bool| if ok { "**met**" } else { "not met" };
+    // A smoke run's few hundred requests are below the CPU clock's
+    // resolution: it shows the rows run, and judges no target.
+    let met = |ok: bool| match (full, ok) {
+        (false, _) => "not judged (smoke run)",
+        (true, true) => "**met**",
+        (true, false) => "not met",
+    };
     let ratio = cached.stats.rps / echo_cached.stats.rps;
     println!(
         "| throughput vs echo, {c} connections | {:.1} % ({:.0} vs {:.0} req/s) | ≥ 50 %: {} |",
