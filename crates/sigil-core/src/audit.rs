@@ -313,7 +313,7 @@ pub fn audit_object(
 /// whether that mirror has it now. `None` for anything else.
 pub fn mirror_to_check(policy: &crate::Policy, written: &str) -> Option<(Reference, Digest)> {
     // Most policies have no fallback: then no image is planned twice.
-    if !policy.mirrors.iter().any(|m| m.fallback_origin) {
+    if !policy.mirrors.iter().any(|m| m.fallback_origin()) {
         return None;
     }
     let plan = policy.plan(written).ok()?;

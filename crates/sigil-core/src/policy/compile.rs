@@ -308,26 +308,20 @@ fn compile_mirrors(specs: &[MirrorSpec]) -> Result<Vec<Mirror>, PolicyError> {
                 format!("mirror from {from:?} is listed twice"),
             ));
         }
-        let fallback_origin = m.fallback == Some(super::schema::Fallback::Origin);
+        let fallback = m.fallback == Some(super::schema::Fallback::Origin);
         let to = targets.remove(0);
-        let require_same_digest = m.require_same_digest.unwrap_or(fallback_origin);
-        let fails_over = !targets.is_empty() || fallback_origin || require_same_digest || m.copy;
+        let failover = super::Failover {
+            from: from.clone(),
+            alternates: targets,
+            fallback,
+            require_same_digest: m.require_same_digest.unwrap_or(fallback),
+            copy: m.copy,
+        };
+        let fails_over = !failover.alternates.is_empty() || failover.resolves_origin();
         out.push(Mirror {
-            failover: fails_over.then(|| {
-                std::sync::Arc::new(super::Failover {
-                    from: from.clone(),
-                    alternates: targets.clone(),
-                    fallback: fallback_origin,
-                    require_same_digest,
-                    copy: m.copy,
-                })
-            }),
+            failover: fails_over.then(|| std::sync::Arc::new(failover)),
             from,
             to,
-            alternates: targets,
-            fallback_origin,
-            require_same_digest,
-            copy: m.copy,
         });
     }
     for a in &out {

@@ -31,27 +31,27 @@ impl Policy {
                     "  {}/… is pulled from {}/… (and {}/… is read back as {}/… for rule matching)",
                     m.from, m.to, m.to, m.from
                 );
-                for a in &m.alternates {
+                for a in m.alternates() {
                     let _ = writeln!(
                         s,
                         "    else from {a}/…, when the mirrors before it lack the image or fail"
                     );
                 }
-                if m.fallback_origin {
+                if m.fallback_origin() {
                     let _ = writeln!(
                         s,
                         "    else from {}/… itself, with a warning (fallback: origin)",
                         m.from
                     );
                 }
-                if m.copy {
+                if m.copy() {
                     let _ = writeln!(
                         s,
                         "    an image {} lacks is copied into it from {} on admission (copy: true)",
                         m.to, m.from
                     );
                 }
-                if m.require_same_digest {
+                if m.require_same_digest() {
                     let _ = writeln!(
                         s,
                         "    a mirror whose digest for a tag differs from {}'s is refused (requireSameDigest)",

@@ -104,8 +104,8 @@ fn policy_objects_take_a_mirror_list_too() {
                  "rules": [{"name": "all", "match": ["**"]}]}
     }))
     .unwrap();
-    assert_eq!(p.mirrors[0].alternates, ["b.local/hub"]);
-    assert!(p.mirrors[0].fallback_origin);
+    assert_eq!(p.mirrors[0].alternates(), ["b.local/hub"]);
+    assert!(p.mirrors[0].fallback_origin());
 }
 
 #[test]

@@ -139,31 +139,47 @@ impl Platform {
     }
 }
 
-/// A compiled mirror.
+/// A compiled mirror. What lies beyond its first mirror (further mirrors,
+/// fallback, digest check, copy) is held once, in its [`Failover`], which
+/// every plan under it shares; the accessors read through it.
 #[derive(Debug, Clone)]
 pub struct Mirror {
     /// Origin prefix (normalized).
     pub from: String,
     /// The first mirror prefix: where images are pulled from when it has them.
     pub to: String,
-    /// Further mirror prefixes, tried in order when the first lacks the
-    /// image or fails.
-    pub alternates: Vec<String>,
-    /// Pin at the origin when no mirror has the image (`fallback: origin`).
-    pub fallback_origin: bool,
-    /// A mirror whose digest for a tag differs from the origin's is refused.
-    pub require_same_digest: bool,
-    /// An image the first mirror lacks is copied into it from the origin.
-    pub copy: bool,
-    /// What its images fail over to, shared by every plan under it (`None`:
-    /// nothing beyond the one mirror is tried).
+    /// What its images fail over to (`None`: nothing beyond the one mirror
+    /// is tried).
     pub failover: Option<Arc<Failover>>,
 }
 
 impl Mirror {
     /// Every mirror prefix, in the order they are tried.
     pub fn targets(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(self.to.as_str()).chain(self.alternates.iter().map(String::as_str))
+        std::iter::once(self.to.as_str()).chain(self.alternates().iter().map(String::as_str))
+    }
+
+    /// Further mirror prefixes, tried in order when the first lacks the
+    /// image or fails.
+    pub fn alternates(&self) -> &[String] {
+        self.failover.as_deref().map_or(&[], |f| &f.alternates)
+    }
+
+    /// Pin at the origin when no mirror has the image (`fallback: origin`).
+    pub fn fallback_origin(&self) -> bool {
+        self.failover.as_deref().is_some_and(|f| f.fallback)
+    }
+
+    /// A mirror whose digest for a tag differs from the origin's is refused.
+    pub fn require_same_digest(&self) -> bool {
+        self.failover
+            .as_deref()
+            .is_some_and(|f| f.require_same_digest)
+    }
+
+    /// An image the first mirror lacks is copied into it from the origin.
+    pub fn copy(&self) -> bool {
+        self.failover.as_deref().is_some_and(|f| f.copy)
     }
 }
 
