@@ -2,7 +2,7 @@
 //! reference re-parses to itself from both its canonical and familiar forms,
 //! and the mirror prefix swap (`image\nto`: the name's prefix up to each of
 //! its `/` and the whole name, replaced by `to`) equals parsing the swapped
-//! name.
+//! name. A sha256 digest rebuilt from its bytes is the digest parsed.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -14,6 +14,11 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(r) = Reference::parse(s) {
         assert_eq!(Reference::parse(&r.to_string()).as_ref(), Ok(&r));
         assert_eq!(Reference::parse(&r.familiar()).as_ref(), Ok(&r));
+        if let Some(d) = r.digest()
+            && let Some(bytes) = d.sha256_bytes()
+        {
+            assert_eq!(&sigil_core::Digest::from_sha256(&bytes), d);
+        }
         if let Ok(p) = Pattern::parse(s) {
             let _ = p.matches(&r);
         }

@@ -195,7 +195,7 @@ pub fn decide(
                 image: plan.written.clone(),
                 field: field.clone(),
                 denial: Denial::StaticDeny {
-                    rule: plan.rule.clone(),
+                    rule: plan.rule.to_string(),
                     source: plan.source.clone(),
                 },
                 mode: Mode::Enforce,
@@ -207,14 +207,14 @@ pub fn decide(
             Some(Ok(d)) => Some(d),
             Some(Err(f)) => {
                 return fail(Denial::Unresolved {
-                    rule: plan.rule.clone(),
+                    rule: plan.rule.to_string(),
                     target: plan.target.to_string(),
                     failure: f.clone(),
                 });
             }
             None => {
                 return fail(Denial::Unresolved {
-                    rule: plan.rule.clone(),
+                    rule: plan.rule.to_string(),
                     target: plan.target.to_string(),
                     failure: ResolveFailure::Timeout {
                         budget: Duration::ZERO,
@@ -239,7 +239,7 @@ pub fn decide(
                 None => plan.target.to_string(),
             };
             return fail(Denial::Unverified {
-                rule: plan.rule.clone(),
+                rule: plan.rule.to_string(),
                 source: plan.source.clone(),
                 target,
                 report,
@@ -249,11 +249,11 @@ pub fn decide(
     let new = plan.final_image(digest);
     if new == plan.written {
         Outcome::Unchanged {
-            rule: plan.rule.clone(),
+            rule: plan.rule.to_string(),
         }
     } else {
         Outcome::Changed {
-            rule: plan.rule.clone(),
+            rule: plan.rule.to_string(),
             new,
             rewritten: plan.rewritten(),
             pinned: digest.cloned(),

@@ -43,8 +43,8 @@ pub use decision::{Finding, ObjectRef, Outcome};
 pub use denial::{Denial, Mode};
 pub use failure::ResolveFailure;
 pub use object::{
-    Answers, FieldVerdict, ObjectFacts, ObjectPlan, ObjectVerdict, Operation, Skip, Source,
-    VerifyJob, VerifyKey, effective_namespace, plan_object,
+    AnswerMap, Answers, FieldVerdict, ObjectFacts, ObjectPlan, ObjectVerdict, Operation, Skip,
+    Source, VerifyJob, VerifyKey, effective_namespace, plan_object,
 };
 pub use policy::{Plan, Platform, Policy, PolicyError, Step};
 pub use reference::{Digest, Reference, ReferenceError};

@@ -133,7 +133,7 @@ pub struct VerifyKey {
     /// The digest that will run.
     pub digest: Digest,
     /// Rule whose verifiers apply.
-    pub rule: String,
+    pub rule: Arc<str>,
 }
 
 /// A signature check the decision needs: what to check and where to look.
@@ -147,6 +147,12 @@ pub struct VerifyJob {
     pub verification: Arc<Verification>,
 }
 
+/// The maps of one decision's answers: keyed by references and digests an
+/// admission names (at most `maxLookups` of them), hashed with a fast
+/// per-process seeded hasher — SipHash over a reference's strings was a
+/// measurable share of a cached admission.
+pub type AnswerMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// The I/O answers a decision is made from.
 #[derive(Debug, Default)]
 pub struct Answers {
@@ -154,9 +160,9 @@ pub struct Answers {
     /// are reported as [`Outcome::NeedsLookup`].
     pub offline: bool,
     /// Tag → digest answers, per lookup target.
-    pub digests: HashMap<Reference, Result<Digest, ResolveFailure>>,
+    pub digests: AnswerMap<Reference, Result<Digest, ResolveFailure>>,
     /// Signature reports, per check.
-    pub reports: HashMap<VerifyKey, Arc<VerificationReport>>,
+    pub reports: AnswerMap<VerifyKey, Arc<VerificationReport>>,
     /// The instant of the decision (unix seconds), for exceptions' expiry;
     /// `None` applies no exception.
     pub now: Option<i64>,
@@ -175,7 +181,7 @@ pub enum ObjectPlan {
 #[derive(Debug, Clone)]
 pub struct FieldPlans {
     fields: Vec<ImageField>,
-    plans: Vec<Result<Plan, Denial>>,
+    plans: Vec<Result<Arc<Plan>, Denial>>,
     patchable: bool,
     /// Images the old object had (pointer, value), for the UPDATE downgrade.
     old: Vec<(String, String)>,
@@ -246,9 +252,10 @@ impl FieldVerdict {
     }
 
     /// The verifiers that vouched for this image, if it was verified and admitted.
-    pub fn vouched_by(&self) -> Option<Vec<String>> {
-        let r = self.report.as_ref()?;
-        (r.satisfied() && !matches!(self.outcome, Outcome::Failed(_))).then(|| r.vouched())
+    /// (Its report: [`VerificationReport::vouched`] names them.)
+    pub fn vouched_by(&self) -> Option<&VerificationReport> {
+        let r = self.report.as_deref()?;
+        (r.satisfied() && !matches!(self.outcome, Outcome::Failed(_))).then_some(r)
     }
 }
 
@@ -309,9 +316,9 @@ pub fn plan_object(policy: &Policy, facts: ObjectFacts<'_>) -> ObjectPlan {
         }
         (None, None) => None,
     };
-    let plans: Vec<Result<Plan, Denial>> = fields
+    let plans: Vec<Result<Arc<Plan>, Denial>> = fields
         .iter()
-        .map(|f| policy.plan_in(&f.value, labels))
+        .map(|f| policy.plan_shared(&f.value, labels))
         .collect();
     let team_policies = facts
         .namespace
@@ -374,7 +381,7 @@ impl TeamCheck {
     fn key(&self, rule: &str, digest: Digest) -> VerifyKey {
         VerifyKey {
             digest,
-            rule: format!("{}, rule {rule}", self.policy),
+            rule: format!("{}, rule {rule}", self.policy).into(),
         }
     }
 }
@@ -418,11 +425,11 @@ impl ObjectPlan {
             .flatten()
             .filter(|p| needs_io(p))
             .map(|p| &p.target)
-            .collect::<std::collections::HashSet<_>>()
+            .collect::<std::collections::HashSet<_, foldhash::fast::RandomState>>()
             .len();
         if lookups > limit {
             for p in &mut f.plans {
-                if p.as_ref().is_ok_and(needs_io) {
+                if p.as_deref().is_ok_and(needs_io) {
                     *p = Err(Denial::TooManyLookups { lookups, limit });
                 }
             }
@@ -434,7 +441,7 @@ impl ObjectPlan {
     /// plan's digest is the one that will run (resolved, or as written).
     pub fn verifications(
         &self,
-        digests: &HashMap<Reference, Result<Digest, ResolveFailure>>,
+        digests: &AnswerMap<Reference, Result<Digest, ResolveFailure>>,
     ) -> Vec<VerifyJob> {
         let mut jobs: Vec<VerifyJob> = Vec::new();
         let ObjectPlan::Fields(f) = self else {
@@ -493,30 +500,18 @@ impl ObjectPlan {
             .zip(&f.plans)
             .zip(&f.teams)
             .map(|((field, plan), teams)| {
-                let (outcome, report) = decide_field(&field, plan.as_ref(), answers);
-                let outcome = apply_teams(
-                    outcome,
-                    &field,
-                    plan.as_ref().ok(),
-                    teams,
-                    f.escalate,
-                    answers,
-                );
+                let plan = plan.as_deref();
+                let (outcome, report) = decide_field(&field, plan, answers);
+                let outcome = apply_teams(outcome, &field, plan.ok(), teams, f.escalate, answers);
                 let outcome = downgrade_unchanged(outcome, &field, &f.old);
-                let rule = RuleRef::of(&outcome, plan.as_ref().ok());
-                let outcome = waive(
-                    outcome,
-                    plan.as_ref().ok(),
-                    rule.as_ref(),
-                    &f.exceptions,
-                    answers,
-                );
+                let rule = RuleRef::of(&outcome, plan.ok());
+                let outcome = waive(outcome, plan.ok(), rule.as_ref(), &f.exceptions, answers);
                 FieldVerdict {
                     field,
                     outcome,
                     report,
                     rule,
-                    fallback: plan.as_ref().ok().and_then(|p| p.fallback.clone()),
+                    fallback: plan.ok().and_then(|p| p.fallback.clone()),
                 }
             })
             .collect();
@@ -542,7 +537,7 @@ fn decide_field(
         let rewrite = p.rewritten().then(|| p.final_image(None));
         return (
             Outcome::NeedsLookup {
-                rule: p.rule.clone(),
+                rule: p.rule.to_string(),
                 new: rewrite,
             },
             None,
@@ -558,7 +553,7 @@ fn decide_field(
 /// The digest an image will run as, if known: resolved, or as written.
 fn running_digest(
     p: &Plan,
-    digests: &HashMap<Reference, Result<Digest, ResolveFailure>>,
+    digests: &AnswerMap<Reference, Result<Digest, ResolveFailure>>,
 ) -> Option<Digest> {
     match p.step {
         Step::Resolve => digests.get(&p.target)?.as_ref().ok().cloned(),
@@ -570,7 +565,7 @@ fn running_digest(
 /// The digest a verifying plan will run, if known.
 fn verify_key(
     p: &Plan,
-    digests: &HashMap<Reference, Result<Digest, ResolveFailure>>,
+    digests: &AnswerMap<Reference, Result<Digest, ResolveFailure>>,
 ) -> Option<VerifyKey> {
     p.verify.as_ref()?;
     let digest = match p.step {

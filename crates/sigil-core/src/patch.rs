@@ -39,6 +39,14 @@ pub fn build_patch(changes: &[Replacement<'_>]) -> Patch {
 /// `out`: the admission path's form, with no operation, pointer or value
 /// allocated on the way.
 pub fn write_patch(out: &mut Vec<u8>, changes: &[Replacement<'_>]) {
+    // Room for the whole patch at once: growing the buffer as it is
+    // written moved it several times per admission (a pinned image's
+    // operation is ~170 bytes), a measurable share of rendering.
+    let needed: usize = changes
+        .iter()
+        .map(|c| OP_LEN + c.new.len() + c.field.path.iter().map(|s| s.len() + 1).sum::<usize>())
+        .sum();
+    out.reserve(needed + 2);
     out.push(b'[');
     for (i, c) in changes.iter().enumerate() {
         if i > 0 {
@@ -53,6 +61,10 @@ pub fn write_patch(out: &mut Vec<u8>, changes: &[Replacement<'_>]) {
     }
     out.push(b']');
 }
+
+/// The bytes of one operation besides its pointer and value (and their
+/// quotes, and the comma before it).
+const OP_LEN: usize = r#",{"op":"replace","path":"","value":""}"#.len();
 
 /// The RFC 6901 pointer of `path` as a JSON string (`~` → `~0`, `/` → `~1`).
 fn pointer(out: &mut Vec<u8>, path: &[String]) {

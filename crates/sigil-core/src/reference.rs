@@ -55,9 +55,10 @@ pub enum ReferenceError {
     InvalidDigest(String),
 }
 
-/// A content digest such as `sha256:2b7…`.
+/// A content digest such as `sha256:2b7…`. Shared text: a decision copies
+/// each digest into its answers, its signature checks and its verdict.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Digest(String);
+pub struct Digest(std::sync::Arc<str>);
 
 impl Digest {
     /// Parses and validates `algorithm:hex` as the Go `go-digest` package does.
@@ -77,18 +78,20 @@ impl Digest {
         if hex.len() != want || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
             return Err(ReferenceError::InvalidDigest(s.to_owned()));
         }
-        Ok(Digest(s.to_owned()))
+        Ok(Digest(s.into()))
     }
 
     /// Builds a sha256 digest from raw hash bytes.
     pub fn from_sha256(bytes: &[u8; 32]) -> Digest {
-        let mut s = String::with_capacity(71);
-        s.push_str("sha256:");
-        for b in bytes {
-            s.push(char::from(HEX[usize::from(b >> 4)]));
-            s.push(char::from(HEX[usize::from(b & 0xf)]));
+        // Written on the stack, then one allocation for the shared text.
+        let mut s = [0u8; 71];
+        s[..7].copy_from_slice(b"sha256:");
+        for (i, b) in bytes.iter().enumerate() {
+            s[7 + 2 * i] = HEX[usize::from(b >> 4)];
+            s[8 + 2 * i] = HEX[usize::from(b & 0xf)];
         }
-        Digest(s)
+        // Only ASCII was written.
+        Digest(String::from_utf8_lossy(&s).into())
     }
 
     /// The raw hash of a sha256 digest (`None` for other algorithms), so

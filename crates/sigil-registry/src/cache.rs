@@ -27,7 +27,9 @@ use tokio::sync::watch;
 /// Shards (a power of two): enough that the cores rarely meet on one lock.
 const SHARDS: usize = 16;
 
-/// A cache key: already a hash, so its first bytes are used as is.
+/// A cache key: already a hash whose first bytes are uniform (a SHA-256 from
+/// [`KeyBuilder`], or the verifier's seeded hashes, whose entries are checked
+/// on every hit), so its first bytes are used as is.
 pub type Key = [u8; 32];
 
 /// Builds a [`Key`]: the SHA-256 of the parts a lookup depends on, each

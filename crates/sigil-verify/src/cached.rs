@@ -1,45 +1,105 @@
 //! The verification cache's key and entries: what a cached report is found
-//! by, how long it is kept, and the check that it was made for the rule
+//! by, how long it is kept, and the check that it was made for the request
 //! asking. The table itself is sigil-registry's cache (the one digests live
 //! in); the verifier in `lib.rs` decides when to look and when to verify.
 
+use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
 use sigil_core::credentials::PullCredentials;
 use sigil_core::{CacheConfig, Digest, Freshness, Reference, Verification, VerificationReport};
-use sigil_registry::cache::{Key, KeyBuilder};
+use sigil_registry::cache::Key;
 
-/// The cache key: the SHA-256 of (repository, digest, verifier set, the
-/// cluster credentials' identities), each part prefixed by its length — a
-/// report fetched with one namespace's pull secrets is only served to
-/// requests holding the same ones; node-level credentials are the same for
-/// every request, so they need no place in it. Made without allocating (the
-/// key it replaced held the repository name and the identities as strings,
-/// hashed again by the map), once per image of every verified admission.
-/// The verifier set enters as its fingerprint; the entry holds the set
-/// itself, compared on every hit, so a fingerprint collision is a miss,
-/// never another rule's report.
-pub(crate) fn key(
-    repo: &Reference,
-    digest: &Digest,
-    v: &Verification,
-    creds: &PullCredentials,
-) -> Key {
-    let mut k = KeyBuilder::new();
-    k.part(repo.domain())
-        .part(repo.path())
-        .part(digest.as_str())
-        .bytes(&v.fingerprint().to_le_bytes());
-    k.bytes(&(creds.candidates.len() as u64).to_le_bytes());
-    for c in &creds.candidates {
-        k.part(c.identity());
+/// Makes the cache keys: two seeded 64-bit hashes (seeds random per
+/// verifier) of (repository, digest, verifier set, the cluster
+/// credentials' identities), each part prefixed by its length — a report
+/// fetched with one namespace's pull secrets is only served to requests
+/// holding the same ones; node-level credentials are the same for every
+/// request, so they need no place in it. The key only finds an entry: the
+/// entry holds every part it was made from and [`made_for`] compares them
+/// all on each hit, so two requests that share a key by chance (or by an
+/// attacker's design) are a miss, never each other's report. That is what
+/// lets the key be a fast hash instead of the SHA-256 it was (a third of a
+/// cached attested image's verification cost in the server's profile).
+#[derive(Default)]
+pub(crate) struct Keyer(
+    foldhash::quality::RandomState,
+    foldhash::quality::RandomState,
+);
+
+impl Keyer {
+    /// The key of one check. Made without allocating, once per image of
+    /// every verified admission.
+    pub(crate) fn key(
+        &self,
+        repo: &Reference,
+        digest: &Digest,
+        v: &Verification,
+        creds: &PullCredentials,
+    ) -> Key {
+        let hash = |state: &foldhash::quality::RandomState| {
+            let mut h = state.build_hasher();
+            for part in [repo.domain(), repo.path(), digest.as_str()] {
+                h.write_usize(part.len());
+                h.write(part.as_bytes());
+            }
+            h.write_u64(v.fingerprint());
+            h.write_usize(creds.candidates.len());
+            for c in &creds.candidates {
+                h.write_usize(c.identity().len());
+                h.write(c.identity().as_bytes());
+            }
+            h.finish()
+        };
+        let mut k: Key = [0; 32];
+        k[..8].copy_from_slice(&hash(&self.0).to_le_bytes());
+        k[8..16].copy_from_slice(&hash(&self.1).to_le_bytes());
+        // The rest: the start of the digest's hex text, as it is (the table
+        // compares whole keys; only the first bytes need to be uniform).
+        let hex = digest.hex().as_bytes();
+        let n = hex.len().min(16);
+        k[16..16 + n].copy_from_slice(&hex[..n]);
+        k
     }
-    k.finish()
 }
 
-/// A cached report, with the verifier set it was made for.
-pub(crate) type Entry = (Arc<Verification>, Arc<VerificationReport>);
+/// A cached report, with everything its key was made from.
+#[derive(Debug)]
+pub(crate) struct Stored {
+    /// The verifier set it was made for.
+    made_for: Arc<Verification>,
+    /// The signature repository (its name; the tag is not a part).
+    repository: Reference,
+    digest: Digest,
+    /// The identities of the cluster credentials it was fetched with.
+    identities: Box<[Box<str>]>,
+    pub(crate) report: Arc<VerificationReport>,
+}
+
+/// What the table holds (shared: a hit clones a pointer).
+pub(crate) type Entry = Arc<Stored>;
+
+/// The entry of a report made for this check.
+pub(crate) fn entry(
+    repo: &Reference,
+    digest: &Digest,
+    v: &Arc<Verification>,
+    creds: &PullCredentials,
+    report: VerificationReport,
+) -> Entry {
+    Arc::new(Stored {
+        made_for: v.clone(),
+        repository: repo.clone(),
+        digest: digest.clone(),
+        identities: creds
+            .candidates
+            .iter()
+            .map(|c| c.identity().into())
+            .collect(),
+        report: Arc::new(report),
+    })
+}
 
 /// How long a report is kept: by what it says.
 pub(crate) fn lifetime(cfg: &CacheConfig, r: &VerificationReport) -> Duration {
@@ -52,10 +112,27 @@ pub(crate) fn lifetime(cfg: &CacheConfig, r: &VerificationReport) -> Duration {
     })
 }
 
-/// The entry's report, if it was made for `v` (a pointer comparison when it
-/// comes from the same policy load, as it nearly always does).
-pub(crate) fn made_for(e: &Entry, v: &Arc<Verification>) -> Option<Arc<VerificationReport>> {
-    (Arc::ptr_eq(&e.0, v) || *e.0 == **v).then(|| e.1.clone())
+/// The entry's report, if it was made for this very check: the same
+/// repository, digest and credentials, and the same verifier set (a
+/// pointer comparison when it comes from the same policy load, as it
+/// nearly always does).
+pub(crate) fn made_for(
+    e: &Entry,
+    repo: &Reference,
+    digest: &Digest,
+    v: &Arc<Verification>,
+    creds: &PullCredentials,
+) -> Option<Arc<VerificationReport>> {
+    let same = e.digest == *digest
+        && e.repository.path() == repo.path()
+        && e.repository.domain() == repo.domain()
+        && e.identities.len() == creds.candidates.len()
+        && e.identities
+            .iter()
+            .zip(&creds.candidates)
+            .all(|(a, c)| **a == *c.identity())
+        && (Arc::ptr_eq(&e.made_for, v) || *e.made_for == **v);
+    same.then(|| e.report.clone())
 }
 
 #[cfg(test)]
@@ -105,9 +182,21 @@ mod tests {
         }
     }
 
+    fn report(v: &Verification) -> VerificationReport {
+        VerificationReport::unfetched(
+            v,
+            ResolveFailure::Timeout {
+                budget: Duration::from_secs(1),
+            },
+        )
+    }
+
     #[test]
     fn keys_differ_in_every_part_and_where_parts_meet() {
         let v = rules();
+        let keys = Keyer::default();
+        let key =
+            |r: &Reference, d: &Digest, v: &Verification, c: &PullCredentials| keys.key(r, d, v, c);
         let r = |s: &str| Reference::parse(s).expect("ref");
         let d1 = Digest::from_sha256(&[1; 32]);
         let d2 = Digest::from_sha256(&[2; 32]);
@@ -122,6 +211,7 @@ mod tests {
             key(&r("a.example.com/b/c"), &d2, &v[0], &creds(&[])),
             key(&r("a.example.com/b/c"), &d1, &v[1], &creds(&[])),
             key(&r("a.example.com/b/c"), &d1, &v[0], &creds(&["robot"])),
+            key(&r("a.example.com/bc"), &d1, &v[0], &creds(&[])),
         ] {
             assert_ne!(base, other);
         }
@@ -134,28 +224,70 @@ mod tests {
             key(&r("a.example.com/b/c"), &d1, &v[0], &creds(&["x", "y"])),
             key(&r("a.example.com/b/c"), &d1, &v[0], &creds(&["y", "x"])),
         );
+        // Another verifier's seeds: other keys, same distinctions.
+        let other = Keyer::default();
+        assert_ne!(
+            base,
+            other.key(&r("a.example.com/b/c"), &d1, &v[0], &creds(&[]))
+        );
     }
 
     #[test]
-    fn a_cached_report_is_served_only_to_the_rule_it_was_made_for() {
+    fn a_cached_report_is_served_only_to_the_check_it_was_made_for() {
         let v = rules();
-        let report = Arc::new(VerificationReport::unfetched(
-            &v[0],
-            ResolveFailure::Timeout {
-                budget: Duration::from_secs(1),
-            },
-        ));
-        let e: Entry = (v[0].clone(), report.clone());
-        assert!(made_for(&e, &v[0]).is_some_and(|r| Arc::ptr_eq(&r, &report)));
+        let r = |s: &str| Reference::parse(s).expect("ref");
+        let (repo, d) = (r("a.example.com/b/c:1"), Digest::from_sha256(&[1; 32]));
+        let e = entry(&repo, &d, &v[0], &creds(&["robot"]), report(&v[0]));
+        let hit = made_for(&e, &r("a.example.com/b/c:2"), &d, &v[0], &creds(&["robot"]));
+        assert!(
+            hit.is_some_and(|h| Arc::ptr_eq(&h, &e.report)),
+            "the tag is no part"
+        );
         let same = Arc::new(Verification::clone(&v[0]));
         assert!(
-            made_for(&e, &same).is_some(),
+            made_for(&e, &repo, &d, &same, &creds(&["robot"])).is_some(),
             "an equal rule from another load"
         );
-        assert!(
-            made_for(&e, &v[1]).is_none(),
-            "another rule under the same key"
-        );
+        // Whatever the key, an entry answers only the check it was made
+        // for: a key two checks share by chance finds a miss.
+        for (why, miss) in [
+            (
+                "another rule",
+                made_for(&e, &repo, &d, &v[1], &creds(&["robot"])),
+            ),
+            (
+                "another digest",
+                made_for(
+                    &e,
+                    &repo,
+                    &Digest::from_sha256(&[2; 32]),
+                    &v[0],
+                    &creds(&["robot"]),
+                ),
+            ),
+            (
+                "another repository",
+                made_for(&e, &r("a.example.com/b/d:1"), &d, &v[0], &creds(&["robot"])),
+            ),
+            (
+                "another registry",
+                made_for(&e, &r("b.example.com/b/c:1"), &d, &v[0], &creds(&["robot"])),
+            ),
+            (
+                "other credentials",
+                made_for(&e, &repo, &d, &v[0], &creds(&["intruder"])),
+            ),
+            (
+                "no credentials",
+                made_for(&e, &repo, &d, &v[0], &creds(&[])),
+            ),
+            (
+                "more credentials",
+                made_for(&e, &repo, &d, &v[0], &creds(&["robot", "x"])),
+            ),
+        ] {
+            assert!(miss.is_none(), "{why}");
+        }
     }
 
     #[test]
@@ -166,12 +298,7 @@ mod tests {
             negative_ttl: Duration::from_secs(10),
             capacity: 10,
         };
-        let transient = VerificationReport::unfetched(
-            &v[0],
-            ResolveFailure::Timeout {
-                budget: Duration::from_secs(1),
-            },
-        );
+        let transient = report(&v[0]);
         assert_eq!(
             lifetime(&cfg, &transient),
             cfg.lifetime(Freshness::Transient)

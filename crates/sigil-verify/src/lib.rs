@@ -62,7 +62,7 @@ use std::time::{Instant, SystemTime};
 
 use sigil_registry::cache::{Cache, Key};
 
-use crate::cached::{Entry, key, lifetime, made_for};
+use crate::cached::{Entry, Keyer, entry, lifetime, made_for};
 
 pub use sigil_core::CacheConfig;
 use sigil_core::{
@@ -282,6 +282,8 @@ pub struct Verifier<S> {
     source: S,
     material: Material,
     cache: Cache<Entry>,
+    /// The cache's keys (seeded per verifier).
+    keys: Keyer,
     config: CacheConfig,
     observer: Arc<dyn Observer>,
 }
@@ -307,6 +309,7 @@ impl<S: ArtifactSource + 'static> Verifier<S> {
             source,
             material,
             cache: Cache::new(cache.capacity, cache.ttl),
+            keys: Keyer::default(),
             config: cache,
             observer,
         }
@@ -396,11 +399,11 @@ impl<S: ArtifactSource + 'static> SignatureVerifier for Verifier<S> {
         // its own only when it runs (moving that large state machine into
         // a box on every hit was a measurable memcpy per admission).
         Box::pin(async move {
-            let key = key(repo, digest, verification, creds);
+            let key = self.keys.key(repo, digest, verification, creds);
             if let Some(r) = self
                 .cache
                 .get(&key)
-                .and_then(|e| made_for(&e, verification))
+                .and_then(|e| made_for(&e, repo, digest, verification, creds))
             {
                 self.observer.cache(true);
                 return r;
@@ -428,22 +431,22 @@ impl<S: ArtifactSource + 'static> Verifier<S> {
                 let r = self
                     .verify_uncached(repo, digest, verification, creds, deadline)
                     .await;
-                (verification.clone(), Arc::new(r))
+                entry(repo, digest, verification, creds, r)
             };
-            let ttl_of = |e: &Entry| lifetime(&self.config, &e.1);
+            let ttl_of = |e: &Entry| lifetime(&self.config, &e.report);
             match tokio::time::timeout_at(
                 deadline.into(),
                 self.cache.get_or_load_for(key, load, ttl_of),
             )
             .await
             {
-                Ok((e, loaded)) => match made_for(&e, verification) {
+                Ok((e, loaded)) => match made_for(&e, repo, digest, verification, creds) {
                     Some(r) => {
                         self.observer.cache(!loaded);
                         r
                     }
-                    // Another verifier set under the same fingerprint (never
-                    // seen; a 64-bit collision): verified here, not cached.
+                    // Another check under the same key (two 64-bit hashes
+                    // met): verified here, not cached.
                     None => Arc::new(
                         self.verify_uncached(repo, digest, verification, creds, deadline)
                             .await,

@@ -10,16 +10,15 @@
 //! policy's registry settings and cache TTL did not change, so editing a
 //! rule does not cool the cache; trust material loaded up front).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::future::{BoxFuture, join_all};
 use sigil_core::credentials::{PullContext, PullSecretStore};
 use sigil_core::{
-    Answers, Digest, DigestResolver, NamespaceLabels, ObjectFacts, ObjectVerdict, Policy,
-    PullCredentials, Reference, ResolveFailure, SignatureVerifier, VerificationReport, VerifyJob,
-    VerifyKey, plan_object,
+    AnswerMap, Answers, Digest, DigestResolver, NamespaceLabels, ObjectFacts, ObjectVerdict,
+    Policy, PullCredentials, Reference, ResolveFailure, SignatureVerifier, VerificationReport,
+    VerifyJob, VerifyKey, plan_object,
 };
 use sigil_registry::keychain::Keychain;
 use sigil_registry::{CacheConfig, Registry, RegistryError};
@@ -190,9 +189,9 @@ impl<R: DigestResolver> Engine<R> {
         jobs: Vec<VerifyJob>,
         creds: &ClusterCredentials<'_>,
         deadline: Instant,
-    ) -> HashMap<VerifyKey, Arc<VerificationReport>> {
+    ) -> AnswerMap<VerifyKey, Arc<VerificationReport>> {
         if jobs.is_empty() {
-            return HashMap::new();
+            return AnswerMap::default();
         }
         let Some(verifier) = &self.verifier else {
             // A policy with verify rules always gets a verifier; without one,
@@ -229,7 +228,7 @@ impl<R: DigestResolver> Engine<R> {
         plan: &sigil_core::ObjectPlan,
         creds: &ClusterCredentials<'_>,
         deadline: Instant,
-    ) -> (HashMap<Reference, Result<Digest, ResolveFailure>>, Served) {
+    ) -> (AnswerMap<Reference, Result<Digest, ResolveFailure>>, Served) {
         let targets = plan.lookups();
         if targets.is_empty() {
             return Default::default();
@@ -264,8 +263,8 @@ impl<R: DigestResolver> Engine<R> {
             }
         }))
         .await;
-        let mut digests = HashMap::with_capacity(answers.len());
-        let mut served = HashMap::new();
+        let mut digests = AnswerMap::with_capacity_and_hasher(answers.len(), Default::default());
+        let mut served = Served::default();
         for (t, a) in targets.into_iter().zip(answers) {
             if a.by != *t || a.fallback.is_some() {
                 served.insert(t.clone(), (a.by.clone(), a.fallback));
@@ -277,7 +276,7 @@ impl<R: DigestResolver> Engine<R> {
 }
 
 /// Lookups served elsewhere than planned: planned target → (where, fallback).
-type Served = HashMap<Reference, (Reference, Option<Arc<sigil_core::policy::FellBack>>)>;
+type Served = AnswerMap<Reference, (Reference, Option<Arc<sigil_core::policy::FellBack>>)>;
 
 impl<R: DigestResolver> sigil_kube::Decide for Engine<R> {
     fn policy(&self) -> &Arc<Policy> {

@@ -28,7 +28,7 @@ impl ObjectPlan {
     /// Signatures are then read, and the image pinned, where it was served.
     pub fn served_by(
         mut self,
-        served: &HashMap<Reference, (Reference, Option<Arc<crate::policy::FellBack>>)>,
+        served: &AnswerMap<Reference, (Reference, Option<Arc<crate::policy::FellBack>>)>,
     ) -> ObjectPlan {
         if served.is_empty() {
             return self;
@@ -39,6 +39,9 @@ impl ObjectPlan {
                     continue;
                 }
                 if let Some((by, fell)) = served.get(&p.target) {
+                    // The plan is shared with every admission of the image:
+                    // this one alone was served elsewhere.
+                    let p = Arc::make_mut(p);
                     p.target = by.clone();
                     p.fallback = fell.clone();
                 }

@@ -51,13 +51,12 @@ pub(super) fn apply_teams(
                 let Some(digest) = running_digest(p, &answers.digests) else {
                     continue;
                 };
-                let target = p.target.pinned(digest.clone()).to_string();
-                match answers.reports.get(&c.key(rule, digest)) {
+                match answers.reports.get(&c.key(rule, digest.clone())) {
                     Some(r) if r.satisfied() => continue,
                     Some(r) => Denial::Unverified {
                         rule: rule.clone(),
                         source: None,
-                        target,
+                        target: p.target.pinned(digest).to_string(),
                         report: r.clone(),
                     },
                     None => continue,

@@ -295,10 +295,10 @@ fn a_team_key_is_checked_on_the_digest_that_will_run() {
             ..facts(Operation::Create, Some("team-b"), &pod)
         },
     );
-    let jobs = plan.verifications(&HashMap::new());
+    let jobs = plan.verifications(&AnswerMap::default());
     assert_eq!(jobs.len(), 1);
     assert_eq!(
-        jobs[0].key.rule,
+        &*jobs[0].key.rule,
         "ImagePolicy team-b/signed-only, rule team-keys"
     );
     assert_eq!(jobs[0].key.digest.as_str(), D);

@@ -188,6 +188,7 @@ impl Policy {
         })?;
         let index = super::plan::index_of(&rules, &order);
         Ok(Policy {
+            plans: Default::default(),
             index,
             name: doc.metadata.name,
             mirrors,

@@ -314,6 +314,7 @@ impl Policy {
         }
         let index = super::plan::index_of(&rules, &order);
         Ok(Policy {
+            plans: Default::default(),
             exceptions,
             index,
             name: format!("{}+{}", self.name, other.name),

@@ -11,6 +11,7 @@
 mod compile;
 mod describe;
 mod documents;
+mod memo;
 pub mod namespaced;
 mod plan;
 pub use plan::RuleRef;
@@ -307,6 +308,9 @@ pub struct Policy {
     /// Accepted `ImagePolicyException`s, by namespace (expired ones too:
     /// expiry is checked at each decision).
     pub exceptions: std::collections::BTreeMap<String, Vec<Arc<crate::exception::Exception>>>,
+    /// The plans made under this policy, by image string (see
+    /// [`Policy::plan_shared`]).
+    plans: memo::PlanMemo,
 }
 
 /// What the policy says must happen to one image, before any I/O.
@@ -320,8 +324,9 @@ pub struct Plan {
     pub origin: Reference,
     /// Where the image is pulled from after the mirror stage.
     pub target: Reference,
-    /// Name of the rule that applied.
-    pub rule: String,
+    /// Name of the rule that applied (shared: every signature check and
+    /// verdict of the image names it).
+    pub rule: Arc<str>,
     /// Failure handling of that rule.
     pub mode: Mode,
     /// Next step.
@@ -401,6 +406,8 @@ impl Policy {
         for r in &mut self.rules {
             r.verification = None;
         }
+        // Plans made before name the verifications just dropped.
+        self.plans = memo::PlanMemo::default();
         self
     }
 

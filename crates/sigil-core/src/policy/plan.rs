@@ -2,6 +2,8 @@
 //! admission pass decides the same), the rule that governs the image, and
 //! whether it must be resolved, kept, or denied.
 
+use std::sync::Arc;
+
 use super::{Action, Labels, Plan, Policy, Rule, Step};
 use crate::denial::Denial;
 use crate::reference::{self, Reference};
@@ -70,6 +72,18 @@ impl Policy {
         self.plan_in(written, None)
     }
 
+    /// [`Self::plan_in`], remembered for the life of this policy: the plan
+    /// of an image string already planned is shared, not made again. A
+    /// policy whose rules select namespaces plans anew whenever labels are
+    /// given (they may differ from one namespace, or one moment, to the next).
+    pub fn plan_shared(&self, written: &str, labels: Option<&Labels>) -> Result<Arc<Plan>, Denial> {
+        if labels.is_some() && self.has_namespace_selectors() {
+            return self.plan_in(written, labels).map(Arc::new);
+        }
+        self.plans
+            .get_or_plan(written, || self.plan_in(written, None).map(Arc::new))
+    }
+
     /// [`Self::plan`] for an object in a namespace with `labels`.
     pub fn plan_in(&self, written: &str, labels: Option<&Labels>) -> Result<Plan, Denial> {
         let reference =
@@ -101,7 +115,7 @@ impl Policy {
             reference,
             origin,
             target,
-            rule: rule.name.clone(),
+            rule: rule.name.as_str().into(),
             mode: rule.mode,
             step,
             verify: rule.verification.clone(),
@@ -208,7 +222,7 @@ impl RuleRef {
             });
         }
         plan.map(|p| RuleRef {
-            name: p.rule.clone(),
+            name: p.rule.to_string(),
             source: p.source.clone(),
         })
     }

@@ -166,23 +166,23 @@ fn issue_example_loads_and_means_what_it_says() {
         plan.target.to_string(),
         "mirror.internal:5000/dockerhub/library/nginx:1.25"
     );
-    assert_eq!(plan.rule, "everything-else");
+    assert_eq!(&*plan.rule, "everything-else");
     assert_eq!(plan.mode, Mode::Warn);
     assert_eq!(plan.step, Step::Resolve);
 
     let plan = p.plan("registry.example.com/team/app/api:v1").unwrap();
-    assert_eq!(plan.rule, "team");
+    assert_eq!(&*plan.rule, "team");
     assert_eq!(plan.mode, Mode::Enforce);
     assert!(!plan.rewritten());
 
     let plan = p.plan("busybox").unwrap();
-    assert_eq!(plan.rule, "blocked");
+    assert_eq!(&*plan.rule, "blocked");
     assert_eq!(plan.step, Step::Deny);
     // The mirrored spelling of busybox is still busybox.
     let plan = p
         .plan("mirror.internal:5000/dockerhub/library/busybox:1")
         .unwrap();
-    assert_eq!(plan.rule, "blocked");
+    assert_eq!(&*plan.rule, "blocked");
 }
 
 #[test]
@@ -397,10 +397,10 @@ fn namespace_selectors_limit_a_rule_and_win_ties_where_they_apply() {
     let prod = labels(&[("tier", "prod"), ("team", "web")]);
     let sre = labels(&[("tier", "prod"), ("team", "sre")]);
     let dev = labels(&[("tier", "dev")]);
-    assert_eq!(p.plan_in("nginx:1", Some(&prod)).unwrap().rule, "prod");
-    assert_eq!(p.plan_in("nginx:1", Some(&sre)).unwrap().rule, "all");
-    assert_eq!(p.plan_in("nginx:1", Some(&dev)).unwrap().rule, "all");
-    assert_eq!(p.plan_in("nginx:1", None).unwrap().rule, "all");
+    assert_eq!(&*p.plan_in("nginx:1", Some(&prod)).unwrap().rule, "prod");
+    assert_eq!(&*p.plan_in("nginx:1", Some(&sre)).unwrap().rule, "all");
+    assert_eq!(&*p.plan_in("nginx:1", Some(&dev)).unwrap().rule, "all");
+    assert_eq!(&*p.plan_in("nginx:1", None).unwrap().rule, "all");
     let bad = "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n    - name: x\n      match: ['**']\n      namespaceSelector: {matchExpressions: [{key: a, operator: Near}]}\n";
     let err = Policy::from_yaml(bad).unwrap_err().to_string();
     assert!(err.contains("operator \"Near\""), "{err}");

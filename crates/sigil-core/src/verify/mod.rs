@@ -430,6 +430,26 @@ impl VerificationReport {
         out
     }
 
+    /// Appends [`Self::vouched`] to `out`, `, `-separated (the admission's
+    /// `verified` annotation, written without a `String` per name).
+    pub fn write_vouched(&self, out: &mut String) {
+        let start = out.len();
+        let passed = self.results.iter().filter(|(_, o)| o.passed());
+        let names = passed.map(|(n, _)| ("", n.as_str())).chain(
+            self.attestations
+                .iter()
+                .filter(|a| a.passed())
+                .map(|a| ("attestation ", a.name.as_str())),
+        );
+        for (prefix, name) in names {
+            if out.len() > start {
+                out.push_str(", ");
+            }
+            out.push_str(prefix);
+            out.push_str(name);
+        }
+    }
+
     /// Whether signatures passed and only attestations failed (the audit's
     /// reason `attestation`, and the denial's wording).
     pub fn only_attestations_failed(&self) -> bool {

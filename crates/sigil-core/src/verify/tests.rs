@@ -72,6 +72,13 @@ fn attestation_entries_pass_only_verified_and_satisfied() {
     ])];
     assert!(r.satisfied());
     assert_eq!(r.vouched(), ["alice", "attestation built-by-ci"]);
+    let mut line = String::from("spec.containers[0].image: ");
+    r.write_vouched(&mut line);
+    assert_eq!(
+        line,
+        format!("spec.containers[0].image: {}", r.vouched().join(", ")),
+        "the annotation's writer says what vouched() lists"
+    );
     r.attestations = vec![entry(vec![])];
     assert!(!r.satisfied() && r.only_attestations_failed());
     assert!(r.to_string().ends_with("; attestation built-by-ci: no https://slsa.dev/provenance/v1 attestation found for this digest (2 of other types)"), "{r}");
