@@ -433,7 +433,6 @@ impl VerificationReport {
     /// Appends [`Self::vouched`] to `out`, `, `-separated (the admission's
     /// `verified` annotation, written without a `String` per name).
     pub fn write_vouched(&self, out: &mut String) {
-        let start = out.len();
         let passed = self.results.iter().filter(|(_, o)| o.passed());
         let names = passed.map(|(n, _)| ("", n.as_str())).chain(
             self.attestations
@@ -441,8 +440,8 @@ impl VerificationReport {
                 .filter(|a| a.passed())
                 .map(|a| ("attestation ", a.name.as_str())),
         );
-        for (prefix, name) in names {
-            if out.len() > start {
+        for (i, (prefix, name)) in names.enumerate() {
+            if i > 0 {
                 out.push_str(", ");
             }
             out.push_str(prefix);

@@ -79,6 +79,11 @@ fn attestation_entries_pass_only_verified_and_satisfied() {
         format!("spec.containers[0].image: {}", r.vouched().join(", ")),
         "the annotation's writer says what vouched() lists"
     );
+    // A verifier named "" (names need only be unique) still gets its comma.
+    let unnamed = report(&[("", true), ("bob", true)], 1, &[]);
+    let mut line = String::new();
+    unnamed.write_vouched(&mut line);
+    assert_eq!(line, unnamed.vouched().join(", "));
     r.attestations = vec![entry(vec![])];
     assert!(!r.satisfied() && r.only_attestations_failed());
     assert!(r.to_string().ends_with("; attestation built-by-ci: no https://slsa.dev/provenance/v1 attestation found for this digest (2 of other types)"), "{r}");
