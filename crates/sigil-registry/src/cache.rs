@@ -1,6 +1,7 @@
 //! The cache sigil keeps answers in — digests here, verification reports in
-//! sigil-verify: a table built for one shape of entry — a 32-byte key (the
-//! SHA-256 of everything a lookup depends on) and a small answer — that
+//! sigil-verify: a table built for one shape of entry — a 32-byte key (a hash
+//! of everything a lookup depends on: a SHA-256 for digests, a seeded hash
+//! the verifier checks on every hit for reports) and a small answer — that
 //! holds 100,000 of them in a few MiB.
 //!
 //! Owns the table (sharded by the key's own bits, each shard a map from key
@@ -27,37 +28,37 @@ use tokio::sync::watch;
 /// Shards (a power of two): enough that the cores rarely meet on one lock.
 const SHARDS: usize = 16;
 
-/// A cache key: already a hash whose first bytes are uniform (a SHA-256 from
-/// [`KeyBuilder`], or the verifier's seeded hashes, whose entries are checked
-/// on every hit), so its first bytes are used as is.
+/// A cache key: its first eight bytes are already a uniform hash (a
+/// SHA-256 from [`KeyBuilder`], or the verifier's seeded hash), so they are
+/// used as is.
 pub type Key = [u8; 32];
 
 /// Builds a [`Key`]: the SHA-256 of the parts a lookup depends on, each
 /// prefixed by its length, so no two lists of parts read alike. A collision
 /// would need a SHA-256 collision.
 #[derive(Debug, Clone)]
-pub struct KeyBuilder(sha2::Sha256);
+pub(crate) struct KeyBuilder(sha2::Sha256);
 
 impl KeyBuilder {
     /// An empty key.
-    pub fn new() -> KeyBuilder {
+    pub(crate) fn new() -> KeyBuilder {
         KeyBuilder(<sha2::Sha256 as sha2::Digest>::new())
     }
 
     /// Adds one part.
-    pub fn part(&mut self, p: &str) -> &mut KeyBuilder {
+    pub(crate) fn part(&mut self, p: &str) -> &mut KeyBuilder {
         self.bytes(p.as_bytes())
     }
 
     /// Adds one part of raw bytes.
-    pub fn bytes(&mut self, b: &[u8]) -> &mut KeyBuilder {
+    pub(crate) fn bytes(&mut self, b: &[u8]) -> &mut KeyBuilder {
         sha2::Digest::update(&mut self.0, (b.len() as u64).to_le_bytes());
         sha2::Digest::update(&mut self.0, b);
         self
     }
 
     /// The key.
-    pub fn finish(self) -> Key {
+    pub(crate) fn finish(self) -> Key {
         sha2::Digest::finalize(self.0).into()
     }
 }
@@ -68,8 +69,8 @@ impl Default for KeyBuilder {
     }
 }
 
-/// Hashes a [`Key`] by its first eight bytes (it is a SHA-256: uniform
-/// already; hashing it again would only cost time).
+/// Hashes a [`Key`] by its first eight bytes (uniform already: hashing them
+/// again would only cost time).
 #[derive(Default)]
 struct KeyHasher(u64);
 

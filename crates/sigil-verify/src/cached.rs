@@ -11,22 +11,20 @@ use sigil_core::credentials::PullCredentials;
 use sigil_core::{CacheConfig, Digest, Freshness, Reference, Verification, VerificationReport};
 use sigil_registry::cache::Key;
 
-/// Makes the cache keys: two seeded 64-bit hashes (seeds random per
-/// verifier) of (repository, digest, verifier set, the cluster
-/// credentials' identities), each part prefixed by its length — a report
-/// fetched with one namespace's pull secrets is only served to requests
-/// holding the same ones; node-level credentials are the same for every
-/// request, so they need no place in it. The key only finds an entry: the
-/// entry holds every part it was made from and [`made_for`] compares them
-/// all on each hit, so two requests that share a key by chance (or by an
-/// attacker's design) are a miss, never each other's report. That is what
-/// lets the key be a fast hash instead of the SHA-256 it was (a third of a
-/// cached attested image's verification cost in the server's profile).
+/// Makes the cache keys: a seeded 64-bit hash (seed random per verifier)
+/// of (repository, digest, verifier set, the cluster credentials'
+/// identities), each part prefixed by its length — a report fetched with
+/// one namespace's pull secrets is only served to requests holding the same
+/// ones; node-level credentials are the same for every request, so they
+/// need no place in it — followed by the start of the digest's hex text.
+/// The key only finds an entry: the entry holds every part it was made from
+/// and [`made_for`] compares them all on each hit, so two requests that
+/// share a key by chance (or by an attacker's design) are a miss, never
+/// each other's report. That is what lets the key be a fast hash instead
+/// of the SHA-256 it was (a third of a cached attested image's verification
+/// cost in the server's profile).
 #[derive(Default)]
-pub(crate) struct Keyer(
-    foldhash::quality::RandomState,
-    foldhash::quality::RandomState,
-);
+pub(crate) struct Keyer(foldhash::quality::RandomState);
 
 impl Keyer {
     /// The key of one check. Made without allocating, once per image of
@@ -38,28 +36,24 @@ impl Keyer {
         v: &Verification,
         creds: &PullCredentials,
     ) -> Key {
-        let hash = |state: &foldhash::quality::RandomState| {
-            let mut h = state.build_hasher();
-            for part in [repo.domain(), repo.path(), digest.as_str()] {
-                h.write_usize(part.len());
-                h.write(part.as_bytes());
-            }
-            h.write_u64(v.fingerprint());
-            h.write_usize(creds.candidates.len());
-            for c in &creds.candidates {
-                h.write_usize(c.identity().len());
-                h.write(c.identity().as_bytes());
-            }
-            h.finish()
-        };
+        let mut h = self.0.build_hasher();
+        for part in [repo.domain(), repo.path(), digest.as_str()] {
+            h.write_usize(part.len());
+            h.write(part.as_bytes());
+        }
+        h.write_u64(v.fingerprint());
+        h.write_usize(creds.candidates.len());
+        for c in &creds.candidates {
+            h.write_usize(c.identity().len());
+            h.write(c.identity().as_bytes());
+        }
         let mut k: Key = [0; 32];
-        k[..8].copy_from_slice(&hash(&self.0).to_le_bytes());
-        k[8..16].copy_from_slice(&hash(&self.1).to_le_bytes());
+        k[..8].copy_from_slice(&h.finish().to_le_bytes());
         // The rest: the start of the digest's hex text, as it is (the table
         // compares whole keys; only the first bytes need to be uniform).
         let hex = digest.hex().as_bytes();
-        let n = hex.len().min(16);
-        k[16..16 + n].copy_from_slice(&hex[..n]);
+        let n = hex.len().min(24);
+        k[8..8 + n].copy_from_slice(&hex[..n]);
         k
     }
 }
