@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use futures_util::StreamExt as _;
-use sigil::pin::files::{Change, Walk, write_all};
+use sigil::pin::files::{Change, Walk, read_found, write_all};
 use sigil::pin::report::Report;
 use sigil::pin::{Pinned, pin_text};
 
@@ -101,8 +101,9 @@ fn read_inputs(paths: &[PathBuf]) -> Result<Vec<Input>> {
     }
     walk.files
         .into_iter()
-        .map(|p| {
-            let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+        .zip(walk.sizes)
+        .map(|(p, len)| {
+            let bytes = read_found(&p, len).with_context(|| format!("reading {}", p.display()))?;
             let text = String::from_utf8(bytes)
                 .with_context(|| format!("{} is not UTF-8 text", p.display()))?;
             Ok(Input {

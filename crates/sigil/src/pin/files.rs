@@ -19,6 +19,9 @@ pub struct Walk {
     /// Files in order: each explicit path, then each directory's files
     /// (sorted) before its subdirectories.
     pub files: Vec<PathBuf>,
+    /// Each file's size when the walk saw it (`files[i]`'s is `sizes[i]`):
+    /// reading sizes its buffer by it instead of asking the kernel again.
+    pub sizes: Vec<u64>,
     /// Directory links not followed, and files reached twice.
     pub notes: Vec<String>,
     seen_files: HashSet<(u64, u64)>,
@@ -49,6 +52,7 @@ impl Walk {
     fn file(&mut self, p: &Path, meta: &std::fs::Metadata) {
         if self.seen_files.insert((meta.dev(), meta.ino())) {
             self.files.push(p.to_owned());
+            self.sizes.push(meta.len());
         } else {
             self.notes.push(format!(
                 "{}: skipped: the same file was already read through another path",
@@ -99,6 +103,39 @@ impl Walk {
         }
         Ok(())
     }
+}
+
+/// Reads a file the walk found, its buffer sized by the walk's `stat`
+/// (`len`): `std::fs::read` would `stat` the open file again, one system
+/// call in six per manifest. The size is only a hint: a file that grew or
+/// shrank since is read whole all the same, to its end.
+pub fn read_found(path: &Path, len: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    /// A hint never reserves more than this up front (the file grows the
+    /// buffer past it if it really is larger).
+    const MOST_RESERVED: usize = 64 << 20;
+    let mut file = std::fs::File::open(path)?;
+    // One byte more than the hint, so a file of that size ends with a short
+    // read and the read that returns 0, not a read into a full buffer.
+    let first = usize::try_from(len)
+        .unwrap_or(MOST_RESERVED)
+        .min(MOST_RESERVED)
+        .saturating_add(1);
+    let mut buf = vec![0u8; first];
+    let mut filled = 0;
+    loop {
+        if filled == buf.len() {
+            buf.resize(buf.len().saturating_mul(2), 0);
+        }
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(filled);
+    Ok(buf)
 }
 
 /// One file `--write` will replace.
@@ -196,6 +233,7 @@ mod tests {
         std::os::unix::fs::symlink("a.yaml", root.join("alias.yaml")).expect("link");
         let w = Walk::of(&[root.clone(), root.join("a.yaml")]).expect("walk");
         assert_eq!(w.files, vec![root.join("a.yaml"), root.join("sub/b.yml")]);
+        assert_eq!(w.sizes, vec![5, 5], "each file's size as the walk saw it");
         assert!(
             w.notes
                 .iter()
@@ -208,6 +246,39 @@ mod tests {
             "{:?}",
             w.notes
         );
+    }
+
+    /// Reading by the walk's size once saved a `stat` per file; a size that
+    /// is stale by the time the file is read (it grew, shrank, emptied)
+    /// must still read the file whole, exactly as `fs::read` does.
+    #[test]
+    fn a_file_read_by_a_stale_size_is_still_read_whole() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = d.path().join("m.yaml");
+        for (text, hint) in [
+            (vec![], 0),
+            (vec![], 100),
+            (b"a: 1\n".to_vec(), 5),
+            (b"a: 1\n".to_vec(), 0),
+            (b"a: 1\n".to_vec(), 2),
+            (b"a: 1\n".to_vec(), 4096),
+            ((0..100_000).map(|i| b'a' + (i % 26) as u8).collect(), 10),
+            (
+                (0..100_000).map(|i| b'a' + (i % 26) as u8).collect(),
+                100_000,
+            ),
+            (b"x".to_vec(), u64::MAX),
+        ] {
+            std::fs::write(&p, &text).expect("write");
+            assert_eq!(
+                read_found(&p, hint).expect("read"),
+                text,
+                "{} bytes read with the size {hint}",
+                text.len()
+            );
+        }
+        let gone = read_found(&d.path().join("gone.yaml"), 5).expect_err("missing");
+        assert_eq!(gone.kind(), std::io::ErrorKind::NotFound);
     }
 
     /// The walk takes each entry's type from the listing (one `stat` for
