@@ -515,7 +515,8 @@ fn checked_in_crds_are_the_generated_ones_and_rbac_aggregates_only_the_namespace
 /// The image ships a stripped binary: the Dockerfile builds with a profile
 /// that strips symbols and debug info (the release profile keeps line
 /// tables for profiles, 111 MiB against 23.5 MiB stripped), and copies that
-/// profile's output.
+/// profile's output. That profile is also the one optimized across crates
+/// (fat LTO, one codegen unit) whose figures docs/benchmarks.md gives.
 #[test]
 fn the_image_ships_a_stripped_binary() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -544,6 +545,12 @@ fn the_image_ships_a_stripped_binary() {
         "{p:?}"
     );
     assert_eq!(p.get("debug").map(String::as_str), Some("false"), "{p:?}");
+    assert_eq!(p.get("lto").map(String::as_str), Some("\"fat\""), "{p:?}");
+    assert_eq!(
+        p.get("codegen-units").map(String::as_str),
+        Some("1"),
+        "{p:?}"
+    );
 }
 
 /// Just enough TOML for `[section]` / `key = value` lines (no dependency for one test).
