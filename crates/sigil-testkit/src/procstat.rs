@@ -62,11 +62,22 @@ pub fn cpu_total(pid: u32) -> Duration {
     u + s
 }
 
-/// User and system CPU time of this process's waited-for children (cutime, cstime).
+/// User and system CPU time of this process's waited-for children, to the
+/// microsecond (`getrusage(RUSAGE_CHILDREN)`): `/proc`'s cutime and cstime
+/// count 10 ms ticks, which for a 0.3 s `sigil pin --check` of 10,000
+/// manifests moved each figure by up to 2 µs per manifest.
 pub fn children_cpu() -> (Duration, Duration) {
-    let f = stat_fields("self");
-    let at = |i: usize| ticks(f.get(i).copied().unwrap_or(0));
-    (at(13), at(14))
+    use nix::sys::resource::{UsageWho, getrusage};
+    let Ok(r) = getrusage(UsageWho::RUSAGE_CHILDREN) else {
+        let f = stat_fields("self");
+        let at = |i: usize| ticks(f.get(i).copied().unwrap_or(0));
+        return (at(13), at(14));
+    };
+    let us = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(u64::try_from(t.tv_sec()).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec()).unwrap_or(0))
+    };
+    (us(r.user_time()), us(r.system_time()))
 }
 
 /// A `kB` line of `/proc/<pid>/status`, in KiB.
@@ -80,6 +91,17 @@ fn status_kib(pid: u32, field: &str) -> Option<u64> {
 /// Resident memory now (VmRSS), in KiB; 0 once the process is gone.
 pub fn rss_kib(pid: u32) -> u64 {
     status_kib(pid, "VmRSS:").unwrap_or(0)
+}
+
+/// What resident memory is made of, in KiB: (anonymous — what the process
+/// allocated, and pages of its own it wrote, such as relocated data;
+/// file-backed — the executable's and libraries' pages mapped around those
+/// it ran, clean, shared and reclaimable). Both 0 once the process is gone.
+pub fn rss_parts_kib(pid: u32) -> (u64, u64) {
+    (
+        status_kib(pid, "RssAnon:").unwrap_or(0),
+        status_kib(pid, "RssFile:").unwrap_or(0),
+    )
 }
 
 /// Peak resident memory so far (VmHWM), in KiB.

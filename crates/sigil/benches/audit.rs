@@ -5,7 +5,9 @@
 //! by tag, with the runtime's `imageID`), then runs `sigil audit -A -o json`
 //! as a child process: wall time, CPU, peak RSS (the child's VmHWM, read
 //! while it runs), list calls, and registry requests, which must equal the
-//! unique references. Prints one table.
+//! unique references. Prints one table: the median of three runs (each a
+//! new process, cold cache) with the range, against issue 27's target. CPU
+//! is the child's, from `getrusage` (microseconds).
 //!
 //! `cargo bench -p sigil --bench audit` audits 10,000 Pods with 1,000
 //! unique images; run without `--bench` (as `cargo test --benches` does) it
@@ -54,9 +56,74 @@ async fn run(pods: usize, images: usize) {
     let policy = dir.path().join("policy.yaml");
     std::fs::write(&policy, format!("apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  registries:\n    - {{host: \"{reg}\", insecure: true}}\n  rules:\n    - {{name: all, match: [\"**\"], mode: enforce}}\n")).expect("policy");
 
+    // Each run is a new process with a cold cache; runs are repeated (three
+    // times at full size) and the run of median CPU shown with the range.
+    let times = if pods >= 1_000 { 3 } else { 1 };
+    let mut runs = Vec::with_capacity(times);
+    for _ in 0..times {
+        // One after another: CPU is read as the children's total.
+        runs.push(audit_once(&policy, &kube.kubeconfig, pods).await);
+    }
+    runs.sort_by_key(|r| r.cpu);
+    let (lo, hi) = (runs[0].cpu, runs[runs.len() - 1].cpu);
+    let run = runs.swap_remove(runs.len() / 2);
+    let s = &run.report["summary"];
+    let lists = kube
+        .requests()
+        .iter()
+        .filter(|(m, p, _)| m == "GET" && p == "/api/v1/pods")
+        .count()
+        / times;
+    let requests = s["registryRequests"].as_u64().unwrap_or(0);
+
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / pods as f64;
+    let cpu = per(run.cpu);
+    println!();
+    println!(
+        "| run | Pods | images (fields / unique) | list calls | wall | CPU per Pod | runs: CPU range | peak RSS | registry requests | target |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| `sigil audit -A`, cold cache | {pods} | {} / {} | {lists} | {:.2} s | {cpu:.1} µs | {} | {:.1} MiB | {requests} | ≤ 20 µs: {} |",
+        s["images"],
+        s["uniqueImages"],
+        run.wall.as_secs_f64(),
+        if times > 1 {
+            format!("{times}: {:.1}–{:.1} µs", per(lo), per(hi))
+        } else {
+            "1 run".to_owned()
+        },
+        run.peak_kib as f64 / 1024.0,
+        match (times > 1, cpu <= 20.0) {
+            (false, _) => "not judged (smoke run)",
+            (true, true) => "**met**",
+            (true, false) => "not met",
+        }
+    );
+    println!();
+    sigil_testkit::procstat::print_requests_line(requests, images);
+    assert_eq!(
+        requests, images as u64,
+        "each unique reference resolved once"
+    );
+}
+
+/// One `sigil audit` run, as its table row needs it.
+struct Audited {
+    wall: Duration,
+    cpu: Duration,
+    peak_kib: u64,
+    report: serde_json::Value,
+}
+
+async fn audit_once(
+    policy: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    pods: usize,
+) -> Audited {
     let cpu0 = children_cpu();
     let t = Instant::now();
-    let mut child = audit_command(&policy, &kube.kubeconfig)
+    let mut child = audit_command(policy, kubeconfig)
         .args(["--kinds", "pods"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -68,7 +135,7 @@ async fn run(pods: usize, images: usize) {
         let _ = std::io::Read::read_to_string(&mut { stdout }, &mut s);
         s
     });
-    let (status, peak) = wait_with_peak_rss(&mut child, Duration::from_millis(20)).await;
+    let (status, peak_kib) = wait_with_peak_rss(&mut child, Duration::from_millis(20)).await;
     let wall = t.elapsed();
     let cpu = {
         let ((u1, s1), (u0, s0)) = (children_cpu(), cpu0);
@@ -80,32 +147,11 @@ async fn run(pods: usize, images: usize) {
         "sigil audit failed ({status}): {out}"
     );
     let report: serde_json::Value = serde_json::from_str(&out).expect("JSON report");
-    let s = &report["summary"];
-    assert_eq!(s["objects"], pods, "every Pod audited");
-    let lists = kube
-        .requests()
-        .iter()
-        .filter(|(m, p, _)| m == "GET" && p == "/api/v1/pods")
-        .count();
-    let requests = s["registryRequests"].as_u64().unwrap_or(0);
-
-    println!();
-    println!(
-        "| run | Pods | images (fields / unique) | list calls | wall | CPU per Pod | peak RSS | registry requests |"
-    );
-    println!("|---|---|---|---|---|---|---|---|");
-    println!(
-        "| `sigil audit -A`, cold cache | {pods} | {} / {} | {lists} | {:.2} s | {:.0} µs | {:.1} MiB | {requests} |",
-        s["images"],
-        s["uniqueImages"],
-        wall.as_secs_f64(),
-        cpu.as_secs_f64() * 1e6 / pods as f64,
-        peak as f64 / 1024.0,
-    );
-    println!();
-    sigil_testkit::procstat::print_requests_line(requests, images);
-    assert_eq!(
-        requests, images as u64,
-        "each unique reference resolved once"
-    );
+    assert_eq!(report["summary"]["objects"], pods, "every Pod audited");
+    Audited {
+        wall,
+        cpu,
+        peak_kib,
+        report,
+    }
 }
