@@ -116,11 +116,14 @@ pub fn read_found(path: &Path, len: u64) -> std::io::Result<Vec<u8>> {
     const MOST_RESERVED: usize = 64 << 20;
     let mut file = std::fs::File::open(path)?;
     // One byte more than the hint, so a file of that size ends with a short
-    // read and the read that returns 0, not a read into a full buffer.
-    let first = usize::try_from(len)
-        .unwrap_or(MOST_RESERVED)
-        .min(MOST_RESERVED)
-        .saturating_add(1);
+    // read and the read that returns 0, not a read into a full buffer. A
+    // size of 0 says nothing (a pipe named on the command line, such as
+    // `<(kustomize build)`, or an empty file): start at 8 KiB.
+    let first = match usize::try_from(len) {
+        Ok(0) => 8 << 10,
+        Ok(n) => n.min(MOST_RESERVED) + 1,
+        Err(_) => MOST_RESERVED + 1,
+    };
     let mut buf = vec![0u8; first];
     let mut filled = 0;
     loop {
@@ -277,6 +280,29 @@ mod tests {
                 text.len()
             );
         }
+        // A pipe named on the command line (`sigil pin <(kustomize build)`):
+        // the walk's size is 0, the text arrives in pieces.
+        let fifo = d.path().join("fifo.yaml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let text: Vec<u8> = (0..50_000).map(|i| b'a' + (i % 26) as u8).collect();
+        let writer = {
+            let (fifo, text) = (fifo.clone(), text.clone());
+            std::thread::spawn(move || {
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(fifo)
+                    .expect("open");
+                for piece in text.chunks(1000) {
+                    std::io::Write::write_all(&mut f, piece).expect("write");
+                }
+            })
+        };
+        assert_eq!(read_found(&fifo, 0).expect("read the pipe"), text);
+        writer.join().expect("writer");
         let gone = read_found(&d.path().join("gone.yaml"), 5).expect_err("missing");
         assert_eq!(gone.kind(), std::io::ErrorKind::NotFound);
     }
