@@ -170,7 +170,7 @@ pub fn run(args: AuditArgs) -> Result<ExitCode> {
         bar.0.finish_and_clear();
         match args.output {
             Output::Table => print!("{}", report.table()),
-            Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+            Output::Json => super::write_json_pretty(std::io::stdout().lock(), &report)?,
             Output::Yaml => print!(
                 "{}",
                 serde_saphyr::to_string(&report).context("rendering YAML")?

@@ -18,7 +18,9 @@ use sigil::pin::files::{Change, Walk, read_found, write_all};
 use sigil::pin::report::Report;
 use sigil::pin::{Pinned, pin_text};
 
-use super::{EXIT_ERROR, EXIT_FINDINGS, engine_for, load_policy, read_stdin, runtime};
+use super::{
+    EXIT_ERROR, EXIT_FINDINGS, engine_for, load_policy, read_stdin, runtime, write_json_pretty,
+};
 
 #[derive(clap::Args, Debug)]
 pub struct PinArgs {
@@ -201,19 +203,14 @@ pub fn run(args: PinArgs) -> Result<ExitCode> {
             }
         }
     }
-    let rendered = match args.output {
-        Output::Text => report.text(args.check, yaml_to_stdout),
-        Output::Json => {
-            let mut s = serde_json::to_string_pretty(&report)?;
-            s.push('\n');
-            s
+    match (args.output, yaml_to_stdout) {
+        (Output::Text, true) => eprint!("{}", report.text(args.check, true)),
+        (Output::Text, false) => {
+            stdout.write_all(report.text(args.check, false).as_bytes())?;
+            stdout.flush()?;
         }
-    };
-    if yaml_to_stdout {
-        eprint!("{rendered}");
-    } else {
-        stdout.write_all(rendered.as_bytes())?;
-        stdout.flush()?;
+        (Output::Json, true) => write_json_pretty(std::io::stderr().lock(), &report)?,
+        (Output::Json, false) => write_json_pretty(&mut stdout, &report)?,
     }
     Ok(ExitCode::from(if report.errors > 0 {
         EXIT_ERROR
