@@ -169,12 +169,11 @@ pub fn run(args: AuditArgs) -> Result<ExitCode> {
         .await;
         bar.0.finish_and_clear();
         match args.output {
-            Output::Table => print!("{}", report.table()),
+            Output::Table => super::write_out(&report.table())?,
             Output::Json => super::write_json_pretty(std::io::stdout().lock(), &report)?,
-            Output::Yaml => print!(
-                "{}",
-                serde_saphyr::to_string(&report).context("rendering YAML")?
-            ),
+            Output::Yaml => super::write_out(
+                &serde_saphyr::to_string(&report).context("rendering YAML")?,
+            )?,
             Output::Policyreport | Output::Openreports => {
                 use sigil_kube::audit::policyreport::{Api, reports};
                 let api = if args.output == Output::Policyreport {
@@ -183,10 +182,10 @@ pub fn run(args: AuditArgs) -> Result<ExitCode> {
                     Api::OpenReports
                 };
                 for r in reports(&report, api) {
-                    print!(
+                    super::write_out(&format!(
                         "---\n{}",
                         serde_saphyr::to_string(&r).context("rendering YAML")?
-                    );
+                    ))?;
                 }
             }
         }

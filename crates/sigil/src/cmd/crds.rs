@@ -9,6 +9,6 @@ use anyhow::{Context as _, Result};
 
 /// Runs `sigil crds`.
 pub fn run() -> Result<ExitCode> {
-    print!("{}", sigil_kube::crd::yaml().context("rendering the CRDs")?);
+    super::write_out(&sigil_kube::crd::yaml().context("rendering the CRDs")?)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -62,7 +62,9 @@ pub fn run(args: MirrorArgs) -> Result<ExitCode> {
     let mut failed = false;
     for ((origin, mirror), answer) in pairs.iter().zip(answers) {
         match answer {
-            CopyAnswer::Copied(d) => println!("copied  {origin} -> {mirror}@{d}"),
+            CopyAnswer::Copied(d) => {
+                super::write_out(&format!("copied  {origin} -> {mirror}@{d}\n"))?
+            }
             CopyAnswer::Underway(t) => {
                 failed = true;
                 eprintln!(

@@ -160,6 +160,15 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("starting runtime")
 }
 
+/// Writes `text` to stdout. `print!` panics when stdout is a pipe whose
+/// reader has gone (`sigil audit | head` of a large report); this returns
+/// the error, so the command exits 2 saying so, as for any other failure.
+pub fn write_out(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    std::io::Write::write_all(&mut out, text.as_bytes()).context("writing to stdout")?;
+    std::io::Write::flush(&mut out).context("writing to stdout")
+}
+
 /// Writes `report` as indented JSON and a newline to `out`, as it is
 /// serialized: a report of 10,000 objects is about 11 MiB, which a `String`
 /// would grow to (copying it as it doubles) before the first byte left.

@@ -41,6 +41,6 @@ fn check(file: &Path, schema_only: bool) -> Result<ExitCode> {
             file.display()
         );
     }
-    print!("{}", p.describe());
+    super::write_out(&p.describe())?;
     Ok(ExitCode::SUCCESS)
 }

@@ -171,14 +171,14 @@ pub fn run(args: TestArgs) -> Result<ExitCode> {
         }
     }
     match args.output.as_str() {
-        "json" => println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
+        "json" => super::write_json_pretty(
+            std::io::stdout().lock(),
+            &serde_json::json!({
                 "suites": files.len(), "checks": checks, "errors": errors,
-            }))?
-        ),
-        "junit" => print!("{}", suite::junit(&checks)),
-        _ => print!("{}", suite::table(&checks)),
+            }),
+        )?,
+        "junit" => super::write_out(&suite::junit(&checks))?,
+        _ => super::write_out(&suite::table(&checks))?,
     }
     for e in &errors {
         eprintln!("error: {e}");

@@ -138,9 +138,9 @@ pub fn run(command: TrustRootCommand) -> Result<ExitCode> {
         (None, false) => TrustRoots::embedded().get(DEFAULT).context("embedded")?,
     };
     if args.json {
-        println!("{}", shown.json);
+        super::write_out(&format!("{}\n", shown.json))?;
     } else {
-        print!("{}", describe(&args.name, &shown));
+        super::write_out(&describe(&args.name, &shown))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -168,13 +168,13 @@ async fn show_object(args: &ShowArgs) -> Result<ExitCode> {
         .await
         .map_err(|e| anyhow::anyhow!("TrustRoot {}: {e}", args.name))?;
     if args.json {
-        println!("{}", root.json);
+        super::write_out(&format!("{}\n", root.json))?;
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(st) = &object.status {
         let ready = st.conditions.iter().find(|c| c.type_ == "Ready");
-        println!(
-            "status (written by sigil): Ready {}{}; source {}; root v{}; expires {}; last refresh {}{}",
+        super::write_out(&format!(
+            "status (written by sigil): Ready {}{}; source {}; root v{}; expires {}; last refresh {}{}\n",
             ready.map_or("Unknown", |c| c.status.as_str()),
             ready
                 .map(|c| format!(" ({})", c.reason))
@@ -188,9 +188,9 @@ async fn show_object(args: &ShowArgs) -> Result<ExitCode> {
                 .as_deref()
                 .map(|e| format!("; last error: {e}"))
                 .unwrap_or_default(),
-        );
+        ))?;
     }
-    print!("{}", describe(&args.name, &root));
+    super::write_out(&describe(&args.name, &root))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -136,6 +136,29 @@ impl World {
         )
     }
 
+    /// Runs `sigil audit` with stdout a pipe whose reader has already gone
+    /// (`sigil audit | head` once the head has read its lines): (exit code,
+    /// stderr).
+    fn audit_into_closed_pipe(&self, args: &[&str]) -> (i32, String) {
+        let mut child = std::process::Command::new(bin())
+            .arg("audit")
+            .arg("--policy")
+            .arg(&self.policy)
+            .args(args)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("KUBECONFIG", &self.kube.kubeconfig)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     fn audit_json(&self, args: &[&str]) -> (i32, Value) {
         let mut a = vec!["-o", "json"];
         a.extend_from_slice(args);
@@ -959,4 +982,20 @@ async fn the_audit_table_escapes_control_characters_from_the_cluster() {
             .any(|o| o["name"] == evil),
         "JSON carries the name exactly"
     );
+}
+
+/// `sigil audit | head` once panicked ("failed printing to stdout"), exit
+/// 101) when the reader had gone before the report was written: every
+/// output format now exits 2 saying stdout is gone, like any other failure
+/// (not 0: a pipeline with `pipefail` must not read findings as a pass).
+/// `sigil audit` runs as a blocking child while the stand-in serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_has_gone_is_an_error_not_a_panic_in_every_output_format() {
+    let w = World::start().await;
+    for format in ["table", "json", "yaml", "policyreport", "openreports"] {
+        let (code, err) = w.audit_into_closed_pipe(&["-A", "-o", format]);
+        assert!(!err.contains("panicked"), "{format}: {err}");
+        assert_eq!(code, 2, "{format}: {err}");
+        assert!(err.contains("Broken pipe"), "{format}: {err}");
+    }
 }
