@@ -119,16 +119,20 @@ impl World {
         w
     }
 
-    fn audit(&self, args: &[&str]) -> (i32, String, String) {
-        let out = std::process::Command::new(bin())
-            .arg("audit")
+    /// `sigil audit` under this world's policy and kubeconfig.
+    fn audit_command(&self, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new(bin());
+        c.arg("audit")
             .arg("--policy")
             .arg(&self.policy)
             .args(args)
             .env_remove("KUBERNETES_SERVICE_HOST")
-            .env("KUBECONFIG", &self.kube.kubeconfig)
-            .output()
-            .unwrap();
+            .env("KUBECONFIG", &self.kube.kubeconfig);
+        c
+    }
+
+    fn audit(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self.audit_command(args).output().unwrap();
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -140,13 +144,8 @@ impl World {
     /// (`sigil audit | head` once the head has read its lines): (exit code,
     /// stderr).
     fn audit_into_closed_pipe(&self, args: &[&str]) -> (i32, String) {
-        let mut child = std::process::Command::new(bin())
-            .arg("audit")
-            .arg("--policy")
-            .arg(&self.policy)
-            .args(args)
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .env("KUBECONFIG", &self.kube.kubeconfig)
+        let mut child = self
+            .audit_command(args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
