@@ -20,6 +20,7 @@ use sigil::pin::{Pinned, pin_text};
 
 use super::{
     EXIT_ERROR, EXIT_FINDINGS, engine_for, load_policy, read_stdin, runtime, write_json_pretty,
+    write_out,
 };
 
 #[derive(clap::Args, Debug)]
@@ -170,16 +171,22 @@ pub fn run(args: PinArgs) -> Result<ExitCode> {
 
     let mut stdout = std::io::stdout().lock();
     if yaml_to_stdout && report.errors == 0 {
-        for (n, r) in results.iter().flatten().enumerate() {
-            if n > 0 && !r.text.starts_with("---") {
-                stdout.write_all(b"---\n")?;
-            }
-            stdout.write_all(r.text.as_bytes())?;
-            if !r.text.ends_with('\n') && !r.text.is_empty() {
-                stdout.write_all(b"\n")?;
-            }
-        }
-        stdout.flush()?;
+        // Buffered: stdout alone writes at every newline, a system call per file.
+        let mut out = std::io::BufWriter::with_capacity(64 << 10, &mut stdout);
+        let written: std::io::Result<()> =
+            results.iter().flatten().enumerate().try_for_each(|(n, r)| {
+                if n > 0 && !r.text.starts_with("---") {
+                    out.write_all(b"---\n")?;
+                }
+                out.write_all(r.text.as_bytes())?;
+                if !r.text.ends_with('\n') && !r.text.is_empty() {
+                    out.write_all(b"\n")?;
+                }
+                Ok(())
+            });
+        written
+            .and_then(|()| out.flush())
+            .context("writing the pinned YAML to stdout")?;
     }
     if args.write && report.errors == 0 {
         let changes: Vec<Change<'_>> = inputs
@@ -205,10 +212,7 @@ pub fn run(args: PinArgs) -> Result<ExitCode> {
     }
     match (args.output, yaml_to_stdout) {
         (Output::Text, true) => eprint!("{}", report.text(args.check, true)),
-        (Output::Text, false) => {
-            stdout.write_all(report.text(args.check, false).as_bytes())?;
-            stdout.flush()?;
-        }
+        (Output::Text, false) => write_out(&report.text(args.check, false))?,
         (Output::Json, true) => write_json_pretty(std::io::stderr().lock(), &report)?,
         (Output::Json, false) => write_json_pretty(&mut stdout, &report)?,
     }
