@@ -23,10 +23,18 @@ const LAG: Duration = Duration::from_millis(1000);
 /// Routes each new TCP connection to a replica in its endpoint list.
 struct Balancer {
     addr: SocketAddr,
+    /// The clock every time in a failure report is read from.
+    started: Instant,
     /// Connections dropped because no endpoint was published, and when.
     dropped: Arc<Mutex<Vec<Duration>>>,
     /// The endpoint list connections are routed by now.
     endpoints: Arc<Mutex<Vec<SocketAddr>>>,
+    /// Every change of the routed list, and when (to tell, when requests
+    /// fail, which replica was routed to and since when).
+    published: Arc<Mutex<Vec<(Duration, Vec<SocketAddr>)>>>,
+    /// Routed connections that failed at the replica's end: when, to which
+    /// replica, and how (connect refused or timed out, or reset mid-copy).
+    failed: Arc<Mutex<Vec<(Duration, SocketAddr, String)>>>,
     /// (webhook addr, admin addr) of every replica that exists.
     replicas: Arc<Mutex<Vec<(SocketAddr, SocketAddr)>>>,
     stop: Arc<AtomicBool>,
@@ -48,9 +56,16 @@ impl Balancer {
         let replicas: Arc<Mutex<Vec<(SocketAddr, SocketAddr)>>> = Arc::default();
         let endpoints: Arc<Mutex<Vec<SocketAddr>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
+        let started = Instant::now();
+        let history: Arc<Mutex<Vec<(Duration, Vec<SocketAddr>)>>> = Arc::default();
         // Endpoint controller: probe /readyz every 100 ms, publish after LAG.
         {
-            let (replicas, endpoints, stop) = (replicas.clone(), endpoints.clone(), stop.clone());
+            let (replicas, endpoints, stop, history) = (
+                replicas.clone(),
+                endpoints.clone(),
+                stop.clone(),
+                history.clone(),
+            );
             let published: Arc<Mutex<Vec<SocketAddr>>> = Arc::default();
             tokio::spawn(async move {
                 // A fresh connection per probe, like the kubelet: a pooled
@@ -88,11 +103,18 @@ impl Balancer {
                             ready.push(hook);
                         }
                     }
-                    let endpoints = endpoints.clone();
+                    let (endpoints, history) = (endpoints.clone(), history.clone());
                     *published.lock().unwrap() = ready.clone();
                     tokio::spawn(async move {
                         tokio::time::sleep(LAG).await;
-                        *endpoints.lock().unwrap() = ready;
+                        let mut routed = endpoints.lock().unwrap();
+                        if *routed != ready {
+                            history
+                                .lock()
+                                .unwrap()
+                                .push((started.elapsed(), ready.clone()));
+                        }
+                        *routed = ready;
                     });
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
@@ -102,7 +124,8 @@ impl Balancer {
         let routed = endpoints.clone();
         let dropped: Arc<Mutex<Vec<Duration>>> = Arc::default();
         let dropped_log = dropped.clone();
-        let started = Instant::now();
+        let failed: Arc<Mutex<Vec<(Duration, SocketAddr, String)>>> = Arc::default();
+        let failed_log = failed.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((mut inbound, _)) = l.accept().await else {
@@ -115,22 +138,37 @@ impl Balancer {
                     continue;
                 }
                 let target = eps[rr.fetch_add(1, Ordering::Relaxed) % eps.len()];
+                let failed_log = failed_log.clone();
                 tokio::spawn(async move {
-                    if let Ok(Ok(mut out)) = tokio::time::timeout(
+                    let failure = match tokio::time::timeout(
                         Duration::from_secs(1),
                         tokio::net::TcpStream::connect(target),
                     )
                     .await
                     {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                        Ok(Ok(mut out)) => tokio::io::copy_bidirectional(&mut inbound, &mut out)
+                            .await
+                            .err()
+                            .map(|e| format!("while copying: {e}")),
+                        Ok(Err(e)) => Some(format!("connect: {e}")),
+                        Err(_) => Some("connect: timed out".to_string()),
+                    };
+                    if let Some(f) = failure {
+                        failed_log
+                            .lock()
+                            .unwrap()
+                            .push((started.elapsed(), target, f));
                     }
                 });
             }
         });
         Balancer {
             addr,
+            started,
             dropped,
             endpoints: routed,
+            published: history,
+            failed,
             replicas,
             stop,
         }
@@ -145,6 +183,8 @@ impl Drop for Balancer {
 
 #[derive(Default)]
 struct Tally {
+    /// When the first request failed (on the balancer's clock).
+    first_failure: std::sync::OnceLock<Duration>,
     ok: AtomicUsize,
     failed: AtomicUsize,
     errors: Mutex<Vec<String>>,
@@ -211,7 +251,7 @@ async fn rollout(restarts: usize, shutdown_delay: &str) -> (usize, usize, Vec<St
     let url = format!("https://localhost:{}/mutate?timeout=5s", lb.addr.port());
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let t0 = Instant::now();
+    let t0 = lb.started;
     let mut clients = Vec::new();
     // Workers 0-1: a fresh connection per request. Worker 2: one keep-alive
     // HTTP/2 connection (what kube-apiserver uses). Worker 3: keep-alive HTTP/1.1.
@@ -235,6 +275,7 @@ async fn rollout(restarts: usize, shutdown_delay: &str) -> (usize, usize, Vec<St
             while !stop.load(Ordering::SeqCst) {
                 let r = call(&client, &url, n).await;
                 if r.is_err() {
+                    tally.first_failure.get_or_init(|| t0.elapsed());
                     // Do not spin on instant failures (the control run has many).
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
@@ -251,6 +292,7 @@ async fn rollout(restarts: usize, shutdown_delay: &str) -> (usize, usize, Vec<St
 
     let mut current = first;
     let mut terminated = Vec::new();
+    let mut terminations: Vec<(Duration, SocketAddr)> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(300);
     for _ in 0..restarts {
         assert!(Instant::now() < deadline, "rollout took too long");
@@ -266,6 +308,7 @@ async fn rollout(restarts: usize, shutdown_delay: &str) -> (usize, usize, Vec<St
         // Like a Deployment rollout: the old pod is terminated once the new one is Ready.
         let old = std::mem::replace(&mut current, next);
         eprintln!("{:?}: terminate {}", t0.elapsed(), old.addr);
+        terminations.push((t0.elapsed(), old.addr));
         old.terminate();
         terminated.push(old);
         // Keep the replica set small: reap replicas that have exited.
@@ -290,6 +333,41 @@ async fn rollout(restarts: usize, shutdown_delay: &str) -> (usize, usize, Vec<St
         s.wait_exit(Duration::from_secs(15));
     }
     let mut errors = tally.errors.lock().unwrap().clone();
+    if tally.failed.load(Ordering::SeqCst) > 0 {
+        // Which side closed: the replicas the failed connections were routed
+        // to, when each list was routed by, and when each replica was told to go.
+        let first = tally.first_failure.get().copied().unwrap_or_default();
+        let window = first.saturating_sub(LAG * 3)..first + LAG * 3;
+        let near = |t: &Duration| window.contains(t);
+        let failed: Vec<_> = lb
+            .failed
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|f| near(&f.0))
+            .cloned()
+            .collect();
+        errors.insert(
+            0,
+            format!(
+                "routed connections that failed at the replica near the first lost request \
+                 (first 20 of {}): {:?}; \
+                 routed lists near them: {:?}; terminated near them: {:?}",
+                failed.len(),
+                &failed[..failed.len().min(20)],
+                lb.published
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|(t, _)| near(t))
+                    .collect::<Vec<_>>(),
+                terminations
+                    .iter()
+                    .filter(|(t, _)| near(t))
+                    .collect::<Vec<_>>(),
+            ),
+        );
+    }
     let dropped = lb.dropped.lock().unwrap().clone();
     if !dropped.is_empty() {
         // Tells a test-harness gap (no endpoint published) from a sigil failure.
