@@ -3,12 +3,13 @@
 //! wherever the fast event-stream parser answers, it agrees with
 //! serde-saphyr's (values, lines, spans) and accepts nothing serde-saphyr refuses;
 //! and `sigil krm`'s output for any single-document input with results
-//! always parses back to that document plus its results.
+//! always parses back to that document plus its results; and the walker
+//! finds the same over a document's tree as over its JSON.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use sigil_core::manifest::{apply_edits, edit_scalar, parse_both_paths, parse_stream};
-use sigil_core::walker::image_fields;
+use sigil_core::walker::summarize_value;
 
 const NEW: &str = "r.io/a/b:1@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
@@ -21,22 +22,36 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let Ok(docs) = parse_stream(text) else { return };
+    let values: Vec<_> = docs.iter().map(|d| d.to_value()).collect();
+    for (d, v) in docs.iter().zip(&values) {
+        // The tree is walked in document order, the JSON in its map's key
+        // order: only the order of pull secrets found in two pod specs and
+        // which of two pod specs' service accounts is kept may differ.
+        let (mut tree, mut json) = (d.root().summarize(), summarize_value(v));
+        tree.pull_secrets.sort();
+        json.pull_secrets.sort();
+        tree.service_account = None;
+        json.service_account = None;
+        assert_eq!(tree, json, "the walker disagrees between a document's tree and its JSON");
+    }
     if let [doc] = docs.as_slice()
-        && doc.value.is_object()
+        && values[0].is_object()
     {
-        let out = sigil::krm::with_results(text, doc, &[sigil::krm::KrmResult::warning("w")]);
+        let out =
+            sigil::krm::with_results(text, &values[0], &[sigil::krm::KrmResult::warning("w")]);
         let back = parse_stream(&out).expect("krm output must parse");
         assert_eq!(back.len(), 1, "krm output is one document: {out}");
-        assert_eq!(back[0].value["results"][0]["message"], "w");
-        let results = back[0].value["results"].as_array().cloned().unwrap_or_default();
+        let back = back[0].to_value();
+        assert_eq!(back["results"][0]["message"], "w");
+        let results = back["results"].as_array().cloned().unwrap_or_default();
         // Written back faithfully, or (only when no form parses) replaced by
         // a list whose error result makes the orchestrator fail.
         if !results.iter().any(|r| r["severity"] == "error") {
-            let mut without = back[0].value.clone();
+            let mut without = back.clone();
             if let Some(m) = without.as_object_mut() {
                 m.remove("results");
             }
-            let mut orig = doc.value.clone();
+            let mut orig = doc.to_value();
             if let Some(m) = orig.as_object_mut() {
                 m.remove("results");
             }
@@ -45,9 +60,9 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut edits = Vec::new();
     let mut want = Vec::new();
-    for d in &docs {
-        let mut v = d.value.clone();
-        for f in image_fields(&d.value) {
+    for (d, v) in docs.iter().zip(values) {
+        let mut v = v;
+        for f in d.root().summarize().fields {
             let Some(at) = d.scalar(f.path.iter().map(String::as_str)) else { continue };
             match edit_scalar(text, &at, &f.value, NEW) {
                 Ok(e) => {
@@ -63,6 +78,6 @@ fuzz_target!(|data: &[u8]| {
     }
     let Ok(out) = apply_edits(text, edits) else { return };
     let again = parse_stream(&out).expect("edited text must still parse");
-    let got: Vec<_> = again.into_iter().map(|d| d.value).collect();
+    let got: Vec<_> = again.iter().map(|d| d.to_value()).collect();
     assert_eq!(got, want, "only the image values may change");
 });

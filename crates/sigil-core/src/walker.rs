@@ -127,16 +127,22 @@ pub fn image_fields(obj: &Value) -> Vec<ImageField> {
 
 /// Walks a parsed object.
 pub fn summarize_value(obj: &Value) -> ObjectSummary {
-    let mut w = Walker::default();
     // `&Value` deserializes infallibly for our lenient visitor.
-    let _ = serde::de::DeserializeSeed::deserialize(
+    summarize_from(obj).unwrap_or_default()
+}
+
+/// Walks an object from any serde deserializer (a parsed manifest's tree:
+/// `manifest::NodeRef`); `Err` only when the deserializer fails.
+pub fn summarize_from<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectSummary, D::Error> {
+    let mut w = Walker::default();
+    serde::de::DeserializeSeed::deserialize(
         Seed {
             w: &mut w,
             node: Node::Root,
         },
-        obj,
-    );
-    w.finish()
+        d,
+    )?;
+    Ok(w.finish())
 }
 
 /// Walks an object straight from JSON text, without building a tree: only

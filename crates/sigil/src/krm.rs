@@ -11,7 +11,7 @@
 
 use serde::Serialize;
 use serde_json::Value;
-use sigil_core::manifest::{self, Document};
+use sigil_core::manifest::{self, Document, NodeRef};
 use sigil_core::{DigestResolver, Policy};
 
 use crate::engine::Engine;
@@ -33,6 +33,9 @@ pub enum KrmError {
 pub struct ResourceList {
     text: String,
     doc: Document,
+    /// The list as JSON, for `functionConfig` and the items' annotations
+    /// (the pipeline itself reads the items from `doc`'s tree).
+    value: Value,
 }
 
 impl ResourceList {
@@ -46,26 +49,22 @@ impl ResourceList {
             )));
         }
         let doc = docs.remove(0);
-        let kind = doc.value.get("kind").and_then(Value::as_str);
+        let value = doc.to_value();
+        let kind = value.get("kind").and_then(Value::as_str);
         if kind != Some("ResourceList") {
             return Err(KrmError::NotAResourceList(format!(
                 "expected kind ResourceList (config.kubernetes.io/v1) on stdin, got {}",
                 kind.map_or_else(|| "no kind".to_owned(), |k| format!("kind {k:?}"))
             )));
         }
-        Ok(ResourceList { text, doc })
+        Ok(ResourceList { text, doc, value })
     }
 
     /// The policy `functionConfig` carries: an ImagePolicy, or a ConfigMap
     /// whose `data.policy` holds one. `Ok(None)` when there is none (or an
     /// empty ConfigMap, which is what kpt sends for `fn eval` without config).
     pub fn policy(&self) -> Result<Option<Policy>, String> {
-        let Some(fc) = self
-            .doc
-            .value
-            .get("functionConfig")
-            .filter(|v| !v.is_null())
-        else {
+        let Some(fc) = self.value.get("functionConfig").filter(|v| !v.is_null()) else {
             return Ok(None);
         };
         match fc.get("kind").and_then(Value::as_str) {
@@ -98,7 +97,7 @@ impl ResourceList {
             file: None,
         }];
         KrmOutput {
-            text: with_results(&self.text, &self.doc, &results),
+            text: with_results(&self.text, &self.value, &results),
             failed: true,
         }
     }
@@ -110,14 +109,18 @@ impl ResourceList {
         opts: &PinOptions,
     ) -> KrmOutput {
         let items = self
-            .doc
             .value
             .get("items")
             .and_then(Value::as_array)
             .map(Vec::as_slice)
             .unwrap_or_default();
-        let targets = items
-            .iter()
+        let targets = self
+            .doc
+            .root()
+            .get("items")
+            .and_then(NodeRef::items)
+            .into_iter()
+            .flatten()
             .enumerate()
             .map(|(i, object)| Target {
                 prefix: vec!["items".to_owned(), i.to_string()],
@@ -140,8 +143,8 @@ impl ResourceList {
             pinned.text
         } else {
             match manifest::parse_stream(&pinned.text) {
-                Ok(mut docs) if docs.len() == 1 => {
-                    with_results(&pinned.text, &docs.remove(0), &results)
+                Ok(docs) if docs.len() == 1 => {
+                    with_results(&pinned.text, &docs[0].to_value(), &results)
                 }
                 _ => {
                     return self
@@ -258,9 +261,9 @@ fn result_for(r: &ImageReport, items: &[Value]) -> Option<KrmResult> {
 /// does (a key longer than YAML's 1,024-character simple-key limit once
 /// escaped), the output is a ResourceList carrying only the results and an
 /// error saying why: it always parses, and the orchestrator fails.
-pub fn with_results(text: &str, doc: &Document, results: &[KrmResult]) -> String {
+pub fn with_results(text: &str, list: &Value, results: &[KrmResult]) -> String {
     let results_json = serde_json::to_string(results).unwrap_or_else(|_| "[]".into());
-    let mut expected = doc.value.clone();
+    let mut expected = list.clone();
     if let Some(m) = expected.as_object_mut() {
         m.insert(
             "results".into(),
@@ -268,14 +271,15 @@ pub fn with_results(text: &str, doc: &Document, results: &[KrmResult]) -> String
         );
     }
     let parses_back = |out: &str| {
-        manifest::parse_stream(out).is_ok_and(|docs| docs.len() == 1 && docs[0].value == expected)
+        manifest::parse_stream(out)
+            .is_ok_and(|docs| docs.len() == 1 && docs[0].to_value() == expected)
     };
     let first = text
         .lines()
         .map(str::trim_start)
         .find(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with("%") && *l != "---");
     let block = first.is_some_and(|l| !l.starts_with('{'))
-        && doc.value.get("results").is_none()
+        && list.get("results").is_none()
         && !text.trim_end().ends_with("...");
     if block {
         let mut out = text.to_owned();
@@ -319,7 +323,7 @@ pub fn with_results(text: &str, doc: &Document, results: &[KrmResult]) -> String
 fn has_error(out: &str) -> bool {
     manifest::parse_stream(out).is_ok_and(|docs| {
         docs.first()
-            .and_then(|d| d.value["results"].as_array().cloned())
+            .and_then(|d| d.to_value()["results"].as_array().cloned())
             .unwrap_or_default()
             .iter()
             .any(|r| r["severity"] == "error")
@@ -337,16 +341,17 @@ mod tests {
             return;
         };
         let [doc] = docs.as_slice() else { return };
-        if !doc.value.is_object() {
+        let value = doc.to_value();
+        if !value.is_object() {
             return;
         }
-        let out = with_results(text, doc, &[KrmResult::warning("w")]);
+        let out = with_results(text, &value, &[KrmResult::warning("w")]);
         let back = manifest::parse_stream(&out)
             .unwrap_or_else(|e| panic!("output does not parse ({e}):\n{out}"));
         assert_eq!(back.len(), 1, "{out}");
-        let mut want = doc.value.clone();
+        let mut want = value;
         want["results"] = serde_json::json!([{"message": "w", "severity": "warning"}]);
-        assert_eq!(back[0].value, want, "{out}");
+        assert_eq!(back[0].to_value(), want, "{out}");
     }
 
     /// Found by the `manifest` fuzz target: a ~1,000-character key full of
@@ -360,10 +365,13 @@ mod tests {
         let Ok(docs) = manifest::parse_stream(&text) else {
             return;
         };
-        let out = with_results(&text, &docs[0], &[KrmResult::warning("w")]);
+        let out = with_results(&text, &docs[0].to_value(), &[KrmResult::warning("w")]);
         let back = manifest::parse_stream(&out).expect("output parses");
         assert_eq!(back.len(), 1);
-        let results = back[0].value["results"].as_array().expect("results");
+        let results = back[0].to_value()["results"]
+            .as_array()
+            .cloned()
+            .expect("results");
         assert!(results.iter().any(|r| r["message"] == "w"), "{out}");
     }
 

@@ -259,8 +259,19 @@ mod tests {
         (parse(text), serde_tree::parse(text))
     }
 
+    /// Whether the fast path answered (and agreed); either way, the walker
+    /// finds the same over each document's tree as over its JSON.
     #[track_caller]
     fn agree(text: &str) -> bool {
+        if let Ok(docs) = super::super::parse_stream(text) {
+            for d in &docs {
+                assert_eq!(
+                    d.root().summarize(),
+                    crate::walker::summarize_value(&d.to_value()),
+                    "the walker disagrees between tree and JSON on:\n{text}"
+                );
+            }
+        }
         match both(text) {
             (Some(fast), Ok(slow)) => {
                 assert_eq!(fast, slow, "the paths disagree on:\n{text}");

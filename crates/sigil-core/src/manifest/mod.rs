@@ -5,17 +5,20 @@
 //! from — straight from the YAML parser's event stream ([`events`]), or,
 //! for what that fast path leaves to it (anchors, tags, merge keys, numbers
 //! other than plain integers, errors), through serde-saphyr's `Spanned`
-//! ([`serde_tree`]), which both agree with; the tree is converted to JSON for the
-//! [`walker`](crate::walker), and an image field found there is mapped back to
-//! the byte range of its scalar. Edits are splices of those ranges only, so
+//! ([`serde_tree`]), which both agree with; the [`walker`](crate::walker)
+//! runs over that tree ([`NodeRef`]), and an image field found there is
+//! mapped back to the byte range of its scalar. Edits are splices of those ranges only, so
 //! comments, key order, quoting, indentation, anchors, line endings and
 //! document separators stay exactly as written everywhere else. It never
 //! re-serializes a document and it decides nothing about images.
 
 mod events;
 mod serde_tree;
+mod view;
 
-use serde_json::{Map, Number, Value};
+use serde_json::{Number, Value};
+
+pub use view::NodeRef;
 
 /// Why a manifest could not be read or edited.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -107,8 +110,6 @@ pub struct ScalarAt {
 /// One document of a stream.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Document {
-    /// The document as JSON, for the walker and for output.
-    pub value: Value,
     /// 1-based line of the document's first node.
     pub line: u64,
     root: Tree,
@@ -117,10 +118,21 @@ pub struct Document {
 }
 
 impl Document {
+    /// The document's root node.
+    pub fn root(&self) -> NodeRef<'_> {
+        NodeRef(&self.root)
+    }
+
+    /// The document as JSON (a copy; pinning reads the tree through [`Self::root`]).
+    pub fn to_value(&self) -> Value {
+        self.root().to_value()
+    }
+
     /// Whether this looks like a Kubernetes object (`apiVersion` and `kind` strings).
     pub fn is_kubernetes_object(&self) -> bool {
-        self.value.get("apiVersion").is_some_and(Value::is_string)
-            && self.value.get("kind").is_some_and(Value::is_string)
+        let root = self.root();
+        root.get("apiVersion").and_then(NodeRef::as_str).is_some()
+            && root.get("kind").and_then(NodeRef::as_str).is_some()
     }
 
     /// Finds the scalar at `path` (map keys and decimal sequence indexes).
@@ -169,11 +181,10 @@ pub fn parse_both_paths(
     (fast, slow)
 }
 
-fn document(mut root: Tree) -> Document {
+fn document(root: Tree) -> Document {
     let mut aliased = std::collections::HashMap::new();
     count_aliases(&root, &mut aliased);
     Document {
-        value: take_json(&mut root.value),
         line: root.referenced.line,
         root,
         aliased,
@@ -191,28 +202,6 @@ fn count_aliases(n: &Tree, out: &mut std::collections::HashMap<usize, u32>) {
         Node::Seq(items) => items.iter().for_each(|i| count_aliases(i, out)),
         Node::Map(entries) => entries.iter().for_each(|(_, v)| count_aliases(v, out)),
         _ => {}
-    }
-}
-
-/// Converts to JSON, moving scalar strings out of the tree: afterwards the
-/// tree is only needed for its spans and map keys.
-fn take_json(n: &mut Node) -> Value {
-    match n {
-        Node::Null => Value::Null,
-        Node::Bool(b) => Value::Bool(*b),
-        Node::Int(i) => Value::Number(i.clone()),
-        Node::Float(f) => Number::from_f64(*f).map_or(Value::Null, Value::Number),
-        Node::Str(s) => Value::String(std::mem::take(s)),
-        Node::Seq(items) => {
-            Value::Array(items.iter_mut().map(|i| take_json(&mut i.value)).collect())
-        }
-        Node::Map(entries) => {
-            let mut m = Map::with_capacity(entries.len());
-            for (k, v) in entries {
-                m.insert(k.clone(), take_json(&mut v.value));
-            }
-            Value::Object(m)
-        }
     }
 }
 
@@ -365,7 +354,7 @@ mod tests {
         let docs = parse_stream(text)?;
         let mut edits = Vec::new();
         for d in &docs {
-            for f in crate::walker::image_fields(&d.value) {
+            for f in d.root().summarize().fields {
                 let at = d
                     .scalar(f.path.iter().map(String::as_str))
                     .expect("span for every image field");
@@ -415,7 +404,7 @@ mod tests {
     fn anchor_needing_two_values_is_refused() {
         let text = "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: a\n    image: &img nginx:1\n  - name: b\n    image: *img\n";
         let docs = parse_stream(text).expect("parse");
-        let fields = crate::walker::image_fields(&docs[0].value);
+        let fields = docs[0].root().summarize().fields;
         let e: Vec<Edit> = fields
             .iter()
             .zip(["x:1", "y:1"])
@@ -509,14 +498,20 @@ mod size_tests {
     fn a_resource_list_of_40000_pods_parses() {
         let docs = parse_stream(&pods(40_000)).expect("parses");
         assert_eq!(
-            docs[0].value["items"].as_array().map(Vec::len),
+            docs[0]
+                .root()
+                .get("items")
+                .and_then(NodeRef::items)
+                .map(|i| i.len()),
             Some(40_000)
         );
         // The general path (serde-saphyr), past its default 250,000 nodes.
         let (_, slow) = parse_both_paths(&pods(16_000));
-        let items = slow.expect("serde-saphyr parses")[0].value["items"]
-            .as_array()
-            .map(Vec::len);
+        let items = slow.expect("serde-saphyr parses")[0]
+            .root()
+            .get("items")
+            .and_then(NodeRef::items)
+            .map(|i| i.len());
         assert_eq!(items, Some(16_000));
     }
 

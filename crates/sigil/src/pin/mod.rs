@@ -15,9 +15,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use serde::Serialize;
-use serde_json::Value;
-use sigil_core::manifest::{self, Document, Edit, ManifestError};
-use sigil_core::walker::summarize_value;
+use sigil_core::manifest::{self, Document, Edit, ManifestError, NodeRef};
 use sigil_core::{
     DigestResolver, FieldVerdict, Mode, ObjectFacts, ObjectRef, Operation, Outcome, Source,
     effective_namespace,
@@ -124,8 +122,8 @@ pub struct ImageReport {
 pub struct Target<'a> {
     /// Path from the document root to the object (e.g. `["items", "3"]`).
     pub prefix: Vec<String>,
-    /// The object.
-    pub object: &'a Value,
+    /// The object (a node of the document's tree).
+    pub object: NodeRef<'a>,
     /// Index in a ResourceList's `items`.
     pub item: Option<usize>,
 }
@@ -213,10 +211,10 @@ fn targets_of<'a>(doc: &'a Document, notes: &mut Vec<String>) -> Vec<Target<'a>>
         ));
         return Vec::new();
     }
-    let kind = doc.value.get("kind").and_then(Value::as_str).unwrap_or("");
-    match doc.value.get("items").and_then(Value::as_array) {
+    let root = doc.root();
+    let kind = root.get("kind").and_then(NodeRef::as_str).unwrap_or("");
+    match root.get("items").and_then(NodeRef::items) {
         Some(items) if kind.ends_with("List") => items
-            .iter()
             .enumerate()
             .map(|(i, object)| Target {
                 prefix: vec!["items".to_owned(), i.to_string()],
@@ -226,21 +224,10 @@ fn targets_of<'a>(doc: &'a Document, notes: &mut Vec<String>) -> Vec<Target<'a>>
             .collect(),
         _ => vec![Target {
             prefix: Vec::new(),
-            object: &doc.value,
+            object: root,
             item: None,
         }],
     }
-}
-
-fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
-    let mut at = v;
-    for p in path {
-        match at.get(p) {
-            Some(x) => at = x,
-            None => return "",
-        }
-    }
-    at.as_str().unwrap_or("")
 }
 
 /// Decides `targets` (objects inside `doc`, whose source is `text`).
@@ -252,7 +239,7 @@ pub async fn decide_targets<R: DigestResolver>(
     opts: &PinOptions,
 ) -> Decided {
     let decisions = join_all(targets.iter().map(|t| async move {
-        let summary = summarize_value(t.object);
+        let summary = t.object.summarize();
         let object = ObjectRef::new(
             summary.kind.as_deref().unwrap_or_default(),
             summary.namespace.as_deref().unwrap_or_default(),
@@ -291,7 +278,12 @@ pub async fn decide_targets<R: DigestResolver>(
             ));
             continue;
         }
-        let api_version = str_at(t.object, &["apiVersion"]).to_owned();
+        let api_version = t
+            .object
+            .get("apiVersion")
+            .and_then(NodeRef::as_str)
+            .unwrap_or_default()
+            .to_owned();
         for v in verdict.fields {
             let field = &v.field;
             let path = t.prefix.iter().chain(&field.path).map(String::as_str);

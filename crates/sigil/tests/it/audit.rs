@@ -199,7 +199,7 @@ async fn cli_audit_prints_policy_reports_per_namespace() {
         let docs: Vec<Value> = sigil_core::manifest::parse_stream(&out)
             .unwrap_or_else(|e| panic!("{e}: {out}"))
             .into_iter()
-            .map(|d| d.value)
+            .map(|d| d.to_value())
             .collect();
         assert!(
             docs.iter()

@@ -44,7 +44,7 @@ pub(crate) fn render(dir: &str) -> Vec<Value> {
     sigil_core::manifest::parse_stream(&text)
         .unwrap()
         .into_iter()
-        .map(|d| d.value)
+        .map(|d| d.to_value())
         .collect()
 }
 

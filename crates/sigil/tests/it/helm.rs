@@ -47,7 +47,7 @@ fn template(sets: &[&str]) -> Result<Vec<Value>, String> {
     Ok(sigil_core::manifest::parse_stream(&text)
         .unwrap()
         .into_iter()
-        .map(|d| d.value)
+        .map(|d| d.to_value())
         .collect())
 }
 

@@ -134,7 +134,7 @@ fn without_images(text: &str) -> Vec<Value> {
         .unwrap()
         .into_iter()
         .map(|d| {
-            let mut v = d.value;
+            let mut v = d.to_value();
             let mut objs: Vec<String> = vec![String::new()];
             if v["kind"].as_str().is_some_and(|k| k.ends_with("List")) {
                 objs = (0..v["items"].as_array().map_or(0, Vec::len))
@@ -585,7 +585,10 @@ async fn webhook_and_pin_give_identical_objects_and_verdicts_for_every_fixture()
             }
             if admitted.allowed {
                 assert_eq!(out.status.code(), Some(0), "{name}: {}", text(&out.stderr));
-                let pinned = parse_stream(&text(&out.stdout)).unwrap().remove(0).value;
+                let pinned = parse_stream(&text(&out.stdout))
+                    .unwrap()
+                    .remove(0)
+                    .to_value();
                 assert_eq!(pinned, admitted.object, "{name}: webhook and pin disagree");
                 compared += 1;
             } else {
@@ -734,7 +737,7 @@ fn assert_pinned_package(c: &Corpus, pkg: &Path) {
             "kpt's annotations are stripped on write-back:\n{t}"
         );
         for d in parse_stream(&t).unwrap() {
-            for i in image_fields(&d.value) {
+            for i in image_fields(&d.to_value()) {
                 let (_, digest) = i
                     .value
                     .split_once("@sha256:")
@@ -859,7 +862,10 @@ async fn sigil_krm_symlink_honours_the_kustomize_exec_contract() {
     );
     let out = run(&mut Command::new(&link), Some(&denied));
     assert_eq!(out.status.code(), Some(1));
-    let list = parse_stream(&text(&out.stdout)).unwrap().remove(0).value;
+    let list = parse_stream(&text(&out.stdout))
+        .unwrap()
+        .remove(0)
+        .to_value();
     let r = &list["results"][0];
     assert_eq!(r["severity"], "error");
     assert_eq!(r["resourceRef"]["kind"], "Deployment");
