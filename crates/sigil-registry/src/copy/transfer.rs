@@ -110,7 +110,7 @@ impl<'a> Repo<'a> {
         });
         let mut answered = false;
         loop {
-            let mut rb = self.host().http.request(method.clone(), url);
+            let mut rb = self.host().http()?.request(method.clone(), url);
             if method != Method::PUT && method != Method::POST {
                 rb = rb.header(header::ACCEPT, COPY_ACCEPT);
             }
