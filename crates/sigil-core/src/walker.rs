@@ -125,6 +125,43 @@ pub fn image_fields(obj: &Value) -> Vec<ImageField> {
     summarize_value(obj).fields
 }
 
+/// What a caller reads of an object beside the images, in the walker's
+/// one pass over it: offered each key the walker itself does not read at
+/// the object's root and in its `metadata`, it takes the value
+/// (`a.next_value()`, answering `true`) or leaves it to be skipped
+/// (`false`). An error it returns ends the walk (the caller then reads
+/// the object another way). The audit reads identity and status so
+/// (`sigil_kube::audit`), instead of a second pass over each object.
+pub trait Beside<'de> {
+    /// A key at the object's root (`status`, …).
+    fn root<A: serde::de::MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        a: &mut A,
+    ) -> Result<bool, A::Error>;
+    /// A key in `metadata` other than `name`, `generateName`,
+    /// `namespace` and `deletionTimestamp` (`uid`, `ownerReferences`, …).
+    fn metadata<A: serde::de::MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        a: &mut A,
+    ) -> Result<bool, A::Error>;
+}
+
+/// Reads nothing beside the images.
+impl<'de> Beside<'de> for () {
+    fn root<A: serde::de::MapAccess<'de>>(&mut self, _: &str, _: &mut A) -> Result<bool, A::Error> {
+        Ok(false)
+    }
+    fn metadata<A: serde::de::MapAccess<'de>>(
+        &mut self,
+        _: &str,
+        _: &mut A,
+    ) -> Result<bool, A::Error> {
+        Ok(false)
+    }
+}
+
 /// Walks a parsed object.
 pub fn summarize_value(obj: &Value) -> ObjectSummary {
     // `&Value` deserializes infallibly for our lenient visitor.
@@ -138,6 +175,7 @@ pub fn summarize_from<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectSu
     serde::de::DeserializeSeed::deserialize(
         Seed {
             w: &mut w,
+            b: &mut (),
             node: Node::Root,
         },
         d,
@@ -149,17 +187,27 @@ pub fn summarize_from<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectSu
 /// image strings and a few metadata fields are allocated. `Err` only for
 /// malformed JSON.
 pub fn summarize_json(json: &str) -> Result<ObjectSummary, serde_json::Error> {
+    summarize_json_with(json, &mut ()).map(Option::unwrap_or_default)
+}
+
+/// [`summarize_json`] with `beside` reading what else the caller needs in
+/// the same pass; `Ok(None)` when the JSON is not an object.
+pub fn summarize_json_with<'de, B: Beside<'de>>(
+    json: &'de str,
+    beside: &mut B,
+) -> Result<Option<ObjectSummary>, serde_json::Error> {
     let mut w = Walker::default();
     let mut de = serde_json::Deserializer::from_str(json);
     serde::de::DeserializeSeed::deserialize(
         Seed {
             w: &mut w,
+            b: beside,
             node: Node::Root,
         },
         &mut de,
     )?;
     de.end()?;
-    Ok(w.finish())
+    Ok(w.object.then(|| w.finish()))
 }
 
 #[derive(Debug, Default)]
@@ -169,6 +217,8 @@ struct Walker {
     pending: Option<String>,
     found: Vec<(u8, ImageField)>,
     summary: ObjectSummary,
+    /// The root was a map (an object), not a scalar or a sequence.
+    object: bool,
 }
 
 impl Walker {
@@ -177,65 +227,6 @@ impl Walker {
         self.found.sort_by_key(|(rank, _)| *rank);
         self.summary.fields = self.found.into_iter().map(|(_, f)| f).collect();
         self.summary
-    }
-}
-
-/// An object walked while the document around it is parsed, so an
-/// AdmissionReview's object is read once, not skimmed as raw JSON and then
-/// walked. Anything but a JSON object is no object (`None`), as
-/// kube-apiserver never sends one and a missing object means no images.
-#[derive(Debug, Default)]
-pub struct Walked(pub Option<ObjectSummary>);
-
-impl<'de> serde::Deserialize<'de> for Walked {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Walked, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Walked;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a Kubernetes object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, a: A) -> Result<Walked, A::Error> {
-                let mut w = Walker::default();
-                serde::de::Visitor::visit_map(
-                    Seed {
-                        w: &mut w,
-                        node: Node::Root,
-                    },
-                    a,
-                )?;
-                Ok(Walked(Some(w.finish())))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Walked, A::Error> {
-                while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-                Ok(Walked(None))
-            }
-            fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Walked, D::Error> {
-                d.deserialize_any(self)
-            }
-            fn visit_none<E>(self) -> Result<Walked, E> {
-                Ok(Walked(None))
-            }
-            fn visit_unit<E>(self) -> Result<Walked, E> {
-                Ok(Walked(None))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Walked, E> {
-                Ok(Walked(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Walked, E> {
-                Ok(Walked(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Walked, E> {
-                Ok(Walked(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Walked, E> {
-                Ok(Walked(None))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Walked, E> {
-                Ok(Walked(None))
-            }
-        }
-        d.deserialize_any(V)
     }
 }
 
@@ -258,12 +249,13 @@ enum Node {
     Skip,
 }
 
-struct Seed<'w> {
+struct Seed<'w, B> {
     w: &'w mut Walker,
+    b: &'w mut B,
     node: Node,
 }
 
-impl<'de> serde::de::DeserializeSeed<'de> for Seed<'_> {
+impl<'de, B: Beside<'de>> serde::de::DeserializeSeed<'de> for Seed<'_, B> {
     type Value = ();
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         if self.node == Node::Skip {
@@ -388,7 +380,7 @@ fn kind_rank(k: FieldKind) -> u8 {
     }
 }
 
-impl<'de> serde::de::Visitor<'de> for Seed<'_> {
+impl<'de, B: Beside<'de>> serde::de::Visitor<'de> for Seed<'_, B> {
     type Value = ();
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("any value")
@@ -431,7 +423,8 @@ impl<'de> serde::de::Visitor<'de> for Seed<'_> {
             self.w.path.push(i.to_string());
             let more = a
                 .next_element_seed(Seed {
-                    w: self.w,
+                    w: &mut *self.w,
+                    b: &mut *self.b,
                     node: Node::Item(rank, kind),
                 })?
                 .is_some();
@@ -444,7 +437,8 @@ impl<'de> serde::de::Visitor<'de> for Seed<'_> {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
-        let w = self.w;
+        let (w, b) = (self.w, self.b);
+        w.object |= self.node == Node::Root;
         let mut name: Option<String> = None;
         let mut image: Option<String> = None;
         while let Some(Key(k)) = a.next_key::<Key<'de>>()? {
@@ -522,12 +516,20 @@ impl<'de> serde::de::Visitor<'de> for Seed<'_> {
                 _ => Node::Skip,
             };
             if child == Node::Skip {
-                a.next_value::<serde::de::IgnoredAny>()?;
+                let taken = match self.node {
+                    Node::Root => b.root(&k, &mut a)?,
+                    Node::Metadata => b.metadata(&k, &mut a)?,
+                    _ => false,
+                };
+                if !taken {
+                    a.next_value::<serde::de::IgnoredAny>()?;
+                }
                 continue;
             }
             w.path.push(k.into_owned());
             let r = a.next_value_seed(Seed {
                 w: &mut *w,
+                b: &mut *b,
                 node: child,
             });
             w.path.pop();
@@ -564,3 +566,6 @@ impl<'de> serde::de::Visitor<'de> for Seed<'_> {
 
 #[cfg(test)]
 mod tests;
+mod walked;
+
+pub use walked::Walked;

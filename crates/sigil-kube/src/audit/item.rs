@@ -1,36 +1,42 @@
 //! One listed object as the audit reads it, straight from the list page's
-//! JSON text: the few metadata and status fields the audit needs
-//! ([`Head`]), read without building a `serde_json::Value` of the object
-//! (the image fields come from the walker's own pass over the same text,
-//! `sigil_core::walker::summarize_json`, as in the webhook).
+//! JSON text, in one pass: the walker finds the images (as in the
+//! webhook) and, beside it ([`sigil_core::walker::Beside`]), [`Head`]
+//! takes the few metadata and status fields the audit needs — no
+//! `serde_json::Value` of the object, no second reading of its text.
 //!
 //! Why: building a `Value` per object (and dropping it) was the largest
-//! part of an audit's CPU after the registry lookups (docs/benchmarks.md,
-//! issue 27). A field of an unexpected type makes [`Head::read`] answer
-//! `None`, and the caller reads that object the general way (a `Value`),
-//! so an odd object is audited exactly as before. It owns no decision.
+//! part of an audit's CPU after the registry lookups, and a second pass
+//! for these fields the next (docs/benchmarks.md, issue 27). A field of an
+//! unexpected type makes [`read`] an error, and the caller reads that
+//! object the general way (a `Value`), so an odd object is audited exactly
+//! as before. It owns no decision.
 
 use std::borrow::Cow;
 use std::marker::PhantomData;
 use std::time::SystemTime;
 
+use serde::de::MapAccess;
 use serde::{Deserialize, Deserializer};
+use sigil_core::ObjectSummary;
 use sigil_core::audit::{Running, STATUS_LISTS};
 
 use super::kinds::Kind;
 use super::report::ObjectMeta;
 
-/// What the audit reads of an object besides its images.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+/// What the audit reads of an object besides its images (its name and
+/// namespace come from the walker's summary).
+#[derive(Debug, Default)]
 pub struct Head<'a> {
-    #[serde(borrow)]
-    metadata: Option<Obj<Meta<'a>>>,
-    #[serde(borrow)]
+    meta: Meta<'a>,
     status: Option<Obj<Status<'a>>>,
 }
 
 type Text<'a> = Option<Cow<'a, str>>;
+
+/// A [`Text`] read borrowed from the page when it has no escapes (a
+/// `Cow` on its own always reads owned).
+#[derive(Deserialize)]
+struct Borrowed<'a>(#[serde(borrow)] Text<'a>);
 
 /// A JSON object read as the struct `T`. serde would also read an array
 /// into a struct, field by position, where a `Value` reads nothing: an
@@ -54,23 +60,48 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
+/// `metadata`'s fields beside those the walker reads; a repeated key
+/// keeps its last value, as a `Value` would.
+#[derive(Debug, Default)]
 struct Meta<'a> {
-    #[serde(borrow)]
-    name: Text<'a>,
-    #[serde(borrow)]
-    namespace: Text<'a>,
-    #[serde(borrow)]
     uid: Text<'a>,
-    #[serde(borrow)]
     resource_version: Text<'a>,
-    #[serde(borrow)]
     creation_timestamp: Text<'a>,
-    #[serde(borrow)]
     owner_references: Option<Vec<Obj<Owner<'a>>>>,
-    #[serde(borrow)]
     managed_fields: Option<Vec<Obj<Managed<'a>>>>,
+}
+
+impl<'de> sigil_core::walker::Beside<'de> for Head<'de> {
+    fn root<A: MapAccess<'de>>(&mut self, key: &str, a: &mut A) -> Result<bool, A::Error> {
+        if key != "status" {
+            return Ok(false);
+        }
+        self.status = a.next_value()?;
+        Ok(true)
+    }
+
+    fn metadata<A: MapAccess<'de>>(&mut self, key: &str, a: &mut A) -> Result<bool, A::Error> {
+        let m = &mut self.meta;
+        match key {
+            "uid" => m.uid = a.next_value::<Borrowed<'de>>()?.0,
+            "resourceVersion" => m.resource_version = a.next_value::<Borrowed<'de>>()?.0,
+            "creationTimestamp" => m.creation_timestamp = a.next_value::<Borrowed<'de>>()?.0,
+            "ownerReferences" => m.owner_references = a.next_value()?,
+            "managedFields" => m.managed_fields = a.next_value()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// Reads one object's JSON text in one pass: its images and, beside them,
+/// its [`Head`]. `Ok(None)` when the text is not an object; an error for
+/// malformed JSON or a field the head reads having an unexpected type
+/// (the caller then reads the object as a `Value`).
+pub fn read(json: &str) -> Result<Option<(Head<'_>, ObjectSummary)>, serde_json::Error> {
+    let mut head = Head::default();
+    let summary = sigil_core::walker::summarize_json_with(json, &mut head)?;
+    Ok(summary.map(|s| (head, s)))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -117,26 +148,13 @@ fn text<'s>(t: &'s Text<'_>) -> &'s str {
 }
 
 impl<'a> Head<'a> {
-    /// Reads `json` (one object); `None` when a field the audit reads has an
-    /// unexpected type (or a key is repeated): read it as a `Value` instead.
-    pub fn read(json: &'a str) -> Option<Head<'a>> {
-        serde_json::from_str::<Obj<Head<'a>>>(json)
-            .ok()
-            .map(|h| h.0)
-    }
-
-    fn meta(&self) -> Option<&Meta<'a>> {
-        self.metadata.as_ref().map(|m| &m.0)
-    }
-
-    /// The object's identity in the report.
-    pub fn object_meta(&self, kind: &Kind) -> ObjectMeta {
-        let m = self.meta();
-        let field = |f: for<'m> fn(&'m Meta<'a>) -> &'m Text<'a>| {
-            m.map(|m| text(f(m)).to_owned()).unwrap_or_default()
-        };
+    /// The object's identity in the report (`summary`: the walker's, for
+    /// its name and namespace).
+    pub fn object_meta(&self, kind: &Kind, summary: &ObjectSummary) -> ObjectMeta {
+        let m = &self.meta;
         let owner = m
-            .and_then(|m| m.owner_references.as_ref())
+            .owner_references
+            .as_ref()
             .and_then(|refs| {
                 refs.iter()
                     .map(|r| &r.0)
@@ -144,12 +162,12 @@ impl<'a> Head<'a> {
             })
             .map(|r| format!("{}/{}", text(&r.kind), text(&r.name)));
         ObjectMeta {
-            namespace: field(|m| &m.namespace),
+            namespace: summary.namespace.clone().unwrap_or_default(),
             kind: kind.kind.to_owned(),
-            name: field(|m| &m.name),
-            uid: field(|m| &m.uid),
+            name: summary.name.clone().unwrap_or_default(),
+            uid: text(&m.uid).to_owned(),
             api_version: kind.api_resource().api_version,
-            resource_version: field(|m| &m.resource_version),
+            resource_version: text(&m.resource_version).to_owned(),
             owner,
         }
     }
@@ -157,7 +175,7 @@ impl<'a> Head<'a> {
     /// As [`super::changed_at`]: the latest of `creationTimestamp` and the
     /// times of `managedFields` entries that are not a subresource's.
     pub fn changed_at(&self) -> Option<SystemTime> {
-        let m = self.meta()?;
+        let m = &self.meta;
         let parse = |t: &Text<'_>| {
             t.as_deref()
                 .and_then(|s| humantime::parse_rfc3339_weak(s).ok())
@@ -222,50 +240,80 @@ mod tests {
                     {"name": "side", "imageID": "sha256:".to_owned() + &"c".repeat(64)}]}})
     }
 
-    /// The typed reading equals the general (`Value`) one, field by field.
-    #[track_caller]
-    fn agrees(v: &Value) {
-        let json = v.to_string();
-        let head = Head::read(&json).expect("typed reading");
-        let kind = super::super::kinds::ALL
+    fn pod_kind() -> &'static Kind {
+        super::super::kinds::ALL
             .iter()
             .find(|k| k.kind == "Pod")
-            .expect("Pod");
-        assert_eq!(head.object_meta(kind), super::super::object_meta(v, kind));
-        assert_eq!(head.changed_at(), super::super::changed_at(v));
-        assert_eq!(head.running(), sigil_core::audit::running_images(v));
+            .expect("Pod")
+    }
+
+    /// The one-pass reading equals the general (`Value`) one, field by
+    /// field, images included; `false` when it left the object to the
+    /// general path.
+    #[track_caller]
+    fn agrees(v: &Value) -> bool {
+        let json = v.to_string();
+        let kind = pod_kind();
+        match read(&json) {
+            Ok(Some((head, summary))) => {
+                assert_eq!(
+                    head.object_meta(kind, &summary),
+                    super::super::object_meta(v, kind),
+                    "{v}"
+                );
+                assert_eq!(head.changed_at(), super::super::changed_at(v), "{v}");
+                assert_eq!(head.running(), sigil_core::audit::running_images(v), "{v}");
+                assert_eq!(summary, sigil_core::walker::summarize_value(v), "{v}");
+                true
+            }
+            Ok(None) => {
+                assert!(!v.is_object(), "an object read as none: {v}");
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     #[test]
-    fn typed_head_reads_what_the_value_path_reads() {
-        agrees(&pod());
-        agrees(&json!({"metadata": {"name": "bare"}}));
-        agrees(&json!({}));
-        agrees(&json!({"metadata": null, "status": null}));
-        agrees(
-            &json!({"metadata": {"ownerReferences": null, "managedFields": null,
-            "name": null}, "status": {"containerStatuses": null}}),
-        );
-        agrees(&json!({"metadata": {"name": "esc\\aped\n\u{1F600}"},
-            "status": {"containerStatuses": [{"imageID": "x@sha256:1"}, {"name": "n"}]}}));
+    fn one_pass_reads_what_the_value_path_reads() {
+        for v in [
+            pod(),
+            json!({"metadata": {"name": "bare"}}),
+            json!({}),
+            json!({"metadata": null, "status": null}),
+            json!({"metadata": {"ownerReferences": null, "managedFields": null,
+                "name": null}, "status": {"containerStatuses": null}}),
+            json!({"metadata": {"name": "esc\\aped\n\u{1F600}", "uid": "\"u\""},
+                "status": {"containerStatuses": [{"imageID": "x@sha256:1"}, {"name": "n"}]}}),
+            // Shapes the walker passes over as a `Value` reading does.
+            json!({"metadata": {"name": 5}}),
+            json!({"metadata": []}),
+            json!({"metadata": ["by", "position"]}),
+            json!([{"metadata": {"name": "an array"}}]),
+            json!("a string"),
+        ] {
+            assert!(agrees(&v), "left to the general path: {v}");
+        }
     }
 
     #[test]
     fn odd_types_are_left_to_the_value_path() {
         for odd in [
-            json!({"metadata": {"name": 5}}),
-            json!({"metadata": []}),
-            json!({"metadata": ["by", "position"]}),
-            json!([{"metadata": {"name": "an array"}}]),
             json!({"metadata": {"managedFields": [["2026-01-01T00:00:00Z"]]}}),
             json!({"metadata": {"ownerReferences": {"kind": "x"}}}),
+            json!({"metadata": {"uid": 7}}),
             json!({"status": {"containerStatuses": ["app"]}}),
+            json!({"status": "Running"}),
             json!({"metadata": {"ownerReferences": [{"controller": "yes"}]}}),
         ] {
-            assert!(Head::read(&odd.to_string()).is_none(), "{odd}");
+            assert!(read(&odd.to_string()).is_err(), "{odd}");
+            assert!(!agrees(&odd));
         }
-        // A repeated key: serde_json's Value keeps the last; the typed
-        // reading refuses, so the general path decides.
-        assert!(Head::read(r#"{"metadata":{"name":"a","name":"b"}}"#).is_none());
+        // A repeated key keeps its last value, as serde_json's Value does.
+        let json = r#"{"metadata":{"name":"a","uid":"1","name":"b","uid":"2"}}"#;
+        let (head, summary) = read(json).expect("reads").expect("an object");
+        let meta = head.object_meta(pod_kind(), &summary);
+        assert_eq!((meta.name.as_str(), meta.uid.as_str()), ("b", "2"));
+        assert!(read("{\"metadata\":").is_err(), "malformed JSON");
     }
 }

@@ -25,7 +25,7 @@ use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 use serde_json::Value;
 use sigil_core::audit::{audit_object, mirror_to_check, not_mirrored_now, running_images};
-use sigil_core::walker::{summarize_json, summarize_value};
+use sigil_core::walker::summarize_value;
 use sigil_core::{ObjectFacts, Operation, Source, effective_namespace};
 
 pub use kinds::Kind;
@@ -282,9 +282,9 @@ async fn audit_one(
 }
 
 /// What the audit reads of one listed object (its JSON text): identity,
-/// images, running images; `None` when `--since` leaves it out. The typed
-/// reading ([`item::Head`]) and the walker's pass over the text, or, for
-/// an object with a field of an unexpected type, a `Value` of it.
+/// images, running images; `None` when `--since` leaves it out. One pass
+/// over the text ([`item::read`]: the walker, with the head beside it),
+/// or, for an object with a field of an unexpected type, a `Value` of it.
 fn read_item(
     json: &str,
     kind: &Kind,
@@ -295,14 +295,17 @@ fn read_item(
     Vec<sigil_core::audit::Running>,
 )> {
     let pod = kind.kind == "Pod";
-    if let Some(head) = item::Head::read(json)
-        && let Ok(summary) = summarize_json(json)
-    {
-        if since.is_some_and(|since| head.changed_at().is_some_and(|t| t < since)) {
-            return None;
+    match item::read(json) {
+        Ok(Some((head, summary))) => {
+            if since.is_some_and(|since| head.changed_at().is_some_and(|t| t < since)) {
+                return None;
+            }
+            let running = if pod { head.running() } else { Vec::new() };
+            return Some((head.object_meta(kind, &summary), summary, running));
         }
-        let running = if pod { head.running() } else { Vec::new() };
-        return Some((head.object_meta(kind), summary, running));
+        // Not an object: nothing to audit (the API server never lists one).
+        Ok(None) => return None,
+        Err(_) => {}
     }
     let value: Value = serde_json::from_str(json).ok().filter(Value::is_object)?;
     if since.is_some_and(|since| changed_at(&value).is_some_and(|t| t < since)) {
@@ -438,7 +441,7 @@ mod tests {
         let odd = typed.replace(r#""name":"p","#, r#""name":"p","ownerReferences":{"x":1},"#);
         let (m1, s1, r1) = read_item(typed, pod, None).expect("typed");
         let (m2, s2, r2) = read_item(&odd, pod, None).expect("as a Value");
-        assert!(item::Head::read(&odd).is_none());
+        assert!(item::read(&odd).is_err());
         assert_eq!((&m1, &s1.fields, &r1), (&m2, &s2.fields, &r2));
         assert_eq!((m1.name.as_str(), m1.namespace.as_str()), ("p", "ns"));
         assert_eq!(s1.fields[0].value, "nginx:1");
