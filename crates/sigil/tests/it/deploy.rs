@@ -551,6 +551,20 @@ fn the_image_ships_a_stripped_binary() {
         Some("1"),
         "{p:?}"
     );
+    // Packed relative relocations (glibc 2.36's DT_RELR), which the
+    // runtime base must load: Debian 12's glibc is 2.36.
+    assert!(
+        dockerfile.contains(r#"RUSTFLAGS="-C link-arg=-Wl,-z,pack-relative-relocs""#),
+        "the image's binary is linked with packed relative relocations"
+    );
+    let runtime = dockerfile
+        .lines()
+        .rfind(|l| l.starts_with("FROM "))
+        .expect("a runtime stage");
+    assert!(
+        runtime.contains("-debian12") || runtime.contains("-debian13"),
+        "{runtime}: DT_RELR needs glibc 2.36 or later"
+    );
 }
 
 /// Just enough TOML for `[section]` / `key = value` lines (no dependency for one test).
