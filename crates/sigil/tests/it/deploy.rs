@@ -512,24 +512,33 @@ fn checked_in_crds_are_the_generated_ones_and_rbac_aggregates_only_the_namespace
     }
 }
 
-/// The image ships a stripped binary: the Dockerfile builds with a profile
-/// that strips symbols and debug info (the release profile keeps line
-/// tables for profiles, 111 MiB against 23.5 MiB stripped), and copies that
-/// profile's output. That profile is also the one optimized across crates
-/// (fat LTO, one codegen unit) whose figures docs/benchmarks.md gives.
+/// The image ships a stripped binary: the Dockerfile builds with
+/// scripts/dist.sh, which uses a profile that strips symbols and debug info
+/// (the release profile keeps line tables for profiles, 111 MiB against
+/// 23.5 MiB stripped), and copies that profile's output. That profile is
+/// also the one optimized across crates (fat LTO, one codegen unit) whose
+/// figures docs/benchmarks.md gives; its link packs relative relocations
+/// and lays out the start's code from crates/sigil/startup.order.
 #[test]
 fn the_image_ships_a_stripped_binary() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).unwrap();
-    let build = dockerfile
+    assert!(
+        dockerfile.lines().any(|l| l
+            .trim_start()
+            .starts_with("CARGO_BUILD_JOBS=2 scripts/dist.sh")),
+        "the Dockerfile builds sigil with scripts/dist.sh"
+    );
+    let script = std::fs::read_to_string(root.join("scripts/dist.sh")).unwrap();
+    let build = script
         .lines()
-        .find(|l| l.contains("cargo build"))
-        .expect("the Dockerfile builds sigil");
+        .find(|l| !l.trim_start().starts_with('#') && l.contains("cargo rustc"))
+        .expect("scripts/dist.sh builds sigil");
     let profile = build
         .split_whitespace()
         .skip_while(|w| *w != "--profile")
         .nth(1)
-        .expect("the Dockerfile names a Cargo profile (--profile dist)");
+        .expect("scripts/dist.sh names a Cargo profile (--profile dist)");
     assert!(
         dockerfile.contains(&format!("target/{profile}/sigil")),
         "the Dockerfile copies another profile's binary"
@@ -554,7 +563,7 @@ fn the_image_ships_a_stripped_binary() {
     // Packed relative relocations (glibc 2.36's DT_RELR), which the
     // runtime base must load: Debian 12's glibc is 2.36.
     assert!(
-        dockerfile.contains(r#"RUSTFLAGS="-C link-arg=-Wl,-z,pack-relative-relocs""#),
+        script.contains("link-arg=-Wl,-z,pack-relative-relocs"),
         "the image's binary is linked with packed relative relocations"
     );
     let runtime = dockerfile
@@ -564,6 +573,31 @@ fn the_image_ships_a_stripped_binary() {
     assert!(
         runtime.contains("-debian12") || runtime.contains("-debian13"),
         "{runtime}: DT_RELR needs glibc 2.36 or later"
+    );
+    // The start's code laid out together: the order file the link names
+    // exists and lists symbols, one per line (the Dockerfile copies the
+    // whole tree; .dockerignore must not leave it out).
+    assert!(script.contains("--symbol-ordering-file=$PWD/crates/sigil/startup.order"));
+    let order = std::fs::read_to_string(root.join("crates/sigil/startup.order")).unwrap();
+    let symbols: Vec<&str> = order.lines().collect();
+    assert!(symbols.len() > 1000, "{} symbols", symbols.len());
+    assert!(
+        symbols
+            .iter()
+            .all(|s| !s.is_empty() && !s.contains(char::is_whitespace)),
+        "one symbol per line"
+    );
+    // Mostly Rust's mangled names (legacy `_ZN…`, v0 `_R…`), some C (aws-lc).
+    let rust = symbols
+        .iter()
+        .filter(|s| s.starts_with("_ZN") || s.starts_with("_R"))
+        .count();
+    assert!(rust * 2 > symbols.len(), "{rust} of {}", symbols.len());
+    let ignored = std::fs::read_to_string(root.join(".dockerignore")).unwrap_or_default();
+    assert!(
+        !ignored
+            .lines()
+            .any(|l| ["crates/", "scripts/", "*.order"].contains(&l.trim()))
     );
 }
 

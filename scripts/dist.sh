@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds sigil as the image ships it (the Dockerfile runs this): Cargo
+# profile `dist` (fat LTO, one codegen unit, stripped), linked with packed
+# relative relocations (DT_RELR: glibc 2.36, the image's Debian 12) and, on
+# x86_64 (where Rust links with its own lld), with the functions a start
+# runs laid out together (crates/sigil/startup.order; regenerate it with
+# scripts/startup-order.sh). Only the final link takes these flags
+# (`cargo rustc`), so every crate compiles exactly as `cargo build` would.
+#   scripts/dist.sh             # target/dist/sigil
+#   scripts/dist.sh --symbols   # the same, not stripped (for profiling)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+link=(-C link-arg=-Wl,-z,pack-relative-relocs)
+if [ "$(uname -m)" = x86_64 ]; then
+  link+=(-C "link-arg=-Wl,--symbol-ordering-file=$PWD/crates/sigil/startup.order"
+         -C link-arg=-Wl,--no-warn-symbol-ordering)
+fi
+[ "${1:-}" = --symbols ] && link+=(-C strip=none)
+exec cargo rustc --profile dist --locked -p sigil --bin sigil -- "${link[@]}"
