@@ -20,6 +20,9 @@ use crate::support::sigil::Sigil;
 
 const LAG: Duration = Duration::from_millis(1000);
 
+/// Each change of the routed endpoint list, and when.
+type History = Arc<Mutex<Vec<(Duration, Vec<SocketAddr>)>>>;
+
 /// Routes each new TCP connection to a replica in its endpoint list.
 struct Balancer {
     addr: SocketAddr,
@@ -31,7 +34,7 @@ struct Balancer {
     endpoints: Arc<Mutex<Vec<SocketAddr>>>,
     /// Every change of the routed list, and when (to tell, when requests
     /// fail, which replica was routed to and since when).
-    published: Arc<Mutex<Vec<(Duration, Vec<SocketAddr>)>>>,
+    published: History,
     /// Routed connections that failed at the replica's end: when, to which
     /// replica, and how (connect refused or timed out, or reset mid-copy).
     failed: Arc<Mutex<Vec<(Duration, SocketAddr, String)>>>,
@@ -57,7 +60,7 @@ impl Balancer {
         let endpoints: Arc<Mutex<Vec<SocketAddr>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let started = Instant::now();
-        let history: Arc<Mutex<Vec<(Duration, Vec<SocketAddr>)>>> = Arc::default();
+        let history: History = Arc::default();
         // Endpoint controller: probe /readyz every 100 ms, publish after LAG.
         {
             let (replicas, endpoints, stop, history) = (
