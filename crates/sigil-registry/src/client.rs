@@ -1,6 +1,6 @@
 //! The OCI distribution wire protocol for one lookup: tag → digest.
 //!
-//! Owns per-host HTTP clients (TLS roots plus the policy's CA, plain HTTP only
+//! Owns per-host HTTP clients (TLS roots plus the policy's CA, in `tls`; plain HTTP only
 //! where `insecure: true`), the auth dance (anonymous → challenge → Basic or
 //! Bearer token), one retry on connection errors, `Retry-After` on 429 when it
 //! fits the deadline, and digest verification when a body is fetched. It does
@@ -20,6 +20,9 @@ use tokio::sync::Semaphore;
 use crate::auth::{Challenge, CredentialSource, TokenCache, parse_challenge};
 use crate::response::{Resp, error_detail, failure_for, pick_platform, retry_after};
 use crate::{Observer, RegistryError};
+
+mod tls;
+use tls::{extra_roots, tls_config};
 
 /// Media types sigil accepts for a manifest lookup, most preferred first.
 pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
@@ -50,83 +53,6 @@ pub(crate) struct HostClient {
     /// Concurrent requests to this host (for the default client, the size
     /// each unlisted host gets: see [`Hosts::permits`]).
     pub(crate) permits: Arc<Semaphore>,
-}
-
-/// The certificates of a host's extra CA (`registries[].ca`: a PEM file's
-/// path, or inline PEM), each checked as a trust anchor.
-fn extra_roots(ca: &str) -> Result<Vec<rustls_pki_types::CertificateDer<'static>>, RegistryError> {
-    let pem = if ca.contains("-----BEGIN") {
-        ca.as_bytes().to_vec()
-    } else {
-        std::fs::read(ca).map_err(|e| RegistryError::Ca {
-            source_name: ca.to_owned(),
-            detail: e.to_string(),
-        })?
-    };
-    use rustls_pki_types::pem::PemObject;
-    let mut certs = Vec::new();
-    let mut check = rustls::RootCertStore::empty();
-    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| RegistryError::Ca {
-            source_name: ca_label(ca),
-            detail: e.to_string(),
-        })?;
-        check.add(cert.clone()).map_err(|e| RegistryError::Ca {
-            source_name: ca_label(ca),
-            detail: e.to_string(),
-        })?;
-        certs.push(cert);
-    }
-    if certs.is_empty() {
-        return Err(RegistryError::Ca {
-            source_name: ca_label(ca),
-            detail: "no PEM certificate found".into(),
-        });
-    }
-    Ok(certs)
-}
-
-/// Builds the TLS config: system roots, Mozilla's roots (for minimal images
-/// without a CA bundle), and the host's extra CA. TLS 1.2+ only.
-fn tls_config(
-    extra: &[rustls_pki_types::CertificateDer<'static>],
-) -> Result<rustls::ClientConfig, RegistryError> {
-    let mut roots = base_roots().clone();
-    for cert in extra {
-        roots
-            .add(cert.clone())
-            .map_err(|e| RegistryError::Tls(e.to_string()))?;
-    }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| RegistryError::Tls(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(cfg)
-}
-
-/// System and Mozilla roots, parsed once per process: reading the system
-/// bundle costs milliseconds, and every host client needs it.
-fn base_roots() -> &'static rustls::RootCertStore {
-    static ROOTS: std::sync::OnceLock<rustls::RootCertStore> = std::sync::OnceLock::new();
-    ROOTS.get_or_init(|| {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        for cert in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(cert);
-        }
-        roots
-    })
-}
-
-fn ca_label(ca: &str) -> String {
-    if ca.contains("-----BEGIN") {
-        "inline PEM".into()
-    } else {
-        ca.to_owned()
-    }
 }
 
 /// An HTTPS client with the same trust as registry clients (system and
