@@ -53,11 +53,6 @@ impl<'a> NodeRef<'a> {
         }
     }
 
-    /// Whether this is a map.
-    pub fn is_map(self) -> bool {
-        matches!(self.0.value, Node::Map(_))
-    }
-
     /// What the walker finds in this object (see [`walker::summarize_value`],
     /// which gives the same for the node's JSON).
     pub fn summarize(self) -> ObjectSummary {
