@@ -78,6 +78,9 @@ impl Keychain {
     /// Every candidate for `target`, in order: `cluster`, then `policy`
     /// (the host's `registries[].auth`), the docker config's auths and
     /// helper, the providers, anonymous.
+    ///
+    /// Helpers and providers run processes; their futures are boxed so that
+    /// every lookup's future (made per image, cached or not) stays small.
     pub async fn candidates(
         &self,
         target: &Reference,
@@ -97,14 +100,14 @@ impl Keychain {
             let name = target.name();
             c.list.extend(self.docker_config.lookup(&name));
             if let Some(h) = &self.helpers {
-                match h.credential(target.domain()).await {
+                match Box::pin(h.credential(target.domain())).await {
                     Ok(Some(found)) => c.list.push(found),
                     Ok(None) => {}
                     Err(why) => c.problems.push(why),
                 }
             }
             if let Some(p) = &self.providers {
-                let got = p.credentials(&name, &target.to_string()).await;
+                let got = Box::pin(p.credentials(&name, &target.to_string())).await;
                 c.list.extend(got.candidates);
                 c.problems.extend(got.failures);
             }

@@ -438,6 +438,21 @@ impl Registry {
             // A negative answer past its shorter life: ask again.
             self.inner.cache.invalidate(&key.0);
         }
+        // The miss (single-flight, the registry round trip) is a future of
+        // several KiB; boxed on its own so that the hit's future, which
+        // every cached admission makes and moves per image, stays small.
+        Box::pin(self.resolve_missed(key, target, platform, credential, deadline)).await
+    }
+
+    /// A miss: one coalesced load for every caller waiting on `key`.
+    async fn resolve_missed(
+        &self,
+        key: Key,
+        target: &Reference,
+        platform: Option<&Platform>,
+        credential: Option<Credential>,
+        deadline: Instant,
+    ) -> Result<Digest, ResolveFailure> {
         let budget = deadline.saturating_duration_since(Instant::now());
         let load = async {
             self.inner.lookups.fetch_add(1, Ordering::Relaxed);
@@ -565,3 +580,6 @@ impl sigil_core::ArtifactSource for Registry {
         Ok(body)
     }
 }
+
+#[cfg(test)]
+mod tests;
