@@ -186,15 +186,16 @@ impl Running {
     }
 }
 
-/// Reads a verdict as an audit. `fields` are the object's image fields
-/// (listed even when the verdict skipped the object); `running` is what
+/// Reads a verdict as an audit. `fields` are the object's image fields,
+/// read only when the verdict skipped an exempt namespace (whose verdict
+/// lists none; a caller may pass them only then); `running` is what
 /// [`running_images`] found (empty for everything but Pods).
 ///
 /// A change the webhook would make is a violation only where the webhook
 /// makes it: for kinds it only checks (`spec.pin.scope: pods` and a
 /// workload), their Pods are pinned and rewritten as they are created.
 pub fn audit_object(
-    verdict: &ObjectVerdict,
+    verdict: ObjectVerdict,
     fields: &[ImageField],
     running: &[Running],
 ) -> ObjectAudit {
@@ -214,12 +215,20 @@ pub fn audit_object(
                 .collect(),
         };
     }
+    let patchable = verdict.patchable;
     let fields: Vec<FieldAudit> = verdict
         .fields
-        .iter()
+        .into_iter()
         .map(|v| {
             let mut violations = Vec::new();
-            let written = Reference::parse(&v.field.value).ok();
+            // Only a reference with `@` has a digest to read: most images
+            // run by tag, and parsing is the costliest step here.
+            let written = v
+                .field
+                .value
+                .contains('@')
+                .then(|| Reference::parse(&v.field.value).ok())
+                .flatten();
             let expected = match &v.outcome {
                 Outcome::Unchanged { .. } => written.as_ref().and_then(|r| r.digest().cloned()),
                 Outcome::Changed { pinned, .. } => pinned
@@ -233,7 +242,7 @@ pub fn audit_object(
                     rewritten,
                     pinned,
                     ..
-                } if verdict.patchable => {
+                } if patchable => {
                     if *rewritten {
                         violations.push(Violation {
                             reason: Reason::NotMirrored,
@@ -290,12 +299,12 @@ pub fn audit_object(
                 });
             }
             FieldAudit {
-                field: v.field.clone(),
                 verdict: v.label().into_owned(),
+                field: v.field,
                 expected,
                 running: run,
                 violations,
-                rule: v.rule.clone(),
+                rule: v.rule,
             }
         })
         .collect();

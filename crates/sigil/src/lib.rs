@@ -8,7 +8,8 @@
 //! function ([`pin`], [`krm`]), policy test suites ([`suite`]), the policy file's hot reload ([`reload`]),
 //! serving certificates ([`tls`]), the readiness self-check
 //! ([`selfcheck`]), metrics ([`metrics`]), the batching log writer
-//! ([`logwriter`]) and atomic file writes ([`files`]). Its errors are
+//! ([`logwriter`]), atomic file writes ([`files`]) and the reports' indented
+//! JSON ([`jsonout`]). Its errors are
 //! [`error::Error`].
 //!
 //! Decisions live in `sigil-core`, registry I/O in `sigil-registry`,
@@ -23,6 +24,7 @@ pub mod engine;
 pub mod error;
 pub mod failover;
 pub mod files;
+pub mod jsonout;
 pub mod krm;
 pub mod logwriter;
 pub mod metrics;

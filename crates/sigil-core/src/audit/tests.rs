@@ -27,7 +27,7 @@ fn audit(kind: &str, ns: &str, obj: &Value, answers: &Answers) -> ObjectAudit {
             namespace_labels: None,
         },
     );
-    audit_object(&plan.decide(answers), &fields, &running_images(obj))
+    audit_object(plan.decide(answers), &fields, &running_images(obj))
 }
 
 fn pod(image: &str, image_id: Option<&str>) -> Value {

@@ -166,7 +166,7 @@ impl<'a> Head<'a> {
             kind: kind.kind.to_owned(),
             name: summary.name.clone().unwrap_or_default(),
             uid: text(&m.uid).to_owned(),
-            api_version: kind.api_resource().api_version,
+            api_version: kind.api_version(),
             resource_version: text(&m.resource_version).to_owned(),
             owner,
         }

@@ -84,17 +84,22 @@ pub const ALL: &[Kind] = &[
 impl Kind {
     /// What kube-rs needs to list it as a dynamic object.
     pub fn api_resource(&self) -> ApiResource {
-        let api_version = if self.group.is_empty() {
-            self.version.to_owned()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        };
         ApiResource {
             group: self.group.to_owned(),
             version: self.version.to_owned(),
-            api_version,
+            api_version: self.api_version(),
             kind: self.kind.to_owned(),
             plural: self.plural.to_owned(),
+        }
+    }
+
+    /// `apiVersion` (`v1`, `apps/v1`): what each audited object's report
+    /// entry names, without the rest of [`Kind::api_resource`].
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_owned()
+        } else {
+            format!("{}/{}", self.group, self.version)
         }
     }
 
@@ -143,5 +148,6 @@ mod tests {
         assert!(parse(&["services".into()]).is_err());
         assert_eq!(ALL[4].api_resource().api_version, "apps/v1");
         assert_eq!(ALL[0].api_resource().api_version, "v1");
+        assert_eq!(ALL[4].api_version(), "apps/v1");
     }
 }

@@ -249,7 +249,14 @@ async fn audit_one(
     obj: Box<serde_json::value::RawValue>,
 ) -> Option<ObjectReport> {
     let (meta, summary, running) = read_item(obj.get(), kind, opts.since)?;
-    let fields = summary.fields.clone();
+    let namespace = effective_namespace(None, Some(&meta.namespace), None);
+    // The verdict of an exempt namespace lists no fields: the audit lists
+    // them from the object. Anywhere else the verdict carries them.
+    let exempt_fields = if namespace.is_some_and(|ns| engine.policy().is_exempt(ns)) {
+        summary.fields.clone()
+    } else {
+        Vec::new()
+    };
     let deadline = Instant::now() + opts.timeout;
     let verdict = engine
         .decide(
@@ -257,7 +264,7 @@ async fn audit_one(
                 operation: Operation::Create,
                 source: Source::Admission,
                 kind: kind.kind,
-                namespace: effective_namespace(None, Some(&meta.namespace), None),
+                namespace,
                 object: Some(summary),
                 old_object: None,
                 namespace_labels: None,
@@ -265,7 +272,7 @@ async fn audit_one(
             deadline,
         )
         .await;
-    let mut audit = audit_object(&verdict, &fields, &running);
+    let mut audit = audit_object(verdict, &exempt_fields, &running);
     // Pinned at the origin when no mirror had it: does a mirror have it now?
     for f in audit.fields.iter_mut().filter(|f| f.violations.is_empty()) {
         if let Some((mirror, runs)) = mirror_to_check(engine.policy(), &f.field.value)
@@ -332,7 +339,7 @@ fn object_meta(v: &Value, kind: &Kind) -> ObjectMeta {
         kind: kind.kind.to_owned(),
         name: s(&m["name"]),
         uid: s(&m["uid"]),
-        api_version: kind.api_resource().api_version,
+        api_version: kind.api_version(),
         resource_version: s(&m["resourceVersion"]),
         owner,
     }

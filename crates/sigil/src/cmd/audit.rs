@@ -104,7 +104,7 @@ pub fn run(args: AuditArgs) -> Result<ExitCode> {
         .map(|s| sigil_kube::audit::parse_since(s, now))
         .transpose()?;
     let mut sources = args.creds.sources()?;
-    super::runtime()?.block_on(async {
+    super::single_thread_runtime()?.block_on(async {
         let client = sigil_kube::cluster::connect("sigil audit").await?;
         let namespace = match (&args.namespace, args.all_namespaces) {
             (_, true) => None,
