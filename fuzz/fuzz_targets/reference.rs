@@ -2,7 +2,8 @@
 //! reference re-parses to itself from both its canonical and familiar forms,
 //! and the mirror prefix swap (`image\nto`: the name's prefix up to each of
 //! its `/` and the whole name, replaced by `to`) equals parsing the swapped
-//! name. A sha256 digest rebuilt from its bytes is the digest parsed.
+//! name. A sha256 digest rebuilt from its bytes is the digest parsed; a
+//! pinned name written directly is the pinned reference's display.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -14,10 +15,11 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(r) = Reference::parse(s) {
         assert_eq!(Reference::parse(&r.to_string()).as_ref(), Ok(&r));
         assert_eq!(Reference::parse(&r.familiar()).as_ref(), Ok(&r));
-        if let Some(d) = r.digest()
-            && let Some(bytes) = d.sha256_bytes()
-        {
-            assert_eq!(&sigil_core::Digest::from_sha256(&bytes), d);
+        if let Some(d) = r.digest() {
+            if let Some(bytes) = d.sha256_bytes() {
+                assert_eq!(&sigil_core::Digest::from_sha256(&bytes), d);
+            }
+            assert_eq!(r.pinned_string(d), r.pinned(d.clone()).to_string());
         }
         if let Ok(p) = Pattern::parse(s) {
             let _ = p.matches(&r);

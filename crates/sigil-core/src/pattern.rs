@@ -158,7 +158,7 @@ impl Pattern {
     /// Whether a normalized reference matches. A tag constraint requires a tag
     /// (an image with neither tag nor digest counts as `latest`).
     pub fn matches(&self, r: &Reference) -> bool {
-        self.matches_segments(r, &segments_of(r))
+        with_segments(r, |segs| self.matches_segments(r, segs))
     }
 
     /// [`Self::matches`] with the name already split by [`segments_of`], so
@@ -213,6 +213,23 @@ pub fn segments_of(r: &Reference) -> Vec<&str> {
     segs.push(r.domain());
     segs.extend(r.path().split('/'));
     segs
+}
+
+/// [`segments_of`] handed to `f` from the stack: a name of up to 16
+/// segments (every real one) is split without allocating, for the checks
+/// made per image per admission (a team policy's, an exception's).
+pub fn with_segments<T>(r: &Reference, f: impl FnOnce(&[&str]) -> T) -> T {
+    let mut segs = [""; 16];
+    segs[0] = r.domain();
+    let mut n = 1;
+    for part in r.path().split('/') {
+        let Some(slot) = segs.get_mut(n) else {
+            return f(&segments_of(r));
+        };
+        *slot = part;
+        n += 1;
+    }
+    f(&segs[..n])
 }
 
 impl PartialOrd for Specificity {
@@ -351,6 +368,19 @@ mod tests {
         Pattern::parse(p)
             .unwrap()
             .matches(&Reference::parse(r).unwrap())
+    }
+
+    /// The stack split is the allocated one, and a name longer than the
+    /// stack holds is still split whole.
+    #[test]
+    fn segments_from_the_stack_are_the_segments() {
+        let deep = format!("r.example/{}", vec!["s"; 20].join("/"));
+        for image in ["nginx", "r.example:5000/a/b/c:t", deep.as_str()] {
+            let r = Reference::parse(image).unwrap();
+            let want = segments_of(&r);
+            with_segments(&r, |segs| assert_eq!(segs, want.as_slice(), "{image}"));
+        }
+        assert!(m("r.example/**/s", &deep));
     }
 
     #[test]

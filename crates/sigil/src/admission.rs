@@ -284,8 +284,9 @@ impl<R: DigestResolver> Webhook<R> {
         // `field: verifier, verifier` per verified image: who vouched for what runs.
         let mut verified = String::new();
         // Room for a line per image (path, label, image, new image) in the
-        // log detail and the audit annotation, made once: growing them as
-        // they were written moved them several times per admission.
+        // log detail and the audit and verified annotations, made once:
+        // growing them as they were written moved them several times per
+        // admission.
         let room: usize = d.fields.iter().map(|v| 160 + 2 * v.field.value.len()).sum();
         if detail {
             verdict.images.reserve(room);
@@ -293,7 +294,9 @@ impl<R: DigestResolver> Webhook<R> {
         for v in &d.fields {
             let field = &v.field;
             if let Some(report) = v.vouched_by() {
-                if !verified.is_empty() {
+                if verified.is_empty() {
+                    verified.reserve(room);
+                } else {
                     verified.push_str("; ");
                 }
                 field.write_dotted(&mut verified);

@@ -318,12 +318,12 @@ impl NamespacePolicy {
 
     /// What this policy says about an image whose origin name is `origin`.
     pub fn judge(&self, origin: &Reference) -> TeamVerdict {
-        let segs = crate::pattern::segments_of(origin);
-        let rule = self
-            .order
-            .iter()
-            .find(|&&(ri, pi)| self.rules[ri].patterns[pi].matches_segments(origin, &segs))
-            .map(|&(ri, _)| &self.rules[ri]);
+        let rule = crate::pattern::with_segments(origin, |segs| {
+            self.order
+                .iter()
+                .find(|&&(ri, pi)| self.rules[ri].patterns[pi].matches_segments(origin, segs))
+                .map(|&(ri, _)| &self.rules[ri])
+        });
         match rule {
             None if self.default_action == DefaultAction::Deny => TeamVerdict::NotAllowed,
             None => TeamVerdict::Pass,

@@ -145,7 +145,7 @@ impl Plan {
     /// Keeps the user's spelling when only a digest is added.
     pub fn final_image(&self, digest: Option<&reference::Digest>) -> String {
         match digest {
-            Some(d) if self.rewritten() => self.target.pinned(d.clone()).to_string(),
+            Some(d) if self.rewritten() => self.target.pinned_string(d),
             Some(d) => {
                 let w = self.written.trim();
                 let base = match w.split_once('@') {

@@ -112,9 +112,21 @@ fn pinned_keeps_tag_for_humans() {
         format!("docker.io/library/nginx:latest@{D}")
     );
     assert_eq!(
-        Reference::parse("nginx:1").unwrap().pinned(d).familiar(),
+        Reference::parse("nginx:1")
+            .unwrap()
+            .pinned(d.clone())
+            .familiar(),
         format!("nginx:1@{D}")
     );
+    let by_digest = format!("r.example:5000/a/b:t@{D}");
+    for image in ["nginx", "nginx:1", by_digest.as_str()] {
+        let r = Reference::parse(image).unwrap();
+        assert_eq!(
+            r.pinned_string(&d),
+            r.pinned(d.clone()).to_string(),
+            "{image}"
+        );
+    }
 }
 
 /// Found by the `reference` fuzz target.
@@ -167,7 +179,9 @@ proptest::proptest! {
         proptest::prop_assert_eq!(r.tag(), tag.as_deref());
         let again = Reference::parse(&r.to_string()).unwrap();
         proptest::prop_assert_eq!(&again, &r);
-        proptest::prop_assert_eq!(Reference::parse(&r.familiar()).unwrap(), r);
+        proptest::prop_assert_eq!(Reference::parse(&r.familiar()).unwrap(), r.clone());
+        let d = Digest::parse(D).unwrap();
+        proptest::prop_assert_eq!(r.pinned_string(&d), r.pinned(d).to_string());
     }
 }
 
