@@ -46,16 +46,7 @@ sleep 3
 kill -TERM "$pid"
 wait "$pid" || true
 pid=
-# callgrind names each object (ob=) and function (fn=) once as "(id) name"
-# and by "(id)" afterwards; keep the binary's functions, first seen first.
-awk -v bin="$work/sigil" '
-/^(ob|cob|fn|cfn)=\(/ {
-  eq = index($0, "="); kind = substr($0, 1, eq - 1)
-  cl = index($0, ")"); id = substr($0, eq + 2, cl - eq - 2); name = substr($0, cl + 2)
-  if (kind ~ /ob$/) { if (name != "") ob[id] = name; if (kind == "ob") cur = ob[id]; next }
-  if (name != "") fn[id] = name
-  # Not addresses without a symbol, nor callgrind's own "(below main)".
-  if (kind == "fn" && cur == bin && fn[id] !~ /^0x|[ (]/ && !(fn[id] in seen)) { seen[fn[id]] = 1; print fn[id] }
-}' "$work/callgrind.out" >crates/sigil/startup.order
+awk -v bin="$work/sigil" -f scripts/startup-order.awk "$work/callgrind.out" >"$work/order"
+mv "$work/order" crates/sigil/startup.order
 echo "crates/sigil/startup.order: $(wc -l <crates/sigil/startup.order) functions"
 scripts/dist.sh

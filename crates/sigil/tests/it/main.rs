@@ -23,6 +23,7 @@ mod pin;
 mod pin_files;
 mod policies;
 mod readme;
+mod scripts;
 mod shipped;
 mod suites;
 mod trust;
