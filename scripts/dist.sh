@@ -12,7 +12,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 link=(-C link-arg=-Wl,-z,pack-relative-relocs)
 if [ "$(uname -m)" = x86_64 ]; then
-  link+=(-C "link-arg=-Wl,--symbol-ordering-file=$PWD/crates/sigil/startup.order"
+  # Cargo does not track a file a link argument names: the linker reads a
+  # copy named by the order's content, so a changed order file changes the
+  # arguments and relinks (else a built target directory kept the old layout).
+  target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
+  order="$target/startup-$(sha256sum crates/sigil/startup.order | cut -c1-16).order"
+  mkdir -p "$target"
+  [ -f "$order" ] || cp crates/sigil/startup.order "$order"
+  link+=(-C "link-arg=-Wl,--symbol-ordering-file=$order"
          -C link-arg=-Wl,--no-warn-symbol-ordering)
 fi
 [ "${1:-}" = --symbols ] && link+=(-C strip=none)

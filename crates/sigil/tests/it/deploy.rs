@@ -577,7 +577,8 @@ fn the_image_ships_a_stripped_binary() {
     // The start's code laid out together: the order file the link names
     // exists and lists symbols, one per line (the Dockerfile copies the
     // whole tree; .dockerignore must not leave it out).
-    assert!(script.contains("--symbol-ordering-file=$PWD/crates/sigil/startup.order"));
+    assert!(script.contains("--symbol-ordering-file=$order"));
+    assert!(script.contains("sha256sum crates/sigil/startup.order"));
     let order = std::fs::read_to_string(root.join("crates/sigil/startup.order")).unwrap();
     let symbols: Vec<&str> = order.lines().collect();
     assert!(symbols.len() > 1000, "{} symbols", symbols.len());
