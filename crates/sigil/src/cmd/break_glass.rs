@@ -36,7 +36,7 @@ pub fn run(args: BreakGlassArgs) -> Result<ExitCode> {
         let client = sigil_kube::cluster::connect("sigil break-glass").await?;
         if args.end {
             match sigil_kube::cluster::break_glass::end(&client, &settings, &now).await? {
-                Some(p) => println!(
+                Some(p) => say!(
                     "break-glass ended ({p}; ended={now}).\n\
                      Running sigil replicas re-register the webhook within one reconcile interval (default 30s).\n\
                      Now audit what was created or changed while images were not checked:\n  \
@@ -46,8 +46,8 @@ pub fn run(args: BreakGlassArgs) -> Result<ExitCode> {
                     } else {
                         format!(" --sigil-namespace {namespace}")
                     }
-                ),
-                None => println!("no break-glass was active (ConfigMap {cm}); nothing changed."),
+                )?,
+                None => say!("no break-glass was active (ConfigMap {cm}); nothing changed.")?,
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -56,9 +56,9 @@ pub fn run(args: BreakGlassArgs) -> Result<ExitCode> {
         let marker = format!("since={now}; by={user}; reason={reason}");
         let begun = sigil_kube::cluster::break_glass::begin(&client, &settings, marker, &now).await?;
         if let Some(p) = &begun.previous {
-            println!("note: break-glass was already active ({p}); replaced.");
+            say!("note: break-glass was already active ({p}); replaced.")?;
         }
-        println!(
+        say!(
             "break-glass ON ({}).\n\
              Deleted MutatingWebhookConfiguration(s): {}.\n\
              The API server no longer calls sigil: images are admitted UNCHECKED (fail-open) until\n  \
@@ -71,7 +71,7 @@ pub fn run(args: BreakGlassArgs) -> Result<ExitCode> {
                 begun.deleted.join(", ")
             },
             sigil_kube::cluster::BREAK_GLASS_ANNOTATION,
-        );
+        )?;
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -17,6 +17,15 @@ use sigil_kube::cluster::{FailurePolicy, Settings};
 use sigil_registry::Registry;
 use sigil_registry::keychain::Keychain;
 
+/// `println!` that returns the error instead of panicking when stdout is a
+/// pipe whose reader has gone (`sigil verify IMAGE | head -1`): the command
+/// then exits 2 saying so, as for any other failure. Use as `say!(…)?`.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::cmd::write_out(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 pub mod audit;
 pub mod break_glass;
 pub mod crds;

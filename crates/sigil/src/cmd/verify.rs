@@ -1,7 +1,8 @@
 //! `sigil verify IMAGE`: the tool a user runs after a denial. Decides one
 //! image exactly as the webhook would (the one per-object decision, on a Pod
 //! holding it: rewrite, pin, gather, verify) and prints what each verifier
-//! found. It decides nothing itself.
+//! found. It decides nothing itself; its lines go out through `say!`, so
+//! `sigil verify IMAGE | head -1` ends with an error, not a panic.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,10 +51,10 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         },
         Instant::now() + args.timeout,
     ));
-    println!("image:   {}", args.image);
-    println!("policy:  {}", engine.policy.name);
+    say!("image:   {}", args.image)?;
+    say!("policy:  {}", engine.policy.name)?;
     if let Some(skip) = verdict.skipped {
-        println!("result:  passes untouched ({})", skip.as_str());
+        say!("result:  passes untouched ({})", skip.as_str())?;
         return Ok(ExitCode::SUCCESS);
     }
     let Some(f) = verdict.fields.first() else {
@@ -65,20 +66,20 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         Outcome::Failed(_) => None,
     };
     if let Some(rule) = rule {
-        println!("rule:    {rule}");
+        say!("rule:    {rule}")?;
     }
     if let Outcome::Changed { new, .. } = &f.outcome {
-        println!("runs as: {new}");
+        say!("runs as: {new}")?;
     }
     match &f.report {
-        None => println!("verify:  the rule checks no signatures"),
+        None => say!("verify:  the rule checks no signatures")?,
         Some(r) => {
             if let Some(e) = &r.fetch_failure {
-                println!("verify:  signatures could not be fetched: {e}");
+                say!("verify:  signatures could not be fetched: {e}")?;
             } else if r.results.is_empty() {
-                println!("verify:  the rule checks no signatures, only attestations");
+                say!("verify:  the rule checks no signatures, only attestations")?;
             } else {
-                println!(
+                say!(
                     "verify:  {} of {} verifiers passed (need {}{})",
                     r.passed_names().len(),
                     r.results.len(),
@@ -88,32 +89,32 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
                     } else {
                         format!(", including {}", r.required.join(", "))
                     }
-                );
+                )?;
             }
             for (name, o) in &r.results {
                 match o {
                     VerifierOutcome::Passed { examined, logged } => {
-                        println!("  {name}: passed ({examined} signature(s) examined)");
+                        say!("  {name}: passed ({examined} signature(s) examined)")?;
                         for l in logged {
-                            println!("    logged: {l}");
+                            say!("    logged: {l}")?;
                         }
                     }
                     VerifierOutcome::Failed { examined, problem } => {
-                        println!("  {name}: FAILED: {problem} ({examined} signature(s) examined)");
+                        say!("  {name}: FAILED: {problem} ({examined} signature(s) examined)")?;
                     }
                 }
             }
-            print_attestations(r);
+            print_attestations(r)?;
         }
     }
     match &f.outcome {
         Outcome::Failed(finding) => {
             let object = ObjectRef::new("Pod", &args.namespace, Some("sigil-verify"), None);
-            println!("result:  {} — {}", f.label(), finding.message(&object));
+            say!("result:  {} — {}", f.label(), finding.message(&object))?;
             Ok(ExitCode::from(EXIT_FINDINGS))
         }
         _ => {
-            println!("result:  admitted ({})", f.label());
+            say!("result:  admitted ({})", f.label())?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -121,32 +122,33 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
 
 /// Every attestation found for each entry: predicate type, who signed it,
 /// and each condition, true or false.
-fn print_attestations(r: &sigil_core::VerificationReport) {
+fn print_attestations(r: &sigil_core::VerificationReport) -> Result<()> {
     use sigil_core::text::escape_controls as safe;
     for e in &r.attestations {
-        println!(
+        say!(
             "attestation {}: {} ({}; {} found, {} of other types)",
             e.name,
             if e.passed() { "passed" } else { "FAILED" },
             e.predicate_type,
             e.seen.len(),
             e.other_types
-        );
+        )?;
         for s in &e.seen {
             match &s.attestor {
-                Some(a) => println!(
+                Some(a) => say!(
                     "  - {}: verified by {a}, signer {}",
                     e.predicate_type,
                     safe(&s.signer)
-                ),
-                None => println!(
+                )?,
+                None => say!(
                     "  - not verified: {}",
                     safe(s.problem.as_deref().unwrap_or("unverified"))
-                ),
+                )?,
             }
             for c in &s.conditions {
-                println!("      condition {}", safe(&c.describe()));
+                say!("      condition {}", safe(&c.describe()))?;
             }
         }
     }
+    Ok(())
 }

@@ -225,8 +225,19 @@ pub fn run(args: VerifyBundleArgs) -> Result<ExitCode> {
                 continue;
             }
         };
-        report_signature(&at, &v);
-        match judge(&v, &want, &args.file_or_digest, &artifact, attesting) {
+        report_signature(&at, &v)?;
+        // What the judgment printed goes out before its verdict is read.
+        let mut said = String::new();
+        let judged = judge(
+            &v,
+            &want,
+            &args.file_or_digest,
+            &artifact,
+            attesting,
+            &mut said,
+        );
+        super::write_out(&said)?;
+        match judged {
             Ok(()) => return Ok(ExitCode::SUCCESS),
             Err(why) => failures.push(format!("{at}{why}")),
         }
@@ -243,7 +254,7 @@ pub fn run(args: VerifyBundleArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(super::EXIT_FINDINGS))
 }
 
-fn report_signature(at: &str, v: &Verified) {
+fn report_signature(at: &str, v: &Verified) -> Result<()> {
     let times: Vec<String> = v
         .times
         .iter()
@@ -253,7 +264,7 @@ fn report_signature(at: &str, v: &Verified) {
             humantime::format_rfc3339_seconds(at).to_string()
         })
         .collect();
-    println!(
+    say!(
         "{at}signature verified: {} inclusion proof(s) against signed checkpoints, {} RFC 3161 timestamp(s); verified signing time(s): {}",
         v.inclusion_proofs,
         v.timestamps,
@@ -262,18 +273,20 @@ fn report_signature(at: &str, v: &Verified) {
         } else {
             times.join(", ")
         }
-    );
+    )
 }
 
-/// Whether a verified bundle is the attestation asked for; prints what it
-/// judged (statement, signer, each condition).
+/// Whether a verified bundle is the attestation asked for; writes what it
+/// judged (statement, signer, each condition) to `said`.
 fn judge(
     v: &Verified,
     want: &Attestation,
     artifact_arg: &str,
     artifact: &Artifact,
     attesting: bool,
+    said: &mut String,
 ) -> Result<(), String> {
+    use std::fmt::Write as _;
     let id = v.identity.clone().unwrap_or_default();
     if !attesting {
         return Ok(());
@@ -284,7 +297,8 @@ fn judge(
         .ok_or("the bundle signs a message, not an in-toto statement")?;
     let statement =
         Statement::parse(payload, DEFAULT_MAX_ATTESTATION_BYTES).map_err(|e| e.to_string())?;
-    println!(
+    let _ = writeln!(
+        said,
         "statement: predicateType {}, signer {}",
         statement.predicate_type,
         if v.identity.is_some() {
@@ -330,7 +344,8 @@ fn judge(
         now,
     );
     for r in &results {
-        println!(
+        let _ = writeln!(
+            said,
             "  condition {}",
             sigil_core::text::escape_controls(&r.describe())
         );

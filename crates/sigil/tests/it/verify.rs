@@ -941,3 +941,38 @@ async fn signatures_behind_htpasswd_are_fetched_with_the_policy_credentials() {
     assert_eq!(image_of(&a), format!("{h}/private/app:v1@{d}"));
     assert!(!sigil.settled_logs().await.contains("s3cr3t-pa55"));
 }
+
+/// `sigil verify IMAGE | head -1` panicked ("failed printing to stdout",
+/// exit 101) once the reader had gone, as `sigil audit | head` once did:
+/// its lines now go out through `say!`, and it exits 2 saying stdout is
+/// gone. An image pinned by digest under the embedded policy needs no
+/// registry.
+#[test]
+fn verify_into_a_reader_that_has_gone_is_an_error_not_a_panic() {
+    let image = format!("docker.io/library/nginx@sha256:{}", "a".repeat(64));
+    let mut child = std::process::Command::new(crate::support::sigil::bin())
+        .args(["verify", &image])
+        .env_remove("SIGIL_POLICY")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("Broken pipe"), "{err}");
+    // Read, the same command answers.
+    let out = std::process::Command::new(crate::support::sigil::bin())
+        .args(["verify", &image])
+        .env_remove("SIGIL_POLICY")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("image:   docker.io/library/nginx@sha256:"),
+        "{text}"
+    );
+    assert!(text.contains("result:  "), "{text}");
+}
