@@ -62,6 +62,22 @@ pub fn bin() -> &'static str {
     })
 }
 
+/// Runs `cmd` with stdout a pipe whose reader has already gone (`sigil … |
+/// head` once the head has read its lines): (exit code, stderr).
+pub fn into_closed_pipe(cmd: &mut Command) -> (i32, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sigil");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait for sigil");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Runs `sigil ARGS` to completion (see [`run_bounded`]).
 pub fn run_sigil(args: &[&str], stdin: Option<&str>) -> Output {
     run_bounded(Command::new(bin()).args(args), stdin)

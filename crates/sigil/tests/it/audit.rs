@@ -144,18 +144,7 @@ impl World {
     /// (`sigil audit | head` once the head has read its lines): (exit code,
     /// stderr).
     fn audit_into_closed_pipe(&self, args: &[&str]) -> (i32, String) {
-        let mut child = self
-            .audit_command(args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        drop(child.stdout.take());
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        crate::support::sigil::into_closed_pipe(&mut self.audit_command(args))
     }
 
     fn audit_json(&self, args: &[&str]) -> (i32, Value) {

@@ -950,18 +950,13 @@ async fn signatures_behind_htpasswd_are_fetched_with_the_policy_credentials() {
 #[test]
 fn verify_into_a_reader_that_has_gone_is_an_error_not_a_panic() {
     let image = format!("docker.io/library/nginx@sha256:{}", "a".repeat(64));
-    let mut child = std::process::Command::new(crate::support::sigil::bin())
-        .args(["verify", &image])
-        .env_remove("SIGIL_POLICY")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(child.stdout.take());
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (code, err) = crate::support::sigil::into_closed_pipe(
+        std::process::Command::new(crate::support::sigil::bin())
+            .args(["verify", &image])
+            .env_remove("SIGIL_POLICY"),
+    );
     assert!(!err.contains("panicked"), "{err}");
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(code, 2, "{err}");
     assert!(err.contains("Broken pipe"), "{err}");
     // Read, the same command answers.
     let out = std::process::Command::new(crate::support::sigil::bin())
