@@ -332,17 +332,33 @@ impl Reference {
     /// (the `Reference` in between was four allocations and two regrowths).
     pub fn pinned_string(&self, digest: &Digest) -> String {
         let tag = self.tag_or_latest();
-        let d = digest.as_str();
-        let mut s =
-            String::with_capacity(self.domain.len() + self.path.len() + tag.len() + d.len() + 3);
-        s.push_str(&self.domain);
-        s.push('/');
-        s.push_str(&self.path);
-        s.push(':');
-        s.push_str(tag);
-        s.push('@');
-        s.push_str(d);
+        let len = self.domain.len() + self.path.len() + tag.len() + digest.as_str().len() + 3;
+        let mut s = String::with_capacity(len);
+        // Writing to a `String` cannot fail.
+        let _ = self.write_parts(&mut s, Some(tag), Some(digest));
         s
+    }
+
+    /// `domain/path[:tag][@digest]`: the canonical form ([`fmt::Display`])
+    /// and [`Self::pinned_string`] both write it.
+    fn write_parts(
+        &self,
+        w: &mut impl fmt::Write,
+        tag: Option<&str>,
+        digest: Option<&Digest>,
+    ) -> fmt::Result {
+        w.write_str(&self.domain)?;
+        w.write_str("/")?;
+        w.write_str(&self.path)?;
+        if let Some(t) = tag {
+            w.write_str(":")?;
+            w.write_str(t)?;
+        }
+        if let Some(d) = digest {
+            w.write_str("@")?;
+            w.write_str(d.as_str())?;
+        }
+        Ok(())
     }
 
     /// The short form Docker prints (`nginx:1.25`), for messages.
@@ -383,18 +399,7 @@ impl Reference {
 
 impl fmt::Display for Reference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.domain)?;
-        f.write_str("/")?;
-        f.write_str(&self.path)?;
-        if let Some(t) = &self.tag {
-            f.write_str(":")?;
-            f.write_str(t)?;
-        }
-        if let Some(d) = &self.digest {
-            f.write_str("@")?;
-            f.write_str(d.as_str())?;
-        }
-        Ok(())
+        self.write_parts(f, self.tag.as_deref(), self.digest.as_ref())
     }
 }
 

@@ -62,6 +62,19 @@ pub fn bin() -> &'static str {
     })
 }
 
+/// Runs `cmd` to its end and returns its output; panics, with its stderr,
+/// unless it succeeded.
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("run the command");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Runs `cmd` with stdout a pipe whose reader has already gone (`sigil … |
 /// head` once the head has read its lines): (exit code, stderr).
 pub fn into_closed_pipe(cmd: &mut Command) -> (i32, String) {

@@ -30,15 +30,10 @@ fn deploy_dir() -> PathBuf {
 
 /// Renders a kustomization and returns its objects.
 pub(crate) fn render(dir: &str) -> Vec<Value> {
-    let out = Command::new(kubectl())
-        .arg("kustomize")
-        .arg(deploy_dir().join(dir))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl kustomize {dir}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::support::sigil::run_ok(
+        Command::new(kubectl())
+            .arg("kustomize")
+            .arg(deploy_dir().join(dir)),
     );
     let text = String::from_utf8(out.stdout).unwrap();
     sigil_core::manifest::parse_stream(&text)

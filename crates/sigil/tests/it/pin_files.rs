@@ -56,15 +56,10 @@ fn a_link_planted_at_the_temporary_name_is_never_followed() {
         bin(),
         policy(d.path()).display()
     );
-    let out = Command::new("sh")
-        .args(["-c", &script])
-        .current_dir(d.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    crate::support::sigil::run_ok(
+        Command::new("sh")
+            .args(["-c", &script])
+            .current_dir(d.path()),
     );
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret");
     let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777;

@@ -70,16 +70,11 @@ fn=(1)
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("callgrind.out");
     std::fs::write(&file, profile).unwrap();
-    let out = Command::new("awk")
-        .args(["-v", "bin=/work/sigil", "-f"])
-        .arg(root().join("scripts/startup-order.awk"))
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::support::sigil::run_ok(
+        Command::new("awk")
+            .args(["-v", "bin=/work/sigil", "-f"])
+            .arg(root().join("scripts/startup-order.awk"))
+            .arg(&file),
     );
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),

@@ -786,14 +786,13 @@ fn policy_check_loads_verification_material_unless_schema_only() {
         err.contains("rule \"team\", verifier \"alice\": /etc/sigil/alice.pub"),
         "{err}"
     );
-    let out = std::process::Command::new(crate::support::sigil::bin())
-        .args(["policy", "check", "--schema-only", example])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::support::sigil::run_ok(
+        std::process::Command::new(crate::support::sigil::bin()).args([
+            "policy",
+            "check",
+            "--schema-only",
+            example,
+        ]),
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
