@@ -183,6 +183,21 @@ pub trait SignatureVerifier: Send + Sync {
         creds: &'a PullCredentials,
         deadline: Instant,
     ) -> BoxFuture<'a, Arc<VerificationReport>>;
+
+    /// The report [`Self::verify`] would answer at once, from what the
+    /// verifier already holds for this very check; `None` when it would
+    /// have to verify (or keeps nothing). A cached admission — the common
+    /// case — verifies every image this way, without building, boxing and
+    /// joining a future per image.
+    fn cached(
+        &self,
+        _repository: &Reference,
+        _digest: &Digest,
+        _verification: &Arc<Verification>,
+        _creds: &PullCredentials,
+    ) -> Option<Arc<VerificationReport>> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -400,21 +400,44 @@ impl<S: ArtifactSource + 'static> SignatureVerifier for Verifier<S> {
         // a box on every hit was a measurable memcpy per admission).
         Box::pin(async move {
             let key = self.keys.key(repo, digest, verification, creds);
-            if let Some(r) = self
-                .cache
-                .get(&key)
-                .and_then(|e| made_for(&e, repo, digest, verification, creds))
-            {
-                self.observer.cache(true);
+            if let Some(r) = self.hit(&key, repo, digest, verification, creds) {
                 return r;
             }
             self.verify_miss(key, repo, digest, verification, creds, deadline)
                 .await
         })
     }
+
+    fn cached(
+        &self,
+        repo: &Reference,
+        digest: &Digest,
+        verification: &Arc<Verification>,
+        creds: &PullCredentials,
+    ) -> Option<Arc<VerificationReport>> {
+        let key = self.keys.key(repo, digest, verification, creds);
+        self.hit(&key, repo, digest, verification, creds)
+    }
 }
 
 impl<S: ArtifactSource + 'static> Verifier<S> {
+    /// The cached report made for this very check, counted as a hit.
+    fn hit(
+        &self,
+        key: &Key,
+        repo: &Reference,
+        digest: &Digest,
+        verification: &Arc<Verification>,
+        creds: &PullCredentials,
+    ) -> Option<Arc<VerificationReport>> {
+        let r = self
+            .cache
+            .get(key)
+            .and_then(|e| made_for(&e, repo, digest, verification, creds))?;
+        self.observer.cache(true);
+        Some(r)
+    }
+
     /// A cache miss: one coalesced verification, bounded by the deadline.
     fn verify_miss<'a>(
         &'a self,

@@ -186,7 +186,7 @@ impl<R: DigestResolver> Engine<R> {
     /// Verifies each job, all concurrently under the same deadline as the lookups.
     async fn verify_all(
         &self,
-        jobs: Vec<VerifyJob>,
+        jobs: Vec<VerifyJob<'_>>,
         creds: &ClusterCredentials<'_>,
         deadline: Instant,
     ) -> AnswerMap<VerifyKey, Arc<VerificationReport>> {
@@ -200,7 +200,7 @@ impl<R: DigestResolver> Engine<R> {
                 .into_iter()
                 .map(|j| {
                     let r = VerificationReport::unfetched(
-                        &j.verification,
+                        j.verification,
                         ResolveFailure::Config {
                             detail: "no signature verifier is configured in this process".into(),
                         },
@@ -209,15 +209,28 @@ impl<R: DigestResolver> Engine<R> {
                 })
                 .collect();
         };
-        let per_job: Vec<PullCredentials> = jobs
-            .iter()
-            .map(|j| creds.for_target(&j.repository))
-            .collect();
-        let reports = join_all(jobs.iter().zip(&per_job).map(|(j, c)| {
-            verifier.verify(&j.repository, &j.key.digest, &j.verification, c, deadline)
+        // What the verifier holds is answered at once; only the rest (none,
+        // on a cached admission) becomes futures, run concurrently.
+        let mut reports = AnswerMap::with_capacity_and_hasher(jobs.len(), Default::default());
+        let mut misses = Vec::new();
+        for j in jobs {
+            let c = creds.for_target(j.repository);
+            match verifier.cached(j.repository, &j.key.digest, j.verification, &c) {
+                Some(r) => {
+                    reports.insert(j.key, r);
+                }
+                None => misses.push((j, c)),
+            }
+        }
+        if misses.is_empty() {
+            return reports;
+        }
+        let verified = join_all(misses.iter().map(|(j, c)| {
+            verifier.verify(j.repository, &j.key.digest, j.verification, c, deadline)
         }))
         .await;
-        jobs.into_iter().map(|j| j.key).zip(reports).collect()
+        reports.extend(misses.into_iter().map(|(j, _)| j.key).zip(verified));
+        reports
     }
 
     /// Resolves every lookup of `plan` (a mirror that fails over through

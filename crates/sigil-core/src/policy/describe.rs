@@ -138,9 +138,10 @@ impl Policy {
                     } else {
                         format!(", including {}", v.required.join(", "))
                     },
-                    v.signatures_repository
-                        .as_deref()
-                        .unwrap_or("the repository the image is pulled from")
+                    v.signatures_repository.as_ref().map_or_else(
+                        || "the repository the image is pulled from".into(),
+                        |r| r.to_string()
+                    )
                 );
             }
             for a in r.verification.iter().flat_map(|v| &v.attestations) {

@@ -45,7 +45,10 @@ fn issue_verify_example_loads_with_its_meaning() {
     assert_eq!(v.threshold, 2);
     assert_eq!(v.required, vec!["alice"]);
     assert_eq!(
-        v.signatures_repository.as_deref(),
+        v.signatures_repository
+            .as_ref()
+            .map(|r| r.to_string())
+            .as_deref(),
         Some("registry.example.com/team/signatures")
     );
     let names: Vec<&str> = v.verifiers.iter().map(|x| x.name.as_str()).collect();

@@ -115,7 +115,7 @@ impl Verification {
                         "rule {rule:?}: signatures.repository {r:?} must be a repository, without tag or digest"
                     ));
                 }
-                Some(parsed.name())
+                Some(parsed)
             }
         };
         Ok(Verification {

@@ -154,8 +154,10 @@ pub struct Verification {
     pub threshold: usize,
     /// These must be among those that pass.
     pub required: Vec<String>,
-    /// Normalized repository name (`host/path`) signatures live in, if not the image's.
-    pub signatures_repository: Option<String>,
+    /// Normalized repository (`host/path`, no tag or digest) signatures live
+    /// in, if not the image's. Parsed once at compile: every verified image
+    /// of every admission borrows it.
+    pub signatures_repository: Option<crate::Reference>,
     /// Attestations that must be present, verified and satisfy their conditions.
     pub attestations: Vec<AttestationRequirement>,
     /// Hash of everything above, computed by [`Verification::seal`].

@@ -171,7 +171,10 @@ fn signatures_repository_is_normalized() {
     )
     .unwrap();
     assert_eq!(
-        v.signatures_repository.as_deref(),
+        v.signatures_repository
+            .as_ref()
+            .map(|r| r.to_string())
+            .as_deref(),
         Some("example.com/team/sigs")
     );
     assert!(

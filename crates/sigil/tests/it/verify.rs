@@ -751,21 +751,28 @@ async fn concurrent_verifications_coalesce_and_fetch_each_signature_once() {
             1.0
         );
     }
-    let _ = tokio::time::timeout(
+    // A later admission is answered from the cache without a future
+    // (`SignatureVerifier::cached`): a hit per review, counted once (the
+    // API server may call the webhook again after it mutated), no miss.
+    let sigil = &sigil;
+    let count = |name: &'static str, label: (&'static str, &'static str)| async move {
+        sigil.counter(name, &[label]).await
+    };
+    let hits = || count("sigil_verification_cache_lookups_total", ("result", "hit"));
+    let reviews = || count("sigil_admission_requests_total", ("operation", "CREATE"));
+    let (hits_before, reviews_before) = (hits().await, reviews().await);
+    let a = tokio::time::timeout(
         Duration::from_secs(5),
         api.create_pod("team", &[image.as_str()]),
     )
     .await
     .unwrap();
-    assert!(
-        sigil
-            .counter(
-                "sigil_verification_cache_lookups_total",
-                &[("result", "hit")]
-            )
-            .await
-            >= 1.0
-    );
+    assert!(a.allowed, "{}", a.message);
+    let reviewed = reviews().await - reviews_before;
+    assert!(reviewed >= 1.0);
+    assert_eq!(hits().await - hits_before, reviewed);
+    let misses = count("sigil_verification_cache_lookups_total", ("result", "miss"));
+    assert_eq!(misses.await, 1.0);
 }
 
 /// `sigil policy check` reads the files `verify` names (a policy `sigil serve`
