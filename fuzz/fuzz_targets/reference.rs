@@ -3,7 +3,9 @@
 //! and the mirror prefix swap (`image\nto`: the name's prefix up to each of
 //! its `/` and the whole name, replaced by `to`) equals parsing the swapped
 //! name. A sha256 digest rebuilt from its bytes is the digest parsed; a
-//! pinned name written directly is the pinned reference's display.
+//! pinned name written directly is the pinned reference's display. A
+//! pattern (`image\npattern`) matches as its segments do, whether or not it
+//! takes the plain-text path.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -29,6 +31,10 @@ fuzz_target!(|data: &[u8]| {
     if let Some((image, to)) = s.split_once('\n')
         && let Ok(r) = Reference::parse(image)
     {
+        if let Ok(p) = Pattern::parse(to) {
+            let by_segments = sigil_core::pattern::with_segments(&r, |s| p.matches_segments(&r, s));
+            assert_eq!(p.matches(&r), by_segments, "{to} on {image}");
+        }
         let name = r.name();
         for cut in name.match_indices('/').map(|(i, _)| i).chain([name.len()]) {
             let by_parsing = Reference::from_parts(

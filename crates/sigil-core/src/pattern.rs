@@ -17,6 +17,70 @@ pub struct Pattern {
     segments: Vec<Segment>,
     tag: Option<Glob>,
     specificity: Specificity,
+    /// The name part as plain text, when it is (nearly every pattern is).
+    literal: Option<Literal>,
+}
+
+/// A pattern's name part that is plain text, or plain text followed by one
+/// `**`: matched by comparing the image's domain and path as they are,
+/// without splitting the name into segments (a team policy's or an
+/// exception's check runs per image per admission).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Literal {
+    /// Exactly `domain/path`.
+    Exact { domain: String, path: String },
+    /// `domain/prefix/**` (`prefix` may be empty), or `**` alone (no domain).
+    Under {
+        domain: Option<String>,
+        prefix: String,
+    },
+}
+
+impl Literal {
+    /// The name part of `segments`, if plain text (then one `**` at most, last).
+    fn of(segments: &[Segment]) -> Option<Literal> {
+        let (any, lits) = match segments.split_last()? {
+            (Segment::Any, lits) => (true, lits),
+            _ => (false, segments),
+        };
+        let mut texts = Vec::with_capacity(lits.len());
+        for s in lits {
+            match s {
+                Segment::Glob(g) if !g.wild => texts.push(g.text.as_str()),
+                _ => return None,
+            }
+        }
+        let domain = texts.first().map(|d| (*d).to_owned());
+        let path = texts.get(1..).unwrap_or_default().join("/");
+        match (any, domain) {
+            (true, domain) => Some(Literal::Under {
+                domain,
+                prefix: path,
+            }),
+            (false, Some(domain)) => Some(Literal::Exact { domain, path }),
+            (false, None) => None,
+        }
+    }
+
+    /// What `match_segments` says of `r`'s name (domain, then the path's
+    /// segments, each non-empty by the reference grammar).
+    fn matches(&self, r: &Reference) -> bool {
+        match self {
+            Literal::Exact { domain, path } => r.domain() == domain && r.path() == path,
+            // `**` is one or more segments: every name has a domain and a path.
+            Literal::Under { domain: None, .. } => true,
+            Literal::Under {
+                domain: Some(domain),
+                prefix,
+            } => {
+                r.domain() == domain
+                    && (prefix.is_empty()
+                        || r.path()
+                            .strip_prefix(prefix.as_str())
+                            .is_some_and(|rest| rest.len() > 1 && rest.starts_with('/')))
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,6 +194,7 @@ impl Pattern {
         Ok(Pattern {
             source: src.to_owned(),
             normalized,
+            literal: Literal::of(&segments),
             segments,
             tag,
             specificity: Specificity {
@@ -158,23 +223,34 @@ impl Pattern {
     /// Whether a normalized reference matches. A tag constraint requires a tag
     /// (an image with neither tag nor digest counts as `latest`).
     pub fn matches(&self, r: &Reference) -> bool {
-        with_segments(r, |segs| self.matches_segments(r, segs))
+        match &self.literal {
+            Some(l) => self.tag_matches(r) && l.matches(r),
+            None => with_segments(r, |segs| self.matches_segments(r, segs)),
+        }
+    }
+
+    /// Whether [`Self::matches`] needs no split name: the name part is
+    /// plain text (then `**` at most), compared as it is.
+    pub fn is_literal(&self) -> bool {
+        self.literal.is_some()
     }
 
     /// [`Self::matches`] with the name already split by [`segments_of`], so
     /// a policy of many rules splits each image name once, not once per pattern.
     pub fn matches_segments(&self, r: &Reference, segs: &[&str]) -> bool {
-        if let Some(tg) = &self.tag {
-            let tag = match (r.tag(), r.digest()) {
-                (Some(t), _) => t,
-                (None, None) => "latest",
-                (None, Some(_)) => return false,
-            };
-            if !tg.matches(tag) {
-                return false;
-            }
-        }
-        match_segments(&self.segments, segs)
+        self.tag_matches(r) && match_segments(&self.segments, segs)
+    }
+
+    /// The tag constraint, if any (an image with neither tag nor digest
+    /// counts as `latest`; one by digest alone has no tag to match).
+    fn tag_matches(&self, r: &Reference) -> bool {
+        let Some(tg) = &self.tag else { return true };
+        let tag = match (r.tag(), r.digest()) {
+            (Some(t), _) => t,
+            (None, None) => "latest",
+            (None, Some(_)) => return false,
+        };
+        tg.matches(tag)
     }
 
     /// The literal segments a matching name must start with, joined by `/`
@@ -381,6 +457,71 @@ mod tests {
             with_segments(&r, |segs| assert_eq!(segs, want.as_slice(), "{image}"));
         }
         assert!(m("r.example/**/s", &deep));
+    }
+
+    /// A plain-text pattern compared as text says what the segment matcher
+    /// says, at every boundary: exact names, prefixes that end mid-segment,
+    /// `**` needing one more segment, tags and digests.
+    #[test]
+    fn literal_patterns_match_as_the_segments_do() {
+        let names = [
+            "a.io/team/app",
+            "a.io/team/app:v1",
+            "a.io/team",
+            "a.io/teamx/app",
+            "a.io/team/app/sub",
+            "a.io:5000/team/app",
+            "b.io/team/app",
+            "nginx",
+            "docker.io/library/nginx@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        ];
+        let patterns = [
+            "**",
+            "a.io/**",
+            "a.io/team/**",
+            "a.io/team/app",
+            "a.io/team/app:v*",
+            "a.io/tea/**",
+            "a.io/team/app/**",
+            "a.io",
+            "nginx",
+            "docker.io/**",
+            "a.io/*/app",
+        ];
+        for p in patterns {
+            let pat = Pattern::parse(p).unwrap();
+            assert_eq!(pat.is_literal(), p != "a.io/*/app", "{p}");
+            for n in names {
+                let r = Reference::parse(n).unwrap();
+                let by_segments = with_segments(&r, |s| pat.matches_segments(&r, s));
+                assert_eq!(pat.matches(&r), by_segments, "{p} on {n}");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// The same, over generated names and patterns of their segments.
+        #[test]
+        fn literal_matching_is_segment_matching(
+            name in proptest::collection::vec("[ab]{1,2}", 1..5),
+            cut in 0usize..6,
+            tail in 0u8..3,
+        ) {
+            let image = format!("x.io/{}", name.join("/"));
+            let r = Reference::parse(&image).unwrap();
+            let mut segs: Vec<&str> = std::iter::once("x.io").chain(name.iter().map(String::as_str)).collect();
+            segs.truncate(cut.min(segs.len()));
+            let head = segs.join("/");
+            let p = match tail {
+                0 if !head.is_empty() => head,
+                1 if !head.is_empty() => format!("{head}/**"),
+                _ => if head.is_empty() { "**".to_owned() } else { format!("{head}a/**") },
+            };
+            let pat = Pattern::parse(&p).unwrap();
+            proptest::prop_assert!(pat.is_literal());
+            let by_segments = with_segments(&r, |s| pat.matches_segments(&r, s));
+            proptest::prop_assert_eq!(pat.matches(&r), by_segments, "{} on {}", p, image);
+        }
     }
 
     #[test]

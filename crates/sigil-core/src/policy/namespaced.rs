@@ -318,12 +318,18 @@ impl NamespacePolicy {
 
     /// What this policy says about an image whose origin name is `origin`.
     pub fn judge(&self, origin: &Reference) -> TeamVerdict {
-        let rule = crate::pattern::with_segments(origin, |segs| {
-            self.order
-                .iter()
-                .find(|&&(ri, pi)| self.rules[ri].patterns[pi].matches_segments(origin, segs))
-                .map(|&(ri, _)| &self.rules[ri])
-        });
+        let pattern = |&(ri, pi): &(usize, usize)| &self.rules[ri].patterns[pi];
+        let found = if self.order.iter().all(|o| pattern(o).is_literal()) {
+            // Plain-text patterns (nearly all) compare the name as it is.
+            self.order.iter().find(|o| pattern(o).matches(origin))
+        } else {
+            crate::pattern::with_segments(origin, |segs| {
+                self.order
+                    .iter()
+                    .find(|o| pattern(o).matches_segments(origin, segs))
+            })
+        };
+        let rule = found.map(|&(ri, _)| &self.rules[ri]);
         match rule {
             None if self.default_action == DefaultAction::Deny => TeamVerdict::NotAllowed,
             None => TeamVerdict::Pass,
