@@ -329,11 +329,11 @@ pub fn mirror_to_check(policy: &crate::Policy, written: &str) -> Option<(Referen
     let f = plan.failover.as_ref()?;
     let digest = plan.reference.digest()?.clone();
     let tag = plan.reference.tag()?;
-    if !f.fallback || plan.reference.name() != plan.origin.name() {
+    if !f.fallback || plan.reference.name_str() != plan.origin.name_str() {
         return None;
     }
     let mirror = policy.mirror_of(&plan.origin);
-    if mirror.name() == plan.origin.name() {
+    if mirror.name_str() == plan.origin.name_str() {
         return None;
     }
     let by_tag = Reference::parse(&format!("{}:{tag}", mirror.name())).ok()?;

@@ -141,15 +141,57 @@ impl fmt::Display for Digest {
 ///
 /// Invariant: `domain` and `path` are valid per the grammar, `domain` is never
 /// `index.docker.io`, and single-segment Docker Hub paths carry `library/`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// Held as one text, `domain/path[:tag]`, and where its parts end: a
+/// reference is cloned into every decision's answers (a lookup's key, the
+/// image it was served by), and one allocation is a third of three. The
+/// fields determine each other both ways (a path never holds `:`, a tag is
+/// never empty), so the derived equality and hash are the parts'.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Reference {
-    domain: String,
-    path: String,
-    tag: Option<String>,
+    /// `domain/path[:tag]`.
+    text: Box<str>,
+    /// The `/` after the domain.
+    domain_end: u32,
+    /// The end of the path: the `:` before the tag, or the text's end.
+    path_end: u32,
     digest: Option<Digest>,
 }
 
+impl fmt::Debug for Reference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reference")
+            .field("domain", &self.domain())
+            .field("path", &self.path())
+            .field("tag", &self.tag())
+            .field("digest", &self.digest)
+            .finish()
+    }
+}
+
 impl Reference {
+    /// A reference of parts already valid, in one allocation of its size.
+    fn of_parts(domain: &str, path: &str, tag: Option<&str>, digest: Option<Digest>) -> Reference {
+        let len = domain.len() + 1 + path.len() + tag.map_or(0, |t| 1 + t.len());
+        let mut text = String::with_capacity(len);
+        text.push_str(domain);
+        text.push('/');
+        text.push_str(path);
+        let path_end = text.len();
+        if let Some(t) = tag {
+            text.push(':');
+            text.push_str(t);
+        }
+        // Names are at most 255 bytes and tags 128 (checked before this).
+        let at = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Reference {
+            text: text.into_boxed_str(),
+            domain_end: at(domain.len()),
+            path_end: at(path_end),
+            digest,
+        }
+    }
+
     /// Parses and normalizes a reference the way `ParseNormalizedNamed` does.
     pub fn parse(s: &str) -> Result<Reference, ReferenceError> {
         if s.is_empty() {
@@ -190,12 +232,7 @@ impl Reference {
         {
             return Err(ReferenceError::InvalidTag(t.to_owned()));
         }
-        Ok(Reference {
-            domain: domain.into_owned(),
-            path: path.to_owned(),
-            tag: tag.map(str::to_owned),
-            digest,
-        })
+        Ok(Reference::of_parts(&domain, path, tag, digest))
     }
 
     /// Builds a reference from an already-valid name and parts. Used when a
@@ -205,8 +242,8 @@ impl Reference {
         tag: Option<&str>,
         digest: Option<Digest>,
     ) -> Result<Reference, ReferenceError> {
-        let mut r = Reference::parse(name)?;
-        if r.tag.is_some() || r.digest.is_some() {
+        let r = Reference::parse(name)?;
+        if r.tag().is_some() || r.digest.is_some() {
             return Err(ReferenceError::InvalidPath(name.to_owned()));
         }
         if let Some(t) = tag
@@ -214,9 +251,7 @@ impl Reference {
         {
             return Err(ReferenceError::InvalidTag(t.to_owned()));
         }
-        r.tag = tag.map(str::to_owned);
-        r.digest = digest;
-        Ok(r)
+        Ok(Reference::of_parts(r.domain(), r.path(), tag, digest))
     }
 
     /// This reference under another prefix: the first `from_len` bytes of
@@ -231,9 +266,9 @@ impl Reference {
     pub fn with_prefix(&self, from_len: usize, to: &str) -> Option<Reference> {
         // What follows the prefix in `domain/path`: "/" and the rest of the
         // path from a segment's start (or nothing) in every well-formed call.
-        let rest = match from_len.checked_sub(self.domain.len()) {
-            Some(0) => Some(self.path.as_str()),
-            Some(n) => self.path.get(n - 1..).and_then(|tail| {
+        let rest = match from_len.checked_sub(self.domain().len()) {
+            Some(0) => Some(self.path()),
+            Some(n) => self.path().get(n - 1..).and_then(|tail| {
                 if tail.is_empty() {
                     Some("")
                 } else {
@@ -267,16 +302,15 @@ impl Reference {
                 && to_path.is_none_or(|p| p.split('/').all(is_path_component))
         });
         match new_path {
-            Some(p) if plain => Some(Reference {
-                domain: host.to_owned(),
-                path: p.into_owned(),
-                tag: self.tag.clone(),
-                digest: self.digest.clone(),
-            }),
+            Some(p) if plain => Some(Reference::of_parts(
+                host,
+                &p,
+                self.tag(),
+                self.digest.clone(),
+            )),
             // Whatever parsing would make of it: the swapped name, parsed.
             _ => {
-                let name = self.name();
-                let name = format!("{to}{}", name.get(from_len..)?);
+                let name = format!("{to}{}", self.name_str().get(from_len..)?);
                 Reference::from_parts(&name, self.tag(), self.digest.clone()).ok()
             }
         }
@@ -284,22 +318,22 @@ impl Reference {
 
     /// Registry host, with port if any (`docker.io`, `localhost:5000`, `[::1]:5000`).
     pub fn domain(&self) -> &str {
-        &self.domain
+        &self.text[..self.domain_end as usize]
     }
 
     /// Repository path within the registry (`library/nginx`).
     pub fn path(&self) -> &str {
-        &self.path
+        &self.text[self.domain_end as usize + 1..self.path_end as usize]
     }
 
     /// The tag as written, if any.
     pub fn tag(&self) -> Option<&str> {
-        self.tag.as_deref()
+        self.text.get(self.path_end as usize + 1..)
     }
 
     /// The tag to resolve: the written one, or `latest` when neither tag nor digest is given.
     pub fn tag_or_latest(&self) -> &str {
-        self.tag.as_deref().unwrap_or("latest")
+        self.tag().unwrap_or("latest")
     }
 
     /// The digest, if the reference is already pinned.
@@ -309,22 +343,23 @@ impl Reference {
 
     /// `domain/path`, the name policies and mirrors match on.
     pub fn name(&self) -> String {
-        let mut s = String::with_capacity(self.domain.len() + 1 + self.path.len());
-        s.push_str(&self.domain);
-        s.push('/');
-        s.push_str(&self.path);
-        s
+        self.name_str().to_owned()
+    }
+
+    /// [`Self::name`], borrowed.
+    pub fn name_str(&self) -> &str {
+        &self.text[..self.path_end as usize]
     }
 
     /// The same reference pinned to `digest`; a missing tag becomes `latest`
     /// so humans can still read which tag was resolved.
     pub fn pinned(&self, digest: Digest) -> Reference {
-        Reference {
-            domain: self.domain.clone(),
-            path: self.path.clone(),
-            tag: Some(self.tag_or_latest().to_owned()),
-            digest: Some(digest),
-        }
+        Reference::of_parts(
+            self.domain(),
+            self.path(),
+            Some(self.tag_or_latest()),
+            Some(digest),
+        )
     }
 
     /// `self.pinned(digest).to_string()`, written once into a string of its
@@ -332,7 +367,7 @@ impl Reference {
     /// (the `Reference` in between was four allocations and two regrowths).
     pub fn pinned_string(&self, digest: &Digest) -> String {
         let tag = self.tag_or_latest();
-        let len = self.domain.len() + self.path.len() + tag.len() + digest.as_str().len() + 3;
+        let len = self.path_end as usize + tag.len() + digest.as_str().len() + 2;
         let mut s = String::with_capacity(len);
         // Writing to a `String` cannot fail.
         let _ = self.write_parts(&mut s, Some(tag), Some(digest));
@@ -347,9 +382,7 @@ impl Reference {
         tag: Option<&str>,
         digest: Option<&Digest>,
     ) -> fmt::Result {
-        w.write_str(&self.domain)?;
-        w.write_str("/")?;
-        w.write_str(&self.path)?;
+        w.write_str(self.name_str())?;
         if let Some(t) = tag {
             w.write_str(":")?;
             w.write_str(t)?;
@@ -367,26 +400,24 @@ impl Reference {
         // A Docker Hub path whose first segment looks like a host would read
         // back as that host, so it keeps `docker.io/` (Go's FamiliarName does
         // not; found by the `reference` fuzz target).
-        let first = self.path.split('/').next().unwrap_or_default();
+        let first = self.path().split('/').next().unwrap_or_default();
         let ambiguous = first.contains(['.', ':']) || first == "localhost";
-        if self.domain == DEFAULT_DOMAIN && !ambiguous {
+        if self.domain() == DEFAULT_DOMAIN && !ambiguous {
             // Like Go's familiarizeName: only single-segment official images
             // lose `library/` (`library/a/b` stays, or it would re-parse as `a/b`).
-            match self.path.strip_prefix(OFFICIAL_REPO_PREFIX) {
+            match self.path().strip_prefix(OFFICIAL_REPO_PREFIX) {
                 Some(rest) if !rest.contains('/') => s.push_str(rest),
-                _ => s.push_str(&self.path),
+                _ => s.push_str(self.path()),
             }
         } else {
-            s.push_str(&self.domain);
-            s.push('/');
-            s.push_str(&self.path);
+            s.push_str(self.name_str());
         }
         self.push_suffix(&mut s);
         s
     }
 
     fn push_suffix(&self, s: &mut String) {
-        if let Some(t) = &self.tag {
+        if let Some(t) = self.tag() {
             s.push(':');
             s.push_str(t);
         }
@@ -399,7 +430,7 @@ impl Reference {
 
 impl fmt::Display for Reference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.write_parts(f, self.tag.as_deref(), self.digest.as_ref())
+        self.write_parts(f, self.tag(), self.digest.as_ref())
     }
 }
 

@@ -97,8 +97,8 @@ impl Keychain {
             Err(why) => c.problems.push(why),
         }
         if !self.is_empty() {
-            let name = target.name();
-            c.list.extend(self.docker_config.lookup(&name));
+            let name = target.name_str();
+            c.list.extend(self.docker_config.lookup(name));
             if let Some(h) = &self.helpers {
                 match Box::pin(h.credential(target.domain())).await {
                     Ok(Some(found)) => c.list.push(found),
@@ -107,7 +107,7 @@ impl Keychain {
                 }
             }
             if let Some(p) = &self.providers {
-                let got = Box::pin(p.credentials(&name, &target.to_string())).await;
+                let got = Box::pin(p.credentials(name, &target.to_string())).await;
                 c.list.extend(got.candidates);
                 c.problems.extend(got.failures);
             }

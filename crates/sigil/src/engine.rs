@@ -483,7 +483,7 @@ impl ClusterCredentials<'_> {
         match self.of {
             None => PullCredentials::default(),
             Some((ctx, store)) => PullCredentials {
-                candidates: ctx.candidates(store, &target.name()),
+                candidates: ctx.candidates(store, target.name_str()),
                 named: self.named.clone(),
             },
         }
