@@ -118,8 +118,7 @@ pub(crate) fn made_for(
     creds: &PullCredentials,
 ) -> Option<Arc<VerificationReport>> {
     let same = e.digest == *digest
-        && e.repository.path() == repo.path()
-        && e.repository.domain() == repo.domain()
+        && e.repository.name_str() == repo.name_str()
         && e.identities.len() == creds.candidates.len()
         && e.identities
             .iter()

@@ -432,8 +432,7 @@ impl<S: ArtifactSource + 'static> Verifier<S> {
     ) -> Option<Arc<VerificationReport>> {
         let r = self
             .cache
-            .get(key)
-            .and_then(|e| made_for(&e, repo, digest, verification, creds))?;
+            .get_with(key, |e| made_for(e, repo, digest, verification, creds))?;
         self.observer.cache(true);
         Some(r)
     }

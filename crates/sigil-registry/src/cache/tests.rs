@@ -145,6 +145,28 @@ fn a_full_shard_evicts_what_was_not_read_since_the_hand_passed() {
     assert_eq!(cache.get(&same[2]), Some(2));
 }
 
+/// `get_with` answers what its reader makes of a live entry; an entry the
+/// reader turns down is not counted as read, so the hand may evict it.
+#[test]
+fn a_read_under_the_lock_answers_what_the_reader_keeps() {
+    let cache: Cache<(u32, &'static str)> = Cache::new(SHARDS as u64, Duration::from_secs(60));
+    let same: Vec<Key> = (0..2000u16)
+        .map(key)
+        .filter(|k| k[8] as usize & (SHARDS - 1) == 0)
+        .take(3)
+        .collect();
+    cache.insert(same[0], (7, "made for a"));
+    cache.insert(same[1], (8, "made for b"));
+    assert_eq!(cache.get_with(&same[0], |v| Some(v.0)), Some(7));
+    assert_eq!(cache.get_with(&same[1], |_| None::<u32>), None);
+    assert_eq!(cache.get_with(&key(1), |v| Some(v.0)), None, "absent");
+    cache.insert(same[2], (9, "made for c"));
+    assert_eq!(cache.get(&same[0]), Some((7, "made for a")), "read: kept");
+    assert_eq!(cache.get(&same[1]), None, "turned down, not read: evicted");
+    cache.insert_for(same[2], (9, "made for c"), Duration::ZERO);
+    assert_eq!(cache.get_with(&same[2], |v| Some(v.0)), None, "past its life");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_misses_of_one_key_load_once() {
     let cache = Arc::new(Cache::<u32>::new(100, Duration::from_secs(60)));
