@@ -14,8 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use sigil_core::walker::{ObjectSummary, Walked};
 use sigil_core::{
     DigestResolver, FieldVerdict, Mode, ObjectFacts, ObjectRef, ObjectVerdict, Operation, Outcome,
@@ -25,6 +24,9 @@ use sigil_core::{
 pub use crate::decisionlog::Verdict;
 use crate::engine::Engine;
 use crate::metrics::Metrics;
+
+mod out;
+use out::{JsonPatch, ResponseOut, ReviewOut, StatusOut};
 
 /// Bodies larger than this are refused (kube-apiserver's own request limit is 3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 << 20;
@@ -84,39 +86,6 @@ struct RequestIn {
 struct Gvk {
     #[serde(default)]
     kind: String,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewOut<'a> {
-    api_version: &'a str,
-    kind: &'static str,
-    response: ResponseOut,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ResponseOut {
-    uid: String,
-    allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    /// base64 of the JSONPatch bytes, as kube-apiserver expects.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    warnings: Vec<String>,
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    audit_annotations: std::collections::BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<StatusOut>,
-}
-
-#[derive(Debug, Serialize)]
-struct StatusOut {
-    code: u16,
-    reason: &'static str,
-    message: String,
 }
 
 /// The webhook handler. One per process, shared by every connection.
@@ -187,8 +156,11 @@ impl<R: DigestResolver> Webhook<R> {
         body: &[u8],
         deadline: Instant,
     ) -> Result<(Vec<u8>, Verdict), BadReview> {
+        // The body is checked as UTF-8 once (JSON is UTF-8, RFC 8259),
+        // then parsed as text: parsing bytes checked each string on its own.
+        let text = std::str::from_utf8(body).map_err(|e| BadReview::Malformed(e.to_string()))?;
         let review: ReviewIn =
-            serde_json::from_slice(body).map_err(|e| BadReview::Malformed(e.to_string()))?;
+            serde_json::from_str(text).map_err(|e| BadReview::Malformed(e.to_string()))?;
         let api_version = review.api_version.unwrap_or_default();
         if api_version != "admission.k8s.io/v1" && api_version != "admission.k8s.io/v1beta1" {
             return Err(BadReview::Version(api_version));
@@ -261,9 +233,8 @@ impl<R: DigestResolver> Webhook<R> {
             response: resp,
         };
         // Sized once: the answer is the patch plus a few hundred bytes.
-        let guess = 384 + out.response.patch.as_ref().map_or(0, String::len);
-        let mut bytes = Vec::with_capacity(guess);
-        serde_json::to_writer(&mut bytes, &out).map_err(|e| BadReview::Malformed(e.to_string()))?;
+        let mut bytes = Vec::with_capacity(out::size_hint(&out));
+        out::write_review(&mut bytes, &out);
         Ok((bytes, verdict))
     }
 
@@ -372,7 +343,7 @@ impl<R: DigestResolver> Webhook<R> {
             let mut bytes = Vec::new();
             sigil_core::patch::write_patch(&mut bytes, &changes);
             resp.patch_type = Some("JSONPatch");
-            resp.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+            resp.patch = Some(JsonPatch(bytes));
             resp.audit_annotations.insert("images".into(), audit);
             verdict.decision = "patched";
         } else if !changes.is_empty() {
@@ -544,7 +515,7 @@ mod proptests {
             let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
             prop_assert_eq!(v["response"]["uid"].as_str(), Some(junk.as_str()));
             if let Some(p) = v["response"]["patch"].as_str() {
-                let patch: json_patch::Patch = serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(p).unwrap()).unwrap();
+                let patch: json_patch::Patch = serde_json::from_slice(&base64::Engine::decode(&base64::engine::general_purpose::STANDARD, p).unwrap()).unwrap();
                 let mut req: serde_json::Value = serde_json::from_slice(&body).unwrap();
                 json_patch::patch(&mut req["request"]["object"], &patch).unwrap();
                 let again = serde_json::to_vec(&req).unwrap();
