@@ -164,7 +164,11 @@ fn a_read_under_the_lock_answers_what_the_reader_keeps() {
     assert_eq!(cache.get(&same[0]), Some((7, "made for a")), "read: kept");
     assert_eq!(cache.get(&same[1]), None, "turned down, not read: evicted");
     cache.insert_for(same[2], (9, "made for c"), Duration::ZERO);
-    assert_eq!(cache.get_with(&same[2], |v| Some(v.0)), None, "past its life");
+    assert_eq!(
+        cache.get_with(&same[2], |v| Some(v.0)),
+        None,
+        "past its life"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
