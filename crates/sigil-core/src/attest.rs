@@ -18,6 +18,9 @@ use std::sync::Arc;
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
 
+pub mod cost;
+pub use cost::{CONDITION_BUDGET, Cost, ENTRY_BUDGET};
+
 /// Longest condition expression accepted, in bytes.
 pub const MAX_EXPRESSION_BYTES: usize = 4096;
 /// Deepest nesting of comprehensions (`all`, `exists`, `map`, `filter`): one
@@ -81,6 +84,8 @@ pub struct Statement {
     /// The whole statement as CEL reads it (`statement` in a condition):
     /// built straight from the JSON in one pass, shared by every evaluation.
     cel: cel::Value,
+    /// The payload's size: what a condition's cost bound is taken at.
+    bytes: usize,
 }
 
 impl PartialEq for Statement {
@@ -101,6 +106,11 @@ fn text<'v>(v: &'v cel::Value, field: &str) -> Option<&'v str> {
 }
 
 impl Statement {
+    /// The payload's size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// Parses a DSSE payload, refusing one over `limit` bytes.
     pub fn parse(payload: &[u8], limit: usize) -> Result<Statement, AttestError> {
         Statement::parse_with(payload, limit, &Reads::All)
@@ -167,6 +177,7 @@ impl Statement {
             predicate_type,
             subjects,
             cel,
+            bytes: payload.len(),
         })
     }
 
@@ -216,6 +227,8 @@ pub struct Condition {
     program: Arc<cel::Program>,
     /// Which parts of the predicate it reads.
     reads: Reads,
+    /// What evaluating it may cost ([`cost`]).
+    pub cost: Cost,
 }
 
 /// Which top-level fields of the predicate conditions read: a statement is
@@ -348,12 +361,14 @@ impl Condition {
                 "comprehensions (all, exists, map, filter) nest {depth} deep; at most {MAX_COMPREHENSION_DEPTH} is allowed, so evaluation stays linear in the statement's size"
             )));
         }
+        let cost = cost::estimate(program.expression()).map_err(refuse)?;
         let reads = Reads::of(program.expression());
         Ok(Condition {
             expression: expression.to_owned(),
             message: message.filter(|m| !m.is_empty()),
             program: Arc::new(program),
             reads,
+            cost,
         })
     }
 }
@@ -376,7 +391,7 @@ fn comprehension_depth(e: &IdedExpr) -> usize {
     }
 }
 
-fn entry_exprs(e: &EntryExpr) -> Vec<&IdedExpr> {
+pub(crate) fn entry_exprs(e: &EntryExpr) -> Vec<&IdedExpr> {
     match e {
         EntryExpr::StructField(f) => vec![&f.value],
         EntryExpr::MapEntry(m) => vec![&m.key, &m.value],
@@ -490,10 +505,30 @@ pub fn evaluate(conditions: &[Condition], ev: &Evidence<'_>, now: i64) -> Vec<Co
             )),
         );
     }
+    // Each condition's bound at this statement's real size, and what all of
+    // them may spend together: what does not fit is not evaluated.
+    let mut spent: u64 = 0;
     conditions
         .iter()
         .map(|c| {
-            let outcome = if broken.is_empty() {
+            let bound = c.cost.at(s.bytes);
+            spent = spent.saturating_add(bound);
+            let over = if bound > CONDITION_BUDGET {
+                Some(format!(
+                    "not evaluated: on this {}-byte statement it may cost {bound} evaluation steps, over the budget of {CONDITION_BUDGET} per condition",
+                    s.bytes
+                ))
+            } else if spent > ENTRY_BUDGET {
+                Some(format!(
+                    "not evaluated: with the conditions before it, on this {}-byte statement, it may cost {spent} evaluation steps, over the budget of {ENTRY_BUDGET} per attestation",
+                    s.bytes
+                ))
+            } else {
+                None
+            };
+            let outcome = if let Some(over) = over {
+                Err(over)
+            } else if broken.is_empty() {
                 match c.program.execute(&ctx) {
                     Ok(cel::Value::Bool(b)) => Ok(b),
                     Ok(other) => Err(format!("evaluates to {}, not a bool", show(&other))),

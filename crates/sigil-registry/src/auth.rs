@@ -73,7 +73,7 @@ impl CredentialSource {
             CredentialSource::Anonymous => Ok(None),
             CredentialSource::PasswordFile { username, path } => {
                 let pw = Zeroizing::new(
-                    std::fs::read_to_string(path)
+                    crate::file::read_text(std::path::Path::new(path), crate::file::MAX_PEM_BYTES)
                         .map_err(|e| format!("cannot read passwordFile {path}: {e}"))?,
                 );
                 Ok(Some(Credential::basic(
@@ -83,7 +83,7 @@ impl CredentialSource {
             }
             CredentialSource::DockerConfig { path } => {
                 let text = Zeroizing::new(
-                    std::fs::read(path)
+                    crate::file::read(std::path::Path::new(path), crate::file::MAX_CONFIG_BYTES)
                         .map_err(|e| format!("cannot read dockerConfig {path}: {e}"))?,
                 );
                 docker_config_lookup(&text, host).map_err(|e| format!("dockerConfig {path}: {e}"))

@@ -34,6 +34,10 @@ pub const DEFAULT_TRANSFERS: usize = 4;
 /// Bytes read from origins and not yet taken by mirrors, across all copies
 /// (`--mirror-copy-max-bytes-in-flight`).
 pub const DEFAULT_BYTES_IN_FLIGHT: usize = 16 << 20;
+/// The most one copy may move (`--mirror-copy-max-bytes`).
+pub const DEFAULT_MAX_COPY_BYTES: u64 = 16 << 30;
+/// The most all copies may move in an hour (`--mirror-copy-max-bytes-per-hour`).
+pub const DEFAULT_MAX_BYTES_PER_HOUR: u64 = 256 << 30;
 /// Copies under way at once; past it, a new one is refused (and retried by
 /// the next admission that needs it).
 const MAX_RUNNING: usize = 256;
@@ -48,6 +52,10 @@ pub struct Settings {
     pub transfers: usize,
     /// Bytes in flight.
     pub max_bytes_in_flight: usize,
+    /// Bytes one copy may move: a larger image is not copied.
+    pub max_copy_bytes: u64,
+    /// Bytes all copies may move in an hour (a rolling window by the hour).
+    pub max_bytes_per_hour: u64,
 }
 
 impl Default for Settings {
@@ -55,6 +63,8 @@ impl Default for Settings {
         Settings {
             transfers: DEFAULT_TRANSFERS,
             max_bytes_in_flight: DEFAULT_BYTES_IN_FLIGHT,
+            max_copy_bytes: DEFAULT_MAX_COPY_BYTES,
+            max_bytes_per_hour: DEFAULT_MAX_BYTES_PER_HOUR,
         }
     }
 }
@@ -96,6 +106,8 @@ impl Copies {
                 transfers: Arc::new(Semaphore::new(s.transfers.max(1))),
                 bytes: Arc::new(Semaphore::new(cap)),
                 cap,
+                max_copy_bytes: s.max_copy_bytes,
+                per_hour: walk::Window::new(s.max_bytes_per_hour),
             }),
             jobs: Default::default(),
         }
@@ -259,7 +271,11 @@ impl Registry {
             limits: &limits,
             moved,
         };
-        let copied = walk.image(&reference).await?;
+        // Pinned by digest with a tag (`name:tag@sha256:…`, what an
+        // admission's copy reads: the digest it verified): that digest is
+        // copied, and tagged in the mirror.
+        let tag = origin.digest().and(origin.tag());
+        let copied = walk.image(&reference, tag).await?;
         Ok((copied.digest, copied.body))
     }
 

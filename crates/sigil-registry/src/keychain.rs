@@ -47,9 +47,11 @@ impl Keychain {
     ) -> Result<Keychain, RegistryError> {
         let mut k = Keychain::default();
         if let Some(path) = docker_config {
-            let bytes = std::fs::read(path).map_err(|e| RegistryError::Credentials {
-                source_name: path.display().to_string(),
-                detail: e.to_string(),
+            let bytes = crate::file::read(path, crate::file::MAX_CONFIG_BYTES).map_err(|e| {
+                RegistryError::Credentials {
+                    source_name: path.display().to_string(),
+                    detail: e.to_string(),
+                }
             })?;
             let bad = |detail: String| RegistryError::Credentials {
                 source_name: path.display().to_string(),

@@ -228,6 +228,59 @@ pub fn entries(
         .collect()
 }
 
+/// At most this many attestation checks (CEL conditions) run at once, on
+/// threads of their own: however many Pods a team sends with costly
+/// conditions, the server's async workers keep answering everyone else.
+fn cel_slots() -> &'static tokio::sync::Semaphore {
+    static SLOTS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    SLOTS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        tokio::sync::Semaphore::new(cores.div_ceil(2).max(1))
+    })
+}
+
+/// [`entries`] off the async workers (a blocking thread, one of a bounded
+/// few), answered by `deadline`: past it, the admission gets a timeout
+/// (transient, so not cached) while the evaluation finishes on its own —
+/// its cost is bounded by the conditions' budget ([`sigil_core::attest::cost`]).
+#[allow(clippy::too_many_arguments)]
+pub async fn entries_off_workers(
+    requirements: Vec<AttestationRequirement>,
+    set: std::sync::Arc<crate::material::LoadedSet>,
+    found: Vec<Result<Attestation, ArtifactError>>,
+    repository: String,
+    digest: String,
+    now: i64,
+    deadline: std::time::Instant,
+) -> Result<Vec<EntryOutcome>, sigil_core::ResolveFailure> {
+    if requirements.is_empty() {
+        return Ok(Vec::new());
+    }
+    let budget = deadline.saturating_duration_since(std::time::Instant::now());
+    let timeout = || sigil_core::ResolveFailure::Timeout { budget };
+    let run = async {
+        let permit = cel_slots().acquire().await.map_err(|_| timeout())?;
+        let task = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            entries(
+                &requirements,
+                &set.attestors,
+                &found,
+                &repository,
+                &digest,
+                now,
+            )
+        });
+        task.await
+            .map_err(|_| sigil_core::ResolveFailure::Unreachable {
+                detail: "the attestation check failed unexpectedly".into(),
+            })
+    };
+    tokio::time::timeout_at(deadline.into(), run)
+        .await
+        .unwrap_or_else(|_| Err(timeout()))
+}
+
 fn entry(
     req: &AttestationRequirement,
     loaded: &[Loaded],

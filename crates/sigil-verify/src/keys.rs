@@ -219,7 +219,11 @@ pub fn pem_text(value: &str) -> Result<String, VerifyError> {
     if value.contains("-----BEGIN ") {
         return Ok(value.to_owned());
     }
-    std::fs::read_to_string(value.trim()).map_err(|e| VerifyError::File {
+    sigil_registry::file::read_text(
+        std::path::Path::new(value.trim()),
+        sigil_registry::file::MAX_PEM_BYTES,
+    )
+    .map_err(|e| VerifyError::File {
         path: value.trim().to_owned(),
         detail: e.to_string(),
     })
@@ -230,6 +234,14 @@ mod tests {
     use super::*;
 
     const ALICE: &str = include_str!("../tests/vectors/cosign/alice.key");
+
+    /// A platform's policy may name files; each goes through the bounded
+    /// reader, so a device or a huge file is a clear error, never a hang.
+    #[test]
+    fn a_key_file_that_is_a_device_is_refused_not_read() {
+        let e = pem_text("/dev/zero").unwrap_err().to_string();
+        assert!(e.starts_with("/dev/zero: not a regular file"), "{e}");
+    }
 
     #[test]
     fn reads_cosign_public_keys() {

@@ -357,14 +357,20 @@ impl<S: ArtifactSource + 'static> Verifier<S> {
                         r = evaluate(v, &loaded.verifiers, &a, digest.as_str(), unix_now());
                     }
                 }
-                r.attestations = attest::entries(
-                    &v.attestations,
-                    &loaded.attestors,
-                    &a.attestations,
-                    &repo.name(),
-                    digest.as_str(),
+                match attest::entries_off_workers(
+                    v.attestations.clone(),
+                    loaded.clone(),
+                    a.attestations,
+                    repo.name(),
+                    digest.as_str().to_owned(),
                     now,
-                );
+                    deadline,
+                )
+                .await
+                {
+                    Ok(entries) => r.attestations = entries,
+                    Err(failure) => r.fetch_failure = Some(failure),
+                }
                 for e in &r.attestations {
                     let result = if e.passed() { "passed" } else { "failed" };
                     self.observer

@@ -141,23 +141,13 @@ impl Material {
     /// watcher can notice a rotated key or trust root.
     pub fn files(policy: &Policy) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
-        let mut add = |v: &str| {
-            if !v.contains("-----BEGIN ") && !out.iter().any(|o| o == v.trim()) {
-                out.push(v.trim().to_owned());
-            }
-        };
         for (_, v) in policy.verifications() {
             let attestors = v.attestations.iter().flat_map(|a| &a.attestors);
             for spec in v.verifiers.iter().chain(attestors) {
-                if let Some(c) = &spec.cosign {
-                    c.key.as_deref().into_iter().for_each(&mut add);
-                    c.trusted_root.as_deref().into_iter().for_each(&mut add);
-                }
-                if let Some(n) = &spec.notation {
-                    n.trust_roots
-                        .iter()
-                        .chain(&n.tsa_roots)
-                        .for_each(|r| add(r));
+                for (_, path) in spec.files() {
+                    if !out.iter().any(|o| o == path) {
+                        out.push(path.to_owned());
+                    }
                 }
             }
         }
@@ -280,14 +270,16 @@ fn load_one(
         (Some(t), _) | (None, Some(t)) => t,
         (None, None) => {
             let t = Arc::new(match &c.trusted_root {
-                Some(path) => {
-                    TrustedRoot::from_json(&std::fs::read_to_string(path).map_err(|e| {
-                        VerifyError::File {
-                            path: path.clone(),
-                            detail: e.to_string(),
-                        }
-                    })?)?
-                }
+                Some(path) => TrustedRoot::from_json(
+                    &sigil_registry::file::read_text(
+                        std::path::Path::new(path.trim()),
+                        sigil_registry::file::MAX_CONFIG_BYTES,
+                    )
+                    .map_err(|e| VerifyError::File {
+                        path: path.clone(),
+                        detail: e.to_string(),
+                    })?,
+                )?,
                 // Pre-seeded with the roots in force; never reached.
                 None => TrustedRoot::public_good()?,
             });

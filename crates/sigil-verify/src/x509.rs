@@ -104,6 +104,73 @@ pub fn verify_chain_revocation(
     }
 }
 
+/// One certificate of a verified path (DER) and its issuer's
+/// SubjectPublicKeyInfo (DER).
+pub type PathLink = (Vec<u8>, Vec<u8>);
+
+/// The path `leaf` verifies on to `roots` at `at`: each certificate of it
+/// (the leaf, then the intermediates webpki used, in order towards the
+/// anchor) with its issuer's SubjectPublicKeyInfo (DER). Certificates a
+/// chain carries beside the path are not in it: whatever they name (CRL
+/// distribution points) was not vouched for by the trust store.
+pub fn verified_path(
+    leaf: &[u8],
+    intermediates: &[Vec<u8>],
+    roots: &[Vec<u8>],
+    at: i64,
+) -> Result<Vec<PathLink>, String> {
+    let leaf_der = CertificateDer::from(leaf);
+    let ee = EndEntityCert::try_from(&leaf_der).map_err(|e| format!("{e:?}"))?;
+    let root_ders: Vec<CertificateDer<'_>> = roots
+        .iter()
+        .map(|r| CertificateDer::from(r.as_slice()))
+        .collect();
+    let anchors: Vec<_> = root_ders
+        .iter()
+        .filter_map(|r| webpki::anchor_from_trusted_cert(r).ok())
+        .collect();
+    let inter: Vec<CertificateDer<'_>> = intermediates
+        .iter()
+        .map(|c| CertificateDer::from(c.as_slice()))
+        .collect();
+    let time = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
+        u64::try_from(at).map_err(|_| "time before 1970".to_owned())?,
+    ));
+    let path = ee
+        .verify_for_usage(
+            ALGS,
+            &anchors,
+            &inter,
+            time,
+            KeyUsage::required_if_present(CODE_SIGNING),
+            None,
+            None,
+        )
+        .map_err(|e| format!("{e:?}"))?;
+    let mut certs: Vec<Vec<u8>> = vec![leaf.to_vec()];
+    certs.extend(
+        path.intermediate_certificates()
+            .map(|c| c.der().as_ref().to_vec()),
+    );
+    let anchor_subject = path.anchor().subject.as_ref();
+    let root = anchors
+        .iter()
+        .zip(roots)
+        .find(|(a, _)| a.subject.as_ref() == anchor_subject)
+        .map(|(_, r)| r.clone())
+        .ok_or("the trust anchor is not among the roots")?;
+    certs.push(root);
+    let spki = |der: &[u8]| -> Result<Vec<u8>, String> {
+        X509Certificate::from_der(der)
+            .map(|(_, c)| c.public_key().raw.to_vec())
+            .map_err(|e| format!("certificate does not parse: {e}"))
+    };
+    certs
+        .windows(2)
+        .map(|w| Ok((w[0].clone(), spki(&w[1])?)))
+        .collect()
+}
+
 fn build_path(
     leaf: &[u8],
     intermediates: &[Vec<u8>],

@@ -89,12 +89,18 @@ impl Pki {
     }
 
     fn cache(&self, revoked: &[u64], from: i64, until: i64) -> Arc<Crls> {
-        let c = Arc::new(Crls::default());
+        let c = Arc::new(loopback_crls());
         let (r, i) = self.crls(revoked, from, until);
         c.insert(&self.root_crl, Crl::parse(&r).unwrap(), NOW);
         c.insert(&self.inter_crl, Crl::parse(&i).unwrap(), NOW);
         c
     }
+}
+
+/// A CRL cache whose fetches may reach the test's CRL servers on loopback
+/// (refused by default: docs/security.md).
+fn loopback_crls() -> Crls {
+    Crls::with_allowed(vec!["127.0.0.0/8".parse().unwrap()])
 }
 
 fn spec(level: NotationLevel) -> NotationSpec {
@@ -302,7 +308,7 @@ fn a_stale_or_missing_or_foreign_crl_leaves_revocation_unknown() {
         .unwrap_err();
     assert!(matches!(e, SignatureProblem::Revoked { .. }), "{e}");
     // Never fetched: unknown, and the URL is now wanted.
-    let empty = Arc::new(Crls::default());
+    let empty = Arc::new(loopback_crls());
     let e = pki
         .check(&strict, vec![], Some(empty.clone()))
         .check(&env, DIGEST, NOW)
@@ -313,7 +319,7 @@ fn a_stale_or_missing_or_foreign_crl_leaves_revocation_unknown() {
         Lookup::Missing(_)
     ));
     // A CRL at the distribution point from another CA speaks for nobody here.
-    let foreign = Arc::new(Crls::default());
+    let foreign = Arc::new(loopback_crls());
     let other = Ca::root("someone else");
     foreign.insert(
         &pki.inter_crl,
@@ -349,7 +355,7 @@ async fn crls_come_from_the_distribution_points_and_outages_keep_the_last_one() 
     };
     write(&[], now + 3600);
     // The background fetcher: a lookup wakes it; the CRLs are in within seconds.
-    let crls = Arc::new(Crls::default());
+    let crls = Arc::new(loopback_crls());
     crls.start(Duration::from_secs(3600));
     let check = pki.check(&strict, vec![], Some(crls.clone()));
     assert!(
@@ -363,7 +369,7 @@ async fn crls_come_from_the_distribution_points_and_outages_keep_the_last_one() 
     }
     // The server goes dark: the CRLs fetched stay in force.
     drop(server);
-    let one_shot = Crls::default();
+    let one_shot = loopback_crls();
     for url in [&pki.root_crl, &pki.inter_crl] {
         assert!(matches!(one_shot.lookup(url, now), Lookup::Missing(_)));
     }
@@ -393,7 +399,7 @@ async fn an_unreachable_distribution_point_follows_the_level() {
         .port();
     let pki = Pki::new(&format!("http://127.0.0.1:{port}/"), None);
     let env = pki.envelope(NOW_RFC3339, None);
-    let crls = Arc::new(Crls::default());
+    let crls = Arc::new(loopback_crls());
     let strict = pki.check(&spec(NotationLevel::Strict), vec![], Some(crls.clone()));
     assert!(strict.check(&env, DIGEST, NOW).is_err());
     crls.fetch_due(NOW).await;

@@ -76,10 +76,10 @@ struct RequestIn {
     object: Option<Walked>,
     #[serde(default)]
     old_object: Option<Walked>,
-    /// dryRun requests get the same answer: sigil has no side effects
-    /// beyond its digest cache.
+    /// dryRun requests get the same answer, without side effects: no copy
+    /// into a mirror (the webhook is registered `NoneOnDryRun`).
     #[serde(default, rename = "dryRun")]
-    _dry_run: Option<bool>,
+    dry_run: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -219,7 +219,12 @@ impl<R: DigestResolver> Webhook<R> {
             old_object: old.as_ref(),
             namespace_labels: None,
         };
-        let decision = engine.decide(facts, deadline).await;
+        let effects = if req.dry_run == Some(true) {
+            crate::engine::Effects::DryRun
+        } else {
+            crate::engine::Effects::Allowed
+        };
+        let decision = engine.decide_with(facts, deadline, effects).await;
         match decision.skipped {
             Some(why) => {
                 verdict.decision = "skipped";

@@ -115,6 +115,17 @@ impl<R: DigestResolver> Engine<R> {
     /// (concurrently, so latency tracks the slowest, not the sum), and
     /// sigil-core turns the answers into the verdict.
     pub async fn decide(&self, facts: ObjectFacts<'_>, deadline: Instant) -> ObjectVerdict {
+        self.decide_with(facts, deadline, Effects::Allowed).await
+    }
+
+    /// [`Engine::decide`] for a review that may or may not have side
+    /// effects (a dry run has none: no copy into a mirror).
+    pub async fn decide_with(
+        &self,
+        facts: ObjectFacts<'_>,
+        deadline: Instant,
+        effects: Effects,
+    ) -> ObjectVerdict {
         // Labels are looked up only when a rule is limited to some namespaces.
         let looked_up = match (&self.namespaces, facts.namespace, facts.namespace_labels) {
             (Some(store), Some(ns), None) if self.policy.has_namespace_selectors() => {
@@ -131,7 +142,7 @@ impl<R: DigestResolver> Engine<R> {
         )
         .limit_lookups(self.max_lookups);
         let creds = self.cluster_credentials(plan.pull_context());
-        let (digests, served) = self.resolve_all(&plan, &creds, deadline).await;
+        let (digests, served) = self.resolve_all(&plan, &creds, deadline, effects).await;
         let (plan, reports) = if served.is_empty() {
             let reports = self
                 .verify_all(plan.verifications(&digests), &creds, deadline)
@@ -241,6 +252,7 @@ impl<R: DigestResolver> Engine<R> {
         plan: &sigil_core::ObjectPlan,
         creds: &ClusterCredentials<'_>,
         deadline: Instant,
+        effects: Effects,
     ) -> (AnswerMap<Reference, Result<Digest, ResolveFailure>>, Served) {
         let targets = plan.lookups();
         if targets.is_empty() {
@@ -253,9 +265,18 @@ impl<R: DigestResolver> Engine<R> {
             async move {
                 match failover {
                     Some((f, origin)) => {
+                        let workload = creds.for_target(origin);
+                        let vet = |o: Reference, d: Digest| -> BoxFuture<'_, Result<(), String>> {
+                            Box::pin(self.vet_origin(plan, t, o, d, creds, deadline))
+                        };
+                        let gate = crate::failover::CopyGate {
+                            dry_run: effects == Effects::DryRun,
+                            workload: &workload,
+                            vet: &vet,
+                        };
                         crate::failover::resolve(
                             &self.resolver,
-                            self.copier.as_deref(),
+                            self.copier.as_deref().map(|c| (c, &gate)),
                             t,
                             (f.as_ref(), origin),
                             platform,
@@ -286,6 +307,53 @@ impl<R: DigestResolver> Engine<R> {
         }
         (digests, served)
     }
+}
+
+impl<R: DigestResolver> Engine<R> {
+    /// Verifies `origin@digest` as the image planned at `target` would be
+    /// verified were it served from the origin: every requirement of this
+    /// admission on it (the rule's, the namespace's teams'), before a copy
+    /// may put it in a shared mirror.
+    async fn vet_origin(
+        &self,
+        plan: &sigil_core::ObjectPlan,
+        target: &Reference,
+        origin: Reference,
+        digest: Digest,
+        creds: &ClusterCredentials<'_>,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        let mut served = Served::default();
+        served.insert(target.clone(), (origin.clone(), None));
+        let plan = plan.clone().served_by(&served);
+        let mut digests = AnswerMap::default();
+        digests.insert(origin, Ok(digest.clone()));
+        let jobs: Vec<_> = plan
+            .verifications(&digests)
+            .into_iter()
+            .filter(|j| j.key.digest == digest)
+            .collect();
+        let reports = self.verify_all(jobs, creds, deadline).await;
+        let failed: Vec<String> = reports
+            .iter()
+            .filter(|(_, r)| !r.satisfied())
+            .map(|(k, r)| format!("rule {:?}: {r}", k.rule))
+            .collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed.join("; "))
+        }
+    }
+}
+
+/// Whether a review may have side effects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effects {
+    /// A review that is carried out.
+    Allowed,
+    /// `dryRun: true`: nothing outside sigil's caches may change.
+    DryRun,
 }
 
 /// Lookups served elsewhere than planned: planned target → (where, fallback).

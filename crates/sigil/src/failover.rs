@@ -8,8 +8,12 @@
 //! circuit breaker in `sigil-registry` makes it fail at once) — and the
 //! words when nothing could serve the image. With `copy: true`, an image the
 //! first mirror lacks (or serves stale) is copied into it from the origin
-//! ([`MirrorCopier`]) and waited for while a share of the deadline allows;
-//! the copy itself is `sigil-registry`'s. What a plan means, and which
+//! ([`MirrorCopier`]) and waited for while a share of the deadline allows —
+//! only when the [`CopyGate`] holds: not a dry run, the admitting workload
+//! can pull the origin with its own credentials, and the origin's digest
+//! passes the image's verification there (a shared mirror never receives
+//! what its reader could not have pulled, nor what would be denied); the
+//! copy itself is `sigil-registry`'s. What a plan means, and which
 //! mirrors exist, is sigil-core's ([`sigil_core::policy::Failover`]).
 
 use std::sync::Arc;
@@ -48,6 +52,16 @@ fn with_detail(f: &ResolveFailure, detail: String) -> ResolveFailure {
 
 /// Copies an image from its origin into a mirror (the registry client).
 pub trait MirrorCopier: Send + Sync {
+    /// Resolves `origin` with the workload's own credentials only (its pull
+    /// secrets, then anonymous; never sigil's): what the workload could pull.
+    fn probe<'a>(
+        &'a self,
+        origin: &'a Reference,
+        platform: Option<&'a Platform>,
+        workload: &'a PullCredentials,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Digest, ResolveFailure>>;
+
     /// Starts or joins the copy of `origin` into `mirror`; waits until
     /// `wait_until`, after which the copy goes on in the background.
     fn copy<'a>(
@@ -60,6 +74,16 @@ pub trait MirrorCopier: Send + Sync {
 }
 
 impl MirrorCopier for sigil_registry::Registry {
+    fn probe<'a>(
+        &'a self,
+        origin: &'a Reference,
+        platform: Option<&'a Platform>,
+        workload: &'a PullCredentials,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Digest, ResolveFailure>> {
+        Box::pin(self.resolve_as_workload(origin, platform, workload, deadline))
+    }
+
     fn copy<'a>(
         &'a self,
         origin: &'a Reference,
@@ -73,6 +97,68 @@ impl MirrorCopier for sigil_registry::Registry {
     }
 }
 
+/// Verifies `origin@digest` under every requirement the image has in this
+/// admission: `Err(why)` when it does not pass.
+pub type Vet<'a> =
+    dyn Fn(Reference, Digest) -> BoxFuture<'a, Result<(), String>> + Send + Sync + 'a;
+
+/// What must hold before an admission writes into a shared mirror.
+pub struct CopyGate<'a> {
+    /// The review is a dry run: it has no side effects (the webhook is
+    /// registered `sideEffects: NoneOnDryRun`).
+    pub dry_run: bool,
+    /// The admitting workload's own pull credentials.
+    pub workload: &'a PullCredentials,
+    /// The image's verification, run on the origin's digest.
+    pub vet: &'a Vet<'a>,
+}
+
+impl std::fmt::Debug for CopyGate<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CopyGate")
+            .field("dry_run", &self.dry_run)
+            .field("workload", &self.workload.named)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether the copy of `origin` may run, and what to copy: the origin
+/// pinned to the digest that was checked (so a tag moved meanwhile is not
+/// what lands in the mirror).
+async fn vetted(
+    copier: &dyn MirrorCopier,
+    gate: &CopyGate<'_>,
+    origin: &Reference,
+    platform: Option<&Platform>,
+    deadline: Instant,
+) -> Result<Reference, String> {
+    if gate.dry_run {
+        return Err("a dry run has no side effects".into());
+    }
+    let cannot_pull = |e: ResolveFailure| {
+        format!(
+            "the workload's own pull secrets cannot pull {origin} ({e}); sigil copies into a shared mirror only what the admitting workload could pull itself"
+        )
+    };
+    // The index (or manifest) that will be copied, and the digest that will
+    // run, both as the workload would see them.
+    let copied = copier
+        .probe(origin, None, gate.workload, deadline)
+        .await
+        .map_err(cannot_pull)?;
+    let running = match platform {
+        None => copied.clone(),
+        Some(p) => copier
+            .probe(origin, Some(p), gate.workload, deadline)
+            .await
+            .map_err(cannot_pull)?,
+    };
+    (gate.vet)(origin.clone(), running)
+        .await
+        .map_err(|why| format!("the origin's digest does not pass verification: {why}"))?;
+    Ok(origin.pinned(copied))
+}
+
 /// The share of what is left of the deadline an admission waits for a copy:
 /// the rest stays for verifying the copied image, or falling back.
 fn copy_wait(now: Instant, deadline: Instant) -> Instant {
@@ -83,7 +169,7 @@ fn copy_wait(now: Instant, deadline: Instant) -> Instant {
 #[allow(clippy::too_many_arguments)]
 pub async fn resolve<R: DigestResolver>(
     resolver: &R,
-    copier: Option<&dyn MirrorCopier>,
+    copier: Option<(&dyn MirrorCopier, &CopyGate<'_>)>,
     primary: &Reference,
     (f, origin_image): (&Failover, &Reference),
     platform: Option<&Platform>,
@@ -168,31 +254,37 @@ pub async fn resolve<R: DigestResolver>(
                     ),
                 );
             }
-            Some(c) => match c
-                .copy(o, primary, platform, copy_wait(Instant::now(), deadline))
-                .await
-            {
-                CopyAnswer::Copied(d) => {
-                    return Resolved {
-                        by: primary.clone(),
-                        result: Ok(d),
-                        fallback: None,
-                    };
+            Some((c, gate)) => match vetted(c, gate, o, platform, deadline).await {
+                Err(why) => {
+                    *first =
+                        with_detail(first, format!("{said}; not copied from the origin: {why}"));
                 }
-                CopyAnswer::Underway(since) => {
-                    *first = ResolveFailure::NotFound {
-                        detail: format!(
-                            "not in the mirror yet: a copy from the origin is under way (for {}); admissions find it there once it is done",
-                            round(since)
-                        ),
-                    };
-                }
-                CopyAnswer::Failed(e) => {
-                    *first = with_detail(
-                        first,
-                        format!("{said}; the copy from the origin failed: {e}"),
-                    );
-                }
+                Ok(o) => match c
+                    .copy(&o, primary, platform, copy_wait(Instant::now(), deadline))
+                    .await
+                {
+                    CopyAnswer::Copied(d) => {
+                        return Resolved {
+                            by: primary.clone(),
+                            result: Ok(d),
+                            fallback: None,
+                        };
+                    }
+                    CopyAnswer::Underway(since) => {
+                        *first = ResolveFailure::NotFound {
+                            detail: format!(
+                                "not in the mirror yet: a copy from the origin is under way (for {}); admissions find it there once it is done",
+                                round(since)
+                            ),
+                        };
+                    }
+                    CopyAnswer::Failed(e) => {
+                        *first = with_detail(
+                            first,
+                            format!("{said}; the copy from the origin failed: {e}"),
+                        );
+                    }
+                },
             },
         }
     }

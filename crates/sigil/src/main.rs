@@ -18,6 +18,17 @@ mod cmd;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Internal networks (CIDR, comma-separated) that notation CRL fetches
+    /// may reach. By default a CRL distribution point on a loopback,
+    /// link-local, private or other internal address is refused, so a
+    /// certificate cannot point sigil at the cluster's own services.
+    #[arg(
+        long,
+        global = true,
+        env = "SIGIL_CRL_ALLOW_NETWORKS",
+        value_delimiter = ','
+    )]
+    crl_allow_networks: Vec<ipnet::IpNet>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -88,6 +99,7 @@ fn main() -> ExitCode {
     } else {
         Cli::parse()
     };
+    sigil_verify::crl::fetch::allow_networks(cli.crl_allow_networks);
     let result = match cli.command {
         Command::Serve(args) => cmd::serve::run(*args),
         Command::Pin(args) => cmd::pin::run(args),

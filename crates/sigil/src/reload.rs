@@ -10,7 +10,7 @@
 //! and counted; the previous policy stays in force. It does not watch
 //! certificates (see `tls`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,14 +29,36 @@ pub const POLL: Duration = Duration::from_secs(2);
 /// The contents of every file the policy's verifiers read (unreadable files
 /// count as empty), to notice rotations.
 async fn material_bytes(policy: &Policy) -> Vec<u8> {
-    let mut out = Vec::new();
-    for f in sigil_verify::Material::files(policy) {
-        out.extend_from_slice(f.as_bytes());
-        out.push(0);
-        out.extend(tokio::fs::read(&f).await.unwrap_or_default());
-        out.push(0);
-    }
-    out
+    let files = sigil_verify::Material::files(policy);
+    let read = move || {
+        let mut out = Vec::new();
+        for f in files {
+            out.extend_from_slice(f.as_bytes());
+            out.push(0);
+            out.extend(
+                sigil_registry::file::read(Path::new(&f), sigil_registry::file::MAX_CONFIG_BYTES)
+                    .unwrap_or_default(),
+            );
+            out.push(0);
+        }
+        out
+    };
+    tokio::task::spawn_blocking(read).await.unwrap_or_default()
+}
+
+/// The policy file's bytes, through the one bounded reader.
+async fn read_policy(path: &Path) -> Result<Vec<u8>, sigil_registry::file::FileError> {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || {
+        sigil_registry::file::read(&path, sigil_registry::file::MAX_CONFIG_BYTES)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(sigil_registry::file::FileError::Io {
+            path: String::new(),
+            source: std::io::Error::other(e),
+        })
+    })
 }
 
 /// Watches `path` forever; `seen` is the content the running policy came from.
@@ -49,7 +71,7 @@ pub async fn watch_policy(
     let mut seen_material = material_bytes(&live.webhook.engine().policy).await;
     loop {
         tokio::time::sleep(POLL).await;
-        let bytes = match tokio::fs::read(&path).await {
+        let bytes = match read_policy(&path).await {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "cannot read the policy file; keeping the policy in force");

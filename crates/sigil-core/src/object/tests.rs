@@ -430,3 +430,50 @@ fn an_object_needing_more_lookups_than_the_limit_is_denied_unlooked_up() {
         assert!(finding.denial.why().contains("limit of 4"));
     }
 }
+
+/// Found by the boundaries review: `cosign: {key: /dev/zero}` in one
+/// namespace's ImagePolicy made every replica read without end. A team
+/// names keys and certificates inline or by keyRef; any file path — in a
+/// verifier or an inline attestor — is refused at load, naming the field,
+/// without the file ever being opened (so the error says nothing about
+/// sigil's filesystem either).
+#[test]
+fn a_team_policy_naming_a_file_is_refused_before_any_file_is_read() {
+    let pem = "-----BEGIN PUBLIC KEY-----\\nMFkw\\n-----END PUBLIC KEY-----";
+    for (field, verifier) in [
+        (
+            "cosign.key",
+            "{name: v, cosign: {key: /dev/zero}}".to_owned(),
+        ),
+        (
+            "cosign.trustedRoot",
+            "{name: v, cosign: {keyless: {issuer: i, subject: s}, trustedRoot: /etc/shadow}}"
+                .to_owned(),
+        ),
+        (
+            "notation.trustRoots",
+            "{name: v, notation: {trustRoots: [/var/run/secrets/x]}}".to_owned(),
+        ),
+        (
+            "notation.tsaRoots",
+            format!("{{name: v, notation: {{trustRoots: [\"{pem}\"], tsaRoots: [/dev/zero]}}}}"),
+        ),
+    ] {
+        for rule in [
+            format!("{{name: r, match: ['**'], verify: [{verifier}]}}"),
+            format!(
+                "{{name: r, match: ['**'], attestations: [{{name: a, predicateType: slsaprovenance1, attestors: [{verifier}]}}]}}"
+            ),
+        ] {
+            let text = format!(
+                "apiVersion: sigil.dev/v1alpha1\nkind: ClusterImagePolicy\nmetadata: {{name: p}}\nspec:\n  rules: [{{name: all, match: ['**']}}]\n---\napiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {{name: t, namespace: team-a}}\nspec:\n  rules: [{rule}]\n"
+            );
+            let err = Policy::from_documents(&text).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("{field} names a file"))
+                    && err.contains("inline (PEM) or by keyRef"),
+                "{field}: {err}"
+            );
+        }
+    }
+}

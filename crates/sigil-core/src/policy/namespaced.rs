@@ -195,6 +195,18 @@ impl NamespacePolicy {
                         message: format!("{who}: rule {:?}: {e}", r.name.value),
                     }
                 })?;
+                // Files on sigil's filesystem are the platform's: a team that
+                // could name one could make every replica read /dev/zero, or
+                // learn which files exist there from the error.
+                if let Some((field, _)) = v.files().first() {
+                    return Err(PolicyError::Invalid {
+                        line: None,
+                        message: format!(
+                            "{who}: rule {:?}: verifier {:?}: {field} names a file; a namespaced ImagePolicy gives keys and certificates inline (PEM) or by keyRef (a ConfigMap or Secret in its namespace); files on sigil's filesystem are the platform's (ClusterImagePolicy)",
+                            r.name.value, v.name
+                        ),
+                    });
+                }
             }
         }
         let mut rules = Vec::with_capacity(spec.rules.len());

@@ -156,6 +156,36 @@ fn compile(
                 n
             }
         };
+        // What cannot fit the budget on the largest statement the entry
+        // accepts is refused now (as Kubernetes refuses a CRD rule whose
+        // estimated cost exceeds its budget), naming the field to lower.
+        let mut total: u64 = 0;
+        for (c, spec) in conditions.iter().zip(&s.conditions) {
+            let bound = c.cost.at(max_bytes);
+            total = total.saturating_add(bound);
+            let too_much = if bound > crate::attest::CONDITION_BUDGET {
+                Some(format!(
+                    "may cost {bound} evaluation steps on a statement of maxAttestationSize ({max_bytes} bytes), over the budget of {} per condition",
+                    crate::attest::CONDITION_BUDGET
+                ))
+            } else if total > crate::attest::ENTRY_BUDGET {
+                Some(format!(
+                    "with the conditions before it may cost {total} evaluation steps on a statement of maxAttestationSize ({max_bytes} bytes), over the budget of {} per attestation",
+                    crate::attest::ENTRY_BUDGET
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = too_much {
+                return Err(invalid(
+                    &spec.expression,
+                    format!(
+                        "rule {r:?}, attestation {name:?}: condition {:?} {why}; lower maxAttestationSize for this attestation, or simplify the condition",
+                        spec.expression.value
+                    ),
+                ));
+            }
+        }
         out.push(AttestationRequirement {
             name: name.to_owned(),
             predicate_type: uri.to_owned(),

@@ -596,7 +596,7 @@ fn bad_attestation_entries_are_refused_with_their_line() {
 /// namespace (never remove the cluster's): they reach the team verdict.
 #[test]
 fn a_team_policy_adds_attestation_requirements() {
-    let text = "apiVersion: sigil.dev/v1alpha1\nkind: ClusterImagePolicy\nmetadata: {name: base}\nspec:\n  rules:\n    - {name: all, match: [\"**\"]}\n---\napiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: provenance, namespace: team-a}\nspec:\n  rules:\n    - name: ours\n      match: [\"registry.example.com/team-a/**\"]\n      attestations:\n        - name: built-by-ci\n          predicateType: slsaprovenance1\n          attestors: [{name: ci, cosign: {key: /ci.pub}}]\n          conditions: [{expression: 'predicate.buildDefinition.externalParameters.workflow.ref == \"refs/heads/main\"'}]\n";
+    let text = "apiVersion: sigil.dev/v1alpha1\nkind: ClusterImagePolicy\nmetadata: {name: base}\nspec:\n  rules:\n    - {name: all, match: [\"**\"]}\n---\napiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: provenance, namespace: team-a}\nspec:\n  rules:\n    - name: ours\n      match: [\"registry.example.com/team-a/**\"]\n      attestations:\n        - name: built-by-ci\n          predicateType: slsaprovenance1\n          attestors: [{name: ci, cosign: {keyRef: {configMap: ci, key: cosign.pub}}}]\n          conditions: [{expression: 'predicate.buildDefinition.externalParameters.workflow.ref == \"refs/heads/main\"'}]\n";
     let p = Policy::from_documents(text).unwrap();
     let team = &p.namespaced["team-a"][0];
     let origin = reference::Reference::parse("registry.example.com/team-a/api:v1").unwrap();

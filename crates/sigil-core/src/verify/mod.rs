@@ -42,6 +42,43 @@ pub struct VerifierSpec {
 }
 
 impl VerifierSpec {
+    /// The fields that name a file on sigil's own filesystem (inline PEM is
+    /// not a file), as `(field, path)`: what a team may not set, and what a
+    /// watcher re-reads on rotation.
+    pub fn files(&self) -> Vec<(&'static str, &str)> {
+        let is_file = |v: &&String| !v.contains("-----BEGIN ");
+        let mut out = Vec::new();
+        if let Some(c) = &self.cosign {
+            out.extend(
+                c.key
+                    .iter()
+                    .filter(is_file)
+                    .map(|k| ("cosign.key", k.trim())),
+            );
+            out.extend(
+                c.trusted_root
+                    .iter()
+                    .filter(is_file)
+                    .map(|k| ("cosign.trustedRoot", k.trim())),
+            );
+        }
+        if let Some(n) = &self.notation {
+            out.extend(
+                n.trust_roots
+                    .iter()
+                    .filter(is_file)
+                    .map(|k| ("notation.trustRoots", k.trim())),
+            );
+            out.extend(
+                n.tsa_roots
+                    .iter()
+                    .filter(is_file)
+                    .map(|k| ("notation.tsaRoots", k.trim())),
+            );
+        }
+        out
+    }
+
     /// A cosign verifier named `name` with the public key `key` (a path or
     /// inline PEM) and every other setting at its default.
     pub fn cosign_key(name: &str, key: &str) -> VerifierSpec {

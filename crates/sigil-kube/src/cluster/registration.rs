@@ -131,7 +131,7 @@ pub fn webhook_configuration(
             object_selector: Some(LabelSelector::default()),
             reinvocation_policy: Some("IfNeeded".into()),
             rules: Some(rules),
-            side_effects: "None".into(),
+            side_effects: "NoneOnDryRun".into(),
             timeout_seconds: Some(s.timeout_seconds),
             match_conditions: None,
         }]),
@@ -435,7 +435,7 @@ mod tests {
         let w = &c.webhooks.as_ref().unwrap()[0];
         assert_eq!(w.failure_policy.as_deref(), Some("Fail"));
         assert_eq!(w.reinvocation_policy.as_deref(), Some("IfNeeded"));
-        assert_eq!(w.side_effects, "None");
+        assert_eq!(w.side_effects, "NoneOnDryRun");
         assert_eq!(w.timeout_seconds, Some(10));
         assert_eq!(w.admission_review_versions, vec!["v1"]);
         let svc = w.client_config.service.as_ref().unwrap();

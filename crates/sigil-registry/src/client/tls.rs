@@ -15,9 +15,11 @@ pub(super) fn extra_roots(
     let pem = if ca.contains("-----BEGIN") {
         ca.as_bytes().to_vec()
     } else {
-        std::fs::read(ca).map_err(|e| RegistryError::Ca {
-            source_name: ca.to_owned(),
-            detail: e.to_string(),
+        crate::file::read(std::path::Path::new(ca), crate::file::MAX_PEM_BYTES).map_err(|e| {
+            RegistryError::Ca {
+                source_name: ca.to_owned(),
+                detail: e.to_string(),
+            }
         })?
     };
     use rustls_pki_types::pem::PemObject;

@@ -31,6 +31,41 @@ pub(crate) struct Limits {
     pub(crate) bytes: Arc<Semaphore>,
     /// The byte budget's size (one chunk never waits for more than this).
     pub(crate) cap: usize,
+    /// Bytes one copy may move.
+    pub(crate) max_copy_bytes: u64,
+    /// Bytes all copies may move per hour.
+    pub(crate) per_hour: Window,
+}
+
+/// Bytes moved in the current hour, against a limit.
+pub(crate) struct Window {
+    limit: u64,
+    used: std::sync::Mutex<(std::time::Instant, u64)>,
+}
+
+impl Window {
+    pub(crate) fn new(limit: u64) -> Window {
+        Window {
+            limit,
+            used: std::sync::Mutex::new((std::time::Instant::now(), 0)),
+        }
+    }
+
+    /// Takes `n` bytes from this hour's allowance, or says why not.
+    pub(crate) fn take(&self, n: u64) -> Result<(), String> {
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        if used.0.elapsed() >= std::time::Duration::from_secs(3600) {
+            *used = (std::time::Instant::now(), 0);
+        }
+        if used.1.saturating_add(n) > self.limit {
+            return Err(format!(
+                "copies into mirrors moved {} bytes this hour; {n} more would pass the limit of {} (--mirror-copy-max-bytes-per-hour)",
+                used.1, self.limit
+            ));
+        }
+        used.1 += n;
+        Ok(())
+    }
 }
 
 /// One copy from an origin repository into a mirror repository.
@@ -53,17 +88,26 @@ pub(crate) struct Copied {
 
 impl Walk<'_> {
     /// Copies the image `reference` (a tag or a digest) with everything
-    /// attached to it; the tag, if any, last.
-    pub(crate) async fn image(&self, reference: &str) -> Result<Copied, ResolveFailure> {
+    /// attached to it; the tag (`reference`'s, else `tag` for a digest), if
+    /// any, last.
+    pub(crate) async fn image(
+        &self,
+        reference: &str,
+        tag: Option<&str>,
+    ) -> Result<Copied, ResolveFailure> {
         let top = self.manifest(reference, 0).await?;
         let mut subjects = vec![top.digest.clone()];
         subjects.extend(children(&top.body)?.into_iter().map(|(d, _)| d));
         for s in &subjects {
             self.attached(s).await?;
         }
-        if Digest::parse(reference).is_err() {
+        let tag = match Digest::parse(reference) {
+            Err(_) => Some(reference),
+            Ok(_) => tag,
+        };
+        if let Some(t) = tag {
             self.mirror
-                .put_manifest(reference, &top.body, &top.media_type)
+                .put_manifest(t, &top.body, &top.media_type)
                 .await?;
         }
         Ok(top)
@@ -192,6 +236,20 @@ impl Walk<'_> {
                 });
             }
         };
+        // A copy's bytes and the hour's are bounded before a byte moves.
+        let so_far = self.moved.load(std::sync::atomic::Ordering::Relaxed);
+        if so_far.saturating_add(len) > self.limits.max_copy_bytes {
+            return Err(ResolveFailure::BadResponse {
+                detail: format!(
+                    "the image is larger than the {} bytes one copy may move (--mirror-copy-max-bytes)",
+                    self.limits.max_copy_bytes
+                ),
+            });
+        }
+        self.limits
+            .per_hour
+            .take(len)
+            .map_err(|detail| ResolveFailure::BadResponse { detail })?;
         let stream = guarded(
             res,
             digest.clone(),

@@ -321,15 +321,22 @@ impl NotationCheck {
     }
 
     /// The signing chain's revocation status from the cached CRLs: every
-    /// certificate with distribution points needs its issuer's CRL.
+    /// certificate of the path that verified to the trust store (never
+    /// another certificate the envelope carries) with distribution points
+    /// needs its issuer's CRL, signed by that issuer.
     fn revocation(&self, certs: &[Vec<u8>], at: i64, now: i64) -> Result<(), SignatureProblem> {
         let unknown = |detail: String| SignatureProblem::RevocationUnknown { detail };
+        let path = x509::verified_path(&certs[0], &certs[1..], &self.roots, at).map_err(|e| {
+            unknown(format!(
+                "the signing chain's path could not be rebuilt: {e}"
+            ))
+        })?;
         let mut used: Vec<(String, Arc<crate::crl::Crl>)> = Vec::new();
         let mut stale = None;
         // Every certificate's CRLs are looked up (so all are wanted and
         // fetched together), the first unknown reported.
         let mut missing = None;
-        for cert in certs {
+        for (cert, issuer_key) in &path {
             let urls = x509::crl_urls(cert);
             if urls.is_empty() {
                 continue;
@@ -343,7 +350,7 @@ impl NotationCheck {
             let mut why = Vec::new();
             let mut found = false;
             for url in urls.iter().take(MAX_CDPS) {
-                let (crl, is_stale) = match source.lookup(url, now) {
+                let (crl, is_stale) = match source.lookup_for(url, Some(issuer_key), now) {
                     Lookup::Fresh(c) => (c, false),
                     Lookup::Stale(c) => (c, true),
                     Lookup::Missing(w) => {
@@ -379,11 +386,12 @@ impl NotationCheck {
         }
         let lists: Vec<&webpki::CertRevocationList<'_>> =
             used.iter().map(|(_, c)| &c.list).collect();
-        match x509::verify_chain_revocation(&certs[0], &certs[1..], &self.roots, at, &lists) {
+        let on_path: Vec<Vec<u8>> = path.iter().skip(1).map(|(c, _)| c.clone()).collect();
+        match x509::verify_chain_revocation(&certs[0], &on_path, &self.roots, at, &lists) {
             Ok(()) => stale.map_or(Ok(()), |s| Err(unknown(s))),
             Err(RevocationFailure::Revoked(generic)) => {
                 // Name the certificate and the CRL.
-                for cert in certs {
+                for (cert, _) in &path {
                     let Ok(serial) = x509::serial(cert) else {
                         continue;
                     };

@@ -49,8 +49,8 @@ pub fn load_policy_bytes(path: Option<&Path>) -> Result<(Policy, Option<Vec<u8>>
     match path {
         None => Ok((Policy::embedded_default(), None)),
         Some(p) => {
-            let bytes =
-                std::fs::read(p).with_context(|| format!("reading policy {}", p.display()))?;
+            let bytes = sigil_registry::file::read(p, sigil_registry::file::MAX_CONFIG_BYTES)
+                .with_context(|| format!("reading policy {}", p.display()))?;
             let text = std::str::from_utf8(&bytes)
                 .with_context(|| format!("policy {} is not UTF-8", p.display()))?;
             let policy = Policy::from_documents_at(text, Some(sigil::engine::unix_now()))
@@ -134,6 +134,12 @@ pub struct CredentialArgs {
     /// Bytes read from origins and not yet written to mirrors, across all copies.
     #[arg(long, env = "SIGIL_MIRROR_COPY_MAX_BYTES_IN_FLIGHT", default_value_t = sigil_registry::copy::DEFAULT_BYTES_IN_FLIGHT)]
     pub mirror_copy_max_bytes_in_flight: usize,
+    /// The most bytes one copy into a mirror may move; a larger image is not copied.
+    #[arg(long, env = "SIGIL_MIRROR_COPY_MAX_BYTES", default_value_t = sigil_registry::copy::DEFAULT_MAX_COPY_BYTES)]
+    pub mirror_copy_max_bytes: u64,
+    /// The most bytes all copies into mirrors may move in an hour.
+    #[arg(long, env = "SIGIL_MIRROR_COPY_MAX_BYTES_PER_HOUR", default_value_t = sigil_registry::copy::DEFAULT_MAX_BYTES_PER_HOUR)]
+    pub mirror_copy_max_bytes_per_hour: u64,
 }
 
 impl CredentialArgs {
@@ -155,6 +161,8 @@ impl CredentialArgs {
             copy: sigil_registry::copy::Settings {
                 transfers: self.mirror_copy_transfers,
                 max_bytes_in_flight: self.mirror_copy_max_bytes_in_flight,
+                max_copy_bytes: self.mirror_copy_max_bytes,
+                max_bytes_per_hour: self.mirror_copy_max_bytes_per_hour,
             },
             ..Sources::default()
         })

@@ -29,8 +29,8 @@ pub fn run(command: PolicyCommand) -> Result<ExitCode> {
 }
 
 fn check(file: &Path, schema_only: bool) -> Result<ExitCode> {
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let text = sigil_registry::file::read_text(file, sigil_registry::file::MAX_CONFIG_BYTES)
+        .with_context(|| format!("reading {}", file.display()))?;
     let p = match Policy::from_documents_at(&text, Some(sigil::engine::unix_now())) {
         Ok(p) => p,
         Err(e) => bail!("{}: {e}", file.display()),

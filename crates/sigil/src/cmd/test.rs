@@ -96,8 +96,8 @@ async fn decide_all<R: DigestResolver>(
 
 /// One suite: its checks, or why it cannot run.
 fn run_suite(file: &Path, rt: &tokio::runtime::Runtime) -> Result<Vec<Check>> {
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let text = sigil_registry::file::read_text(file, sigil_registry::file::MAX_CONFIG_BYTES)
+        .with_context(|| format!("reading {}", file.display()))?;
     let s: Suite = serde_saphyr::from_str(&text).with_context(|| format!("{}", file.display()))?;
     if s.api_version != sigil_core::policy::API_VERSION || s.kind != "Test" {
         bail!(

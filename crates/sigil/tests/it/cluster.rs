@@ -126,7 +126,7 @@ async fn register_happens_only_after_ready_with_the_safe_settings() {
     let w = &c["webhooks"][0];
     assert_eq!(w["failurePolicy"], "Fail");
     assert_eq!(w["reinvocationPolicy"], "IfNeeded");
-    assert_eq!(w["sideEffects"], "None");
+    assert_eq!(w["sideEffects"], "NoneOnDryRun");
     assert_eq!(w["timeoutSeconds"], 10);
     assert_eq!(w["clientConfig"]["url"], url.as_str());
     let resources: Vec<String> = w["rules"]

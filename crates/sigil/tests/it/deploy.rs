@@ -74,6 +74,13 @@ fn check_all(objects: &[Value]) -> BTreeMap<String, Value> {
             "Role" => drop(typed::<Role>(o)),
             "RoleBinding" => drop(typed::<RoleBinding>(o)),
             "ConfigMap" => drop(typed::<ConfigMap>(o)),
+            // Only the empty Secret --self-managed-certs fills in (shipped so
+            // sigil needs no create on Secrets): it carries no data.
+            "Secret" => {
+                let s: k8s_openapi::api::core::v1::Secret = typed(o);
+                assert_eq!(name, "sigil-tls", "{kind} {name}");
+                assert!(s.data.is_none() && s.string_data.is_none(), "{name} ships data");
+            }
             "Service" => drop(typed::<Service>(o)),
             "Deployment" => drop(typed::<Deployment>(o)),
             "PodDisruptionBudget" => drop(typed::<PodDisruptionBudget>(o)),
@@ -313,18 +320,20 @@ fn base_renders_and_carries_the_safe_settings() {
         );
     }
     assert_eq!(pod.service_account_name.as_deref(), Some("sigil"));
-    // --pull-secrets: read-only list/watch of Secrets and ServiceAccounts, nothing more.
-    let rules = by["ClusterRole/sigil-pull-secrets"]["rules"]
-        .as_array()
-        .unwrap();
-    assert_eq!(rules.len(), 1);
-    assert_eq!(rules[0]["verbs"], json!(["list", "watch"]));
-    assert_eq!(rules[0]["resources"], json!(["secrets", "serviceaccounts"]));
-    assert_eq!(
-        by["ClusterRoleBinding/sigil-pull-secrets"]["subjects"][0]["name"],
-        "sigil"
+    // --pull-secrets is off: reading workloads' pull secrets means reading
+    // Secrets cluster-wide (components/pull-secrets turns it on).
+    assert!(!by.contains_key("ClusterRole/sigil-pull-secrets"));
+    assert_eq!(env["SIGIL_PULL_SECRETS"], "false");
+    // The self-managed certificates' Secret is shipped: no create on Secrets.
+    assert!(by.contains_key("Secret/sigil-tls"));
+    assert!(
+        !by["Role/sigil"]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resources"] == json!(["secrets"]) && r["resourceNames"].is_null()),
+        "a Secret grant not limited by name"
     );
-    assert_eq!(env["SIGIL_PULL_SECRETS"], "true");
     // --audit-interval: list the audited kinds, write Events, nothing more.
     assert_eq!(env["SIGIL_AUDIT_INTERVAL"], "10m");
     let audit = &by["ClusterRole/sigil-audit"]["rules"];

@@ -51,7 +51,7 @@ fn template(sets: &[&str]) -> Result<Vec<Value>, String> {
         .collect())
 }
 
-fn rendered(sets: &[&str]) -> Vec<Value> {
+pub(crate) fn rendered(sets: &[&str]) -> Vec<Value> {
     template(sets).unwrap_or_else(|e| panic!("helm template {sets:?}: {e}"))
 }
 
@@ -280,8 +280,14 @@ fn every_value_the_chart_offers_changes_what_it_renders() {
     assert_eq!(env(&off, "SIGIL_PULL_SECRETS").as_deref(), Some("false"));
     assert_eq!(env(&off, "SIGIL_AUDIT_INTERVAL").as_deref(), Some("0s"));
     assert_eq!(env(&off, "SIGIL_WATCH_POLICIES").as_deref(), Some("false"));
+    // Not registering, sigil only keeps the chart's configuration's caBundle.
+    let only = find(&off, "ClusterRole", "sigil").unwrap()["rules"].to_string();
+    assert!(
+        !only.contains("create") && only.contains("update"),
+        "{only}"
+    );
+    assert!(find(&off, "MutatingWebhookConfiguration", "sigil").is_some());
     for (kind, name) in [
-        ("ClusterRole", "sigil"),
         ("ClusterRole", "sigil-pull-secrets"),
         ("ClusterRoleBinding", "sigil-pull-secrets"),
         ("ClusterRole", "sigil-audit"),
@@ -378,6 +384,21 @@ async fn the_chart_with_registry_credentials_runs_as_shipped() {
     objects.push(json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "mirror-push", "namespace": "sigil-system"},
         "data": {"username": b64("robot"), "password": b64("s3cret")}}));
+    run_objects(&objects).await.unwrap();
+}
+
+/// Pull secrets read in listed namespaces only: a RoleBinding in each, and
+/// sigil watches exactly those (the stand-in enforces the RBAC).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_with_pull_secrets_per_namespace_runs_as_shipped() {
+    let mut objects = rendered(&[
+        "pullSecrets.enabled=true",
+        "pullSecrets.namespaces={team-a,team-b}",
+    ]);
+    objects.push(created_namespace());
+    for ns in ["team-a", "team-b"] {
+        objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+    }
     run_objects(&objects).await.unwrap();
 }
 

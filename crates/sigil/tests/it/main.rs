@@ -7,6 +7,7 @@
 mod attest;
 mod attest_files;
 mod audit;
+mod boundaries;
 mod cluster;
 mod conformance;
 mod credentials;
@@ -22,6 +23,7 @@ mod notation_trust;
 mod pin;
 mod pin_files;
 mod policies;
+mod rbac;
 mod readme;
 mod scripts;
 mod shipped;

@@ -114,7 +114,9 @@ async fn notation_trust_policy_with_timestamps_and_crls_through_the_webhook_and_
         root_pem.display(),
         tsa_pem.display()
     );
-    let sigil = Sigil::start(Some(&policy), &[]).await;
+    // The CA's CRL server is on loopback: allowed here, as a platform
+    // would allow its own internal CA (refused by default).
+    let sigil = Sigil::start(Some(&policy), &["--crl-allow-networks", "127.0.0.0/8"]).await;
     let api = sigil.apiserver();
     // The first admission asks for CRLs nobody fetched yet: denied as
     // unknown at once (no fetch on the admission path), then admitted
@@ -176,11 +178,21 @@ async fn notation_trust_policy_with_timestamps_and_crls_through_the_webhook_and_
     std::fs::write(&policy_path, &policy).unwrap();
     let p = policy_path.display().to_string();
     let out = tokio::task::spawn_blocking(move || {
-        let ok = run_sigil(&["verify", "--policy", &p, &format!("{h}/n/app:v1")], None);
-        let bad = run_sigil(
-            &["verify", "--policy", &p, &format!("{h}/n/revoked:v1")],
-            None,
-        );
+        let verify = |image: String| {
+            run_sigil(
+                &[
+                    "verify",
+                    "--policy",
+                    &p,
+                    &image,
+                    "--crl-allow-networks",
+                    "127.0.0.0/8",
+                ],
+                None,
+            )
+        };
+        let ok = verify(format!("{h}/n/app:v1"));
+        let bad = verify(format!("{h}/n/revoked:v1"));
         (ok, bad)
     })
     .await

@@ -301,18 +301,28 @@ async fn check_shipped(s: &Shipped, objects_env: &BTreeMap<String, String>) -> R
     if on("SIGIL_SELF_MANAGED_CERTS")
         && kube
             .get(&format!("/api/v1/namespaces/{ns}/secrets"), "sigil-tls")
-            .is_none()
+            .is_none_or(|s| s["data"]["ca.crt"].as_str().unwrap_or_default().is_empty())
     {
-        return Err("no certificate Secret sigil-tls".into());
+        return Err("the certificate Secret sigil-tls was never filled in".into());
     }
     if on("SIGIL_PULL_SECRETS") {
-        for r in ["secrets", "serviceaccounts"] {
-            let watched = kube
-                .requests()
-                .iter()
-                .any(|(m, p, c)| m == "GET" && p == &format!("/api/v1/{r}") && *c == 200);
-            if !watched {
-                return Err(format!("the pull-secret watch never listed {r}"));
+        // Cluster-wide, or in each listed namespace.
+        let scopes: Vec<String> = match objects_env.get("SIGIL_PULL_SECRETS_NAMESPACES") {
+            Some(list) => list
+                .split(',')
+                .map(|n| format!("/api/v1/namespaces/{n}"))
+                .collect(),
+            None => vec!["/api/v1".to_owned()],
+        };
+        for scope in &scopes {
+            for r in ["secrets", "serviceaccounts"] {
+                let watched = kube
+                    .requests()
+                    .iter()
+                    .any(|(m, p, c)| m == "GET" && p == &format!("{scope}/{r}") && *c == 200);
+                if !watched {
+                    return Err(format!("the pull-secret watch never listed {scope}/{r}"));
+                }
             }
         }
     }
@@ -483,6 +493,13 @@ async fn the_base_runs_as_shipped_with_its_own_rbac() {
     run_shipped("base", |_| {}).await.unwrap();
 }
 
+/// Pull secrets on (the component, as the overlay composes it): sigil
+/// watches Secrets and ServiceAccounts cluster-wide with the RBAC it adds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pull_secrets_overlay_runs_as_shipped() {
+    run_shipped("overlays/pull-secrets", |_| {}).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fail_open_overlay_runs_as_shipped() {
     run_shipped("overlays/fail-open", |_| {}).await.unwrap();
@@ -523,7 +540,7 @@ async fn running_what_we_ship_catches_a_removed_rbac_verb() {
     let err = run_shipped("base", |objects| {
         let role = objects
             .iter_mut()
-            .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "sigil-pull-secrets")
+            .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "sigil-policies")
             .unwrap();
         role["rules"][0]["verbs"] = json!(["list"]);
     })

@@ -1,0 +1,197 @@
+//! What sigil's ServiceAccount may do, as shipped: every grant the rendered
+//! Roles and ClusterRoles give it through their bindings, one line each
+//! (`scope verb group/resource[/name]`), held against the written
+//! expectation in `tests/fixtures/rbac/` — so a new grant is a reviewed
+//! change of that file, never a side effect (docs/security.md says what each
+//! line lets a stolen token do). One file per shipped configuration.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+const NS: &str = "sigil-system";
+
+/// The grants `objects` give ServiceAccount `sigil-system/sigil`.
+fn grants(objects: &[Value]) -> BTreeSet<String> {
+    let role = |kind: &str, name: &str, ns: Option<&str>| {
+        objects.iter().find(|o| {
+            o["kind"] == kind
+                && o["metadata"]["name"] == name
+                && (kind == "ClusterRole" || o["metadata"]["namespace"].as_str() == ns)
+        })
+    };
+    let mut out = BTreeSet::new();
+    for b in objects {
+        let (scope, ns) = match b["kind"].as_str() {
+            Some("ClusterRoleBinding") => ("cluster".to_owned(), None),
+            Some("RoleBinding") => {
+                let ns = b["metadata"]["namespace"].as_str().unwrap_or_default();
+                (format!("namespace/{ns}"), Some(ns))
+            }
+            _ => continue,
+        };
+        let to_sigil =
+            b["subjects"].as_array().into_iter().flatten().any(|s| {
+                s["kind"] == "ServiceAccount" && s["name"] == "sigil" && s["namespace"] == NS
+            });
+        if !to_sigil {
+            continue;
+        }
+        let kind = b["roleRef"]["kind"].as_str().unwrap();
+        let name = b["roleRef"]["name"].as_str().unwrap();
+        let r = role(kind, name, ns)
+            .unwrap_or_else(|| panic!("{scope}: binding to missing {kind} {name}"));
+        for rule in r["rules"].as_array().into_iter().flatten() {
+            let strs = |f: &str| -> Vec<String> {
+                rule[f]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|v| v.as_str().unwrap().to_owned())
+                    .collect()
+            };
+            let names = strs("resourceNames");
+            for g in strs("apiGroups") {
+                for res in strs("resources") {
+                    for v in strs("verbs") {
+                        let g = if g.is_empty() { "core" } else { &g };
+                        if names.is_empty() {
+                            out.insert(format!("{scope} {v} {g}/{res}"));
+                        }
+                        for n in &names {
+                            out.insert(format!("{scope} {v} {g}/{res}/{n}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn expected(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/rbac")
+        .join(format!("{name}.txt"))
+}
+
+/// Compares with the written expectation (`SIGIL_BLESS=1` writes it).
+fn assert_grants(name: &str, objects: &[Value]) {
+    let got: Vec<String> = grants(objects).into_iter().collect();
+    let path = expected(name);
+    if std::env::var_os("SIGIL_BLESS").is_some() {
+        std::fs::write(&path, got.join("\n") + "\n").unwrap();
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_default();
+    let want: Vec<&str> = want
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .collect();
+    assert_eq!(
+        got,
+        want,
+        "{name}: sigil's ServiceAccount may do other than {} says; review the change and the docs/security.md table",
+        path.display()
+    );
+}
+
+/// Every grant, nothing more, with nothing that reads or writes what the
+/// ServiceAccount does not need: no wildcard, no delete of anything but
+/// its own reports, no Secret create, no cluster-wide Secret read by default.
+fn assert_least(name: &str, objects: &[Value]) {
+    for g in grants(objects) {
+        assert!(!g.contains('*'), "{name}: wildcard grant {g}");
+        assert!(
+            !g.starts_with("cluster ")
+                || !g.contains("core/secrets")
+                || name.contains("pull-secrets"),
+            "{name}: cluster-wide Secret access {g}"
+        );
+        assert!(!g.contains("create core/secrets"), "{name}: {g}");
+    }
+}
+
+#[test]
+fn the_base_grants_exactly_what_it_says() {
+    let objects = crate::deploy::render("base");
+    assert_least("base", &objects);
+    assert_grants("base", &objects);
+}
+
+#[test]
+fn the_cert_manager_overlay_grants_exactly_what_it_says() {
+    let objects = crate::deploy::render("overlays/cert-manager");
+    assert_least("cert-manager", &objects);
+    assert_grants("cert-manager", &objects);
+}
+
+/// The pull-secrets component, composed as `overlays/pull-secrets` ships it.
+#[test]
+fn the_pull_secrets_component_adds_only_its_read_grant() {
+    let objects = crate::deploy::render("overlays/pull-secrets");
+    let d = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let env = crate::deploy::env_of(d);
+    assert_eq!(env["SIGIL_PULL_SECRETS"], "true");
+    assert_least("base-pull-secrets", &objects);
+    assert_grants("base-pull-secrets", &objects);
+}
+
+#[test]
+fn the_chart_grants_exactly_what_it_says() {
+    for (name, sets) in [
+        ("chart-default", &[][..]),
+        (
+            "chart-pull-secrets-namespaces",
+            &[
+                "pullSecrets.enabled=true",
+                "pullSecrets.namespaces={team-a,team-b}",
+            ][..],
+        ),
+        (
+            "chart-cert-manager-no-register",
+            &["certificates.mode=cert-manager", "webhook.register=false"][..],
+        ),
+    ] {
+        let objects = crate::helm::rendered(sets);
+        assert_least(name, &objects);
+        assert_grants(name, &objects);
+    }
+}
+
+/// `webhook.register=false` installs the configuration from the chart: it
+/// must be what `sigil serve --register` writes, field for field (but the
+/// caBundle, which sigil or cert-manager fills in), or the API server
+/// would call sigil for other objects than sigil registers for.
+#[test]
+fn the_charts_own_webhook_configuration_is_what_sigil_registers() {
+    use sigil_kube::cluster::{FailurePolicy, Settings, webhook_configuration};
+    let objects = crate::helm::rendered(&["webhook.register=false"]);
+    let mut chart = objects
+        .iter()
+        .find(|o| o["kind"] == "MutatingWebhookConfiguration")
+        .expect("the chart renders the configuration")
+        .clone();
+    let settings = Settings {
+        namespace: NS.into(),
+        config_name: "sigil".into(),
+        service: "sigil".into(),
+        service_port: 443,
+        url: None,
+        failure_policy: FailurePolicy::Fail,
+        timeout_seconds: 10,
+        state_configmap: "sigil-state".into(),
+        interval: std::time::Duration::from_secs(60),
+    };
+    let mut sigils = serde_json::to_value(webhook_configuration(&settings, b"", None)).unwrap();
+    sigils["webhooks"][0]["clientConfig"]
+        .as_object_mut()
+        .unwrap()
+        .remove("caBundle");
+    chart["webhooks"][0]["clientConfig"]
+        .as_object_mut()
+        .unwrap()
+        .remove("caBundle");
+    assert_eq!(chart["webhooks"], sigils["webhooks"]);
+    assert_eq!(chart["metadata"]["name"], sigils["metadata"]["name"]);
+}
