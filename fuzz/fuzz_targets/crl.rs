@@ -2,6 +2,8 @@
 //! CRL that parses is only ever used as webpki uses it: against a real
 //! chain (a root, an intermediate naming the root's CRL, a signing
 //! certificate naming the intermediate's), whatever it lists or claims.
+//! Checked against the key of the CA it was fetched for (what the cache
+//! keeps), no input a fuzzer makes is ever kept: none is signed by it.
 #![no_main]
 
 use std::sync::OnceLock;
@@ -27,7 +29,29 @@ fn chain() -> &'static Chain {
     })
 }
 
+/// The intermediate's SubjectPublicKeyInfo (DER), found in its certificate
+/// by the path code the cache's caller uses.
+fn inter_key() -> &'static [u8] {
+    static KEY: OnceLock<Vec<u8>> = OnceLock::new();
+    KEY.get_or_init(|| {
+        let c = chain();
+        x509::verified_path(
+            &c.leaf.der,
+            std::slice::from_ref(&c.inter.der),
+            std::slice::from_ref(&c.root.der),
+            1_800_000_000,
+        )
+        .expect("the fuzz chain verifies")[0]
+            .1
+            .clone()
+    })
+}
+
 fuzz_target!(|data: &[u8]| {
+    assert!(
+        Crl::parse_signed_by(data, inter_key()).is_err(),
+        "a CRL the intermediate never signed was accepted as its own"
+    );
     let Ok(crl) = Crl::parse(data) else { return };
     let c = chain();
     for der in [&c.leaf.der, &c.inter.der] {

@@ -84,8 +84,10 @@ pub struct Statement {
     /// The whole statement as CEL reads it (`statement` in a condition):
     /// built straight from the JSON in one pass, shared by every evaluation.
     cel: cel::Value,
-    /// The payload's size: what a condition's cost bound is taken at.
+    /// The payload's size and its longest list or map: what a condition's
+    /// cost bound is taken at.
     bytes: usize,
+    elements: usize,
 }
 
 impl PartialEq for Statement {
@@ -109,6 +111,11 @@ impl Statement {
     /// The payload's size in bytes.
     pub fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// The most elements of any list or map in it (as far as it was read).
+    pub fn elements(&self) -> usize {
+        self.elements
     }
 
     /// Parses a DSSE payload, refusing one over `limit` bytes.
@@ -176,6 +183,7 @@ impl Statement {
         Ok(Statement {
             predicate_type,
             subjects,
+            elements: longest(&cel),
             cel,
             bytes: payload.len(),
         })
@@ -214,6 +222,15 @@ impl Statement {
             (Some(i), cel::Value::List(l)) => l.get(i).cloned().unwrap_or(cel::Value::Null),
             _ => cel::Value::Null,
         }
+    }
+}
+
+/// The most elements of any list or map in `v`.
+fn longest(v: &cel::Value) -> usize {
+    match v {
+        cel::Value::List(l) => l.iter().map(longest).fold(l.len(), usize::max),
+        cel::Value::Map(m) => m.map.values().map(longest).fold(m.map.len(), usize::max),
+        _ => 0,
     }
 }
 
@@ -511,7 +528,7 @@ pub fn evaluate(conditions: &[Condition], ev: &Evidence<'_>, now: i64) -> Vec<Co
     conditions
         .iter()
         .map(|c| {
-            let bound = c.cost.at(s.bytes);
+            let bound = c.cost.at(s.bytes, s.elements);
             spent = spent.saturating_add(bound);
             let over = if bound > CONDITION_BUDGET {
                 Some(format!(

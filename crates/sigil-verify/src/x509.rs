@@ -54,7 +54,7 @@ pub fn verify_chain(
     at: i64,
     eku: Eku,
 ) -> Result<(), ArtifactError> {
-    build_path(leaf, intermediates, roots, at, eku, None)
+    build_path(leaf, intermediates, roots, at, eku, None, |_, _| ())
         .map_err(|e| ArtifactError::Chain(describe(&e, leaf, at)))
 }
 
@@ -93,6 +93,7 @@ pub fn verify_chain_revocation(
         at,
         Eku::IfPresent,
         Some(options),
+        |_, _| (),
     ) {
         Ok(()) => Ok(()),
         Err(webpki::Error::CertRevoked) => Err(RevocationFailure::Revoked(
@@ -119,47 +120,24 @@ pub fn verified_path(
     roots: &[Vec<u8>],
     at: i64,
 ) -> Result<Vec<PathLink>, String> {
-    let leaf_der = CertificateDer::from(leaf);
-    let ee = EndEntityCert::try_from(&leaf_der).map_err(|e| format!("{e:?}"))?;
-    let root_ders: Vec<CertificateDer<'_>> = roots
-        .iter()
-        .map(|r| CertificateDer::from(r.as_slice()))
-        .collect();
-    let anchors: Vec<_> = root_ders
-        .iter()
-        .filter_map(|r| webpki::anchor_from_trusted_cert(r).ok())
-        .collect();
-    let inter: Vec<CertificateDer<'_>> = intermediates
-        .iter()
-        .map(|c| CertificateDer::from(c.as_slice()))
-        .collect();
-    let time = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
-        u64::try_from(at).map_err(|_| "time before 1970".to_owned())?,
-    ));
-    let path = ee
-        .verify_for_usage(
-            ALGS,
-            &anchors,
-            &inter,
-            time,
-            KeyUsage::required_if_present(CODE_SIGNING),
-            None,
-            None,
-        )
-        .map_err(|e| format!("{e:?}"))?;
-    let mut certs: Vec<Vec<u8>> = vec![leaf.to_vec()];
-    certs.extend(
-        path.intermediate_certificates()
-            .map(|c| c.der().as_ref().to_vec()),
-    );
-    let anchor_subject = path.anchor().subject.as_ref();
-    let root = anchors
-        .iter()
-        .zip(roots)
-        .find(|(a, _)| a.subject.as_ref() == anchor_subject)
-        .map(|(_, r)| r.clone())
-        .ok_or("the trust anchor is not among the roots")?;
-    certs.push(root);
+    let certs = build_path(
+        leaf,
+        intermediates,
+        roots,
+        at,
+        Eku::IfPresent,
+        None,
+        |path, root| {
+            let mut certs: Vec<Vec<u8>> = vec![leaf.to_vec()];
+            certs.extend(
+                path.intermediate_certificates()
+                    .map(|c| c.der().as_ref().to_vec()),
+            );
+            certs.push(roots[root].clone());
+            certs
+        },
+    )
+    .map_err(|e| format!("{e:?}"))?;
     let spki = |der: &[u8]| -> Result<Vec<u8>, String> {
         X509Certificate::from_der(der)
             .map(|(_, c)| c.public_key().raw.to_vec())
@@ -171,24 +149,31 @@ pub fn verified_path(
         .collect()
 }
 
-fn build_path(
+/// Builds the path from `leaf` to one of `roots` and hands it, with the
+/// index of the root it ends at, to `then`.
+#[allow(clippy::too_many_arguments)]
+fn build_path<T>(
     leaf: &[u8],
     intermediates: &[Vec<u8>],
     roots: &[Vec<u8>],
     at: i64,
     eku: Eku,
     revocation: Option<webpki::RevocationOptions<'_>>,
-) -> Result<(), webpki::Error> {
+    then: impl FnOnce(&webpki::VerifiedPath<'_>, usize) -> T,
+) -> Result<T, webpki::Error> {
     let leaf_der = CertificateDer::from(leaf);
     let ee = EndEntityCert::try_from(&leaf_der)?;
     let root_ders: Vec<CertificateDer<'_>> = roots
         .iter()
         .map(|r| CertificateDer::from(r.as_slice()))
         .collect();
-    let anchors: Vec<_> = root_ders
+    // Each anchor with the index of the root it came from (a root that is
+    // no valid anchor is skipped).
+    let (anchors, index): (Vec<_>, Vec<usize>) = root_ders
         .iter()
-        .filter_map(|r| webpki::anchor_from_trusted_cert(r).ok())
-        .collect();
+        .enumerate()
+        .filter_map(|(i, r)| webpki::anchor_from_trusted_cert(r).ok().map(|a| (a, i)))
+        .unzip();
     if anchors.is_empty() {
         return Err(webpki::Error::UnknownIssuer);
     }
@@ -204,8 +189,16 @@ fn build_path(
         Eku::IfPresent => KeyUsage::required_if_present(CODE_SIGNING),
         Eku::TimeStamping => KeyUsage::required(TIME_STAMPING),
     };
-    ee.verify_for_usage(ALGS, &anchors, &inter, time, usage, revocation, None)
-        .map(|_| ())
+    let path = ee.verify_for_usage(ALGS, &anchors, &inter, time, usage, revocation, None)?;
+    let anchor = path.anchor();
+    let root = anchors
+        .iter()
+        .position(|a| {
+            a.subject.as_ref() == anchor.subject.as_ref()
+                && a.subject_public_key_info.as_ref() == anchor.subject_public_key_info.as_ref()
+        })
+        .map_or(0, |i| index[i]);
+    Ok(then(&path, root))
 }
 
 fn describe(e: &webpki::Error, leaf: &[u8], at: i64) -> String {

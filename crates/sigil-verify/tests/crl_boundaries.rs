@@ -65,6 +65,29 @@ impl Chain {
         Envelope::from_jws(&bytes).unwrap()
     }
 
+    /// Writes the intermediate's CRL (valid an hour) where `dir` is served.
+    fn publish(&self, dir: &std::path::Path, now: i64) {
+        std::fs::write(
+            dir.join("inter.crl"),
+            self.inter.crl(&[], now - 60, now + 3600),
+        )
+        .unwrap();
+    }
+
+    /// Checks `env` once (the CRLs are wanted), fetches what is due, and
+    /// answers the check after the fetch.
+    async fn check_after_fetch(
+        &self,
+        env: &Envelope,
+        crls: &Arc<Crls>,
+        now: i64,
+    ) -> Result<Vec<String>, sigil_core::SignatureProblem> {
+        let check = self.check(crls);
+        let _ = check.check(env, DIGEST, now);
+        crls.fetch_due(now).await;
+        check.check(env, DIGEST, now)
+    }
+
     fn check(&self, crls: &Arc<Crls>) -> NotationCheck {
         let spec = NotationSpec {
             level: NotationLevel::Strict,
@@ -231,33 +254,23 @@ async fn a_redirect_to_another_host_is_not_followed() {
     let away = redirector("127.0.0.2:0", format!("{}inter.crl", server.url())).await;
     let chain = Chain::new(&format!("http://{away}/inter.crl"));
     let now = now();
-    std::fs::write(
-        dir.path().join("inter.crl"),
-        chain.inter.crl(&[], now - 60, now + 3600),
-    )
-    .unwrap();
-    let env = chain.envelope(&[]);
+    chain.publish(dir.path(), now);
     let crls = Arc::new(Crls::with_allowed(loopback()));
-    let check = chain.check(&crls);
-    let _ = check.check(&env, DIGEST, now);
-    crls.fetch_due(now).await;
-    assert!(check.check(&env, DIGEST, now).is_err());
+    let got = chain
+        .check_after_fetch(&chain.envelope(&[]), &crls, now)
+        .await;
+    assert!(got.is_err());
     assert_eq!(server.hits.load(std::sync::atomic::Ordering::Relaxed), 0);
     // Within one host, a redirect is followed.
     let port = server.addr.port();
     let same = redirector("127.0.0.1:0", format!("http://127.0.0.1:{port}/inter.crl")).await;
-    let chain2 = Chain::new(&format!("http://127.0.0.1:{}/moved.crl", same.port()));
-    std::fs::write(
-        dir.path().join("inter.crl"),
-        chain2.inter.crl(&[], now - 60, now + 3600),
-    )
-    .unwrap();
-    let env2 = chain2.envelope(&[]);
+    let chain = Chain::new(&format!("http://127.0.0.1:{}/moved.crl", same.port()));
+    chain.publish(dir.path(), now);
     let crls = Arc::new(Crls::with_allowed(loopback()));
-    let check2 = chain2.check(&crls);
-    let _ = check2.check(&env2, DIGEST, now);
-    crls.fetch_due(now).await;
-    assert_eq!(check2.check(&env2, DIGEST, now), Ok(vec![]));
+    let got = chain
+        .check_after_fetch(&chain.envelope(&[]), &crls, now)
+        .await;
+    assert_eq!(got, Ok(vec![]));
 }
 
 /// 512 junk URLs filled the process-wide slots (another team's correctly

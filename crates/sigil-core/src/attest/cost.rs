@@ -4,53 +4,71 @@
 //! admission policies.
 //!
 //! Owns the estimate and the budgets. A condition's cost is written
-//! `fixed + per_byte × B`: every node of the expression outside a loop is
-//! evaluated once; every node inside a comprehension's loop is evaluated
-//! once per element, and no list holds more elements than the statement
-//! has bytes (B); an operation whose cost grows with its operand (`in`,
-//! `contains`, `+`, `==`, `matches`, …) costs B when it reads data from
-//! outside the loop. Inside a loop such an operation would make the cost
-//! quadratic (`predicate.a.all(x, x in predicate.a)`: seconds at 85 KB),
-//! so it is refused when compiled, like a nested comprehension; over the
-//! loop's own element it is not (the elements add up to at most B). The
-//! estimate is checked against the budget twice: at load, with B the
-//! entry's `maxAttestationSize` (what cannot fit is refused, naming the
-//! field to lower); and before each evaluation, with B the statement's real
-//! size (what does not fit is not evaluated and fails, saying so). It does
-//! not evaluate anything.
+//! `fixed + per_element × N + per_byte × B / 32`: every node of the
+//! expression outside a loop is evaluated once; every node inside a
+//! comprehension's loop once per element, and no list or map holds more
+//! than N elements; an operation whose cost grows with its operands (`in`,
+//! `contains`, `+`, `==`, `matches`, `size`, …) works through up to B, the
+//! statement's bytes, when it reads data from outside the loop (scanning a
+//! byte is some thirty times cheaper than evaluating a node, hence B / 32). Inside a loop such an operation would
+//! make the cost quadratic (`predicate.a.all(x, x in predicate.a)`: seconds
+//! at 85 KB), so it is refused when compiled, like a nested comprehension;
+//! over the loop's own element it is not (the elements add up to at most
+//! B). The estimate is checked against the budget twice: at load, on the
+//! largest statement the entry accepts (B its `maxAttestationSize`, N half
+//! of that: a JSON element takes at least two bytes) — what cannot fit is
+//! refused, naming the field to lower, as Kubernetes refuses a CRD rule
+//! whose estimated cost is over its budget; and before each evaluation, on
+//! the statement at hand (its bytes and its longest list) — what does not
+//! fit is not evaluated and fails, saying so. It does not evaluate anything.
 
 use cel::common::ast::operators as op;
 use cel::common::ast::{Expr, IdedExpr};
 
 /// The most one condition may cost, in node evaluations (a node is a
-/// literal, a variable, a field selection or a function call). About a
-/// second of the interpreter's work on this project's benchmark machine;
-/// with the default `maxAttestationSize` (8 MiB) it leaves a loop body of
-/// up to 11 nodes.
-pub const CONDITION_BUDGET: u64 = 100_000_000;
+/// literal, a variable, a field selection or a function call): one to three
+/// seconds of the interpreter's work at worst on a two-core machine
+/// (docs/benchmarks.md), run off the async workers and cached per digest. On an 8 MiB statement (the default
+/// `maxAttestationSize`) it leaves a loop body of up to 5 nodes; a 4 MiB
+/// one, 11.
+pub const CONDITION_BUDGET: u64 = 25_000_000;
 /// The most all conditions of one attestation entry may cost together, per
 /// statement evaluated.
 pub const ENTRY_BUDGET: u64 = 2 * CONDITION_BUDGET;
 
-/// `fixed + per_byte × B` node evaluations at most, for a statement of `B`
-/// bytes.
+/// Bytes an operation scans for the cost of evaluating one node.
+const BYTES_PER_STEP: u64 = 32;
+
+/// `fixed + per_element × N + per_byte × B / 32` node evaluations at most, for
+/// a statement of `B` bytes whose longest list (or map) has `N` elements.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Cost {
     /// Nodes evaluated once.
     pub fixed: u64,
-    /// Nodes evaluated once per element (or byte) of the statement.
+    /// Nodes evaluated once per element of the list a loop ranges over.
+    pub per_element: u64,
+    /// Operations whose work grows with the statement's bytes.
     pub per_byte: u64,
 }
 
 impl Cost {
-    /// The bound for a statement of `bytes` bytes.
-    pub fn at(&self, bytes: usize) -> u64 {
+    /// The bound for a statement of `bytes` bytes whose longest list or map
+    /// has `elements` elements.
+    pub fn at(&self, bytes: usize, elements: usize) -> u64 {
         self.fixed
-            .saturating_add(self.per_byte.saturating_mul(bytes as u64))
+            .saturating_add(self.per_element.saturating_mul(elements as u64))
+            .saturating_add(self.per_byte.saturating_mul(bytes as u64 / BYTES_PER_STEP))
+    }
+
+    /// The bound for the largest statement of `max_bytes` bytes (a JSON
+    /// element takes at least two bytes: the value and a comma).
+    pub fn at_most(&self, max_bytes: usize) -> u64 {
+        self.at(max_bytes, max_bytes / 2)
     }
 
     fn add(&mut self, other: Cost) {
         self.fixed = self.fixed.saturating_add(other.fixed);
+        self.per_element = self.per_element.saturating_add(other.per_element);
         self.per_byte = self.per_byte.saturating_add(other.per_byte);
     }
 }
@@ -115,13 +133,13 @@ fn walk(
 ) -> Result<(), String> {
     let one = if in_loop {
         Cost {
-            fixed: 0,
-            per_byte: 1,
+            per_element: 1,
+            ..Cost::default()
         }
     } else {
         Cost {
             fixed: 1,
-            per_byte: 0,
+            ..Cost::default()
         }
     };
     cost.add(one);
@@ -156,8 +174,8 @@ fn walk(
                     ));
                 }
                 cost.add(Cost {
-                    fixed: 0,
                     per_byte: 1,
+                    ..Cost::default()
                 });
             }
             operands
@@ -203,7 +221,8 @@ mod tests {
     #[test]
     fn a_loop_costs_its_body_per_byte_and_the_rest_once() {
         let c = cost("predicate.a.all(x, x == 1)").unwrap();
-        assert!(c.per_byte > 0 && c.per_byte < 10, "{c:?}");
+        assert!(c.per_element > 0 && c.per_element < 10, "{c:?}");
+        assert_eq!(c.per_byte, 0, "{c:?}");
         let flat = cost("predicate.a == 1 && signer.subject != ''").unwrap();
         // `==` over the statement's data grows with it; over a literal too.
         assert_eq!(flat.per_byte, 2, "{flat:?}");

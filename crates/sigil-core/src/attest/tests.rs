@@ -261,3 +261,61 @@ fn a_statement_read_for_its_conditions_answers_as_the_whole_one() {
     let broken = br#"{"_type":"https://in-toto.io/Statement/v1","subject":[],"predicateType":"x","predicate":{"a":1,"b":[1,}}"#;
     assert!(Statement::parse_for(broken, 1 << 20, &conditions).is_err());
 }
+
+/// A heavy loop body: `predicate.a.all(x, x == 1 || x == 2 || …)`.
+fn heavy(alternatives: usize) -> String {
+    let body: Vec<String> = (0..alternatives).map(|i| format!("x=={i}")).collect();
+    format!("predicate.a.all(x, {})", body.join("||"))
+}
+
+/// A condition whose cost bound on the entry's `maxAttestationSize` is
+/// over the budget is refused when the policy loads, naming the field to
+/// lower; the same one fits under a smaller size. Evaluated on a statement
+/// larger than its bound allows (what `verify-bundle --condition` could
+/// hand it), it is not evaluated and fails saying why.
+#[test]
+fn a_condition_over_the_budget_is_refused_at_load_and_not_evaluated() {
+    let e = heavy(300);
+    let c = Condition::compile(&e, None).unwrap();
+    assert!(c.cost.per_element > 1000, "{:?}", c.cost);
+    let policy = |size: &str| {
+        format!(
+            "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  rules:\n    - name: a\n      match: [\"**\"]\n      verify: [{{name: k, cosign: {{key: /k.pub}}}}]\n      attestations:\n        - name: sbom\n          predicateType: spdx\n          attestors: [k]\n          maxAttestationSize: {size}\n          conditions: [{{expression: '{e}'}}]\n"
+        )
+    };
+    let err = crate::Policy::from_yaml(&policy("8Mi"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("over the budget") && err.contains("lower maxAttestationSize"),
+        "{err}"
+    );
+    crate::Policy::from_yaml(&policy("16Ki")).expect("fits on a small statement");
+    // Evaluated on a statement past what its bound allows: not run.
+    let big = serde_json::to_vec(&json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "img", "digest": {"sha256": "ab"}}],
+        "predicateType": "https://spdx.dev/Document",
+        "predicate": {"a": vec![0; 60_000]}
+    }))
+    .unwrap();
+    let st = Statement::parse(&big, DEFAULT_MAX_ATTESTATION_BYTES).unwrap();
+    assert!(c.cost.at(st.bytes(), st.elements()) > CONDITION_BUDGET);
+    let signer = signer();
+    let r = evaluate(
+        std::slice::from_ref(&c),
+        &Evidence {
+            statement: &st,
+            digest: D,
+            signer: &signer,
+            image: None,
+            timestamps: &[],
+        },
+        0,
+    );
+    assert!(
+        matches!(&r[0].outcome, Err(why) if why.starts_with("not evaluated") && why.contains("budget")),
+        "{:?}",
+        r[0].outcome
+    );
+}

@@ -161,7 +161,7 @@ fn compile(
         // estimated cost exceeds its budget), naming the field to lower.
         let mut total: u64 = 0;
         for (c, spec) in conditions.iter().zip(&s.conditions) {
-            let bound = c.cost.at(max_bytes);
+            let bound = c.cost.at_most(max_bytes);
             total = total.saturating_add(bound);
             let too_much = if bound > crate::attest::CONDITION_BUDGET {
                 Some(format!(

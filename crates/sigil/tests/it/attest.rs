@@ -127,9 +127,9 @@ async fn every_predicate_type_in_every_layout_is_verified_with_its_conditions() 
             - expression: now - timestamp(predicate.metadata.scanFinishedOn) < duration("168h")
             - expression: predicate.scanner.result.summary.critical == 0
             - expression: timestamps.size() == 1 && timestamps[0] < now
-        - {{name: sbom, predicateType: spdx, attestors: [team], conditions: [{{expression: 'predicate.packages.exists(p, p.name == "openssl")'}}]}}
+        - {{name: sbom, predicateType: spdx, attestors: [team], maxAttestationSize: 2Mi, conditions: [{{expression: 'predicate.packages.exists(p, p.name == "openssl")'}}]}}
         - {{name: cdx, predicateType: cyclonedx, attestors: [team], conditions: [{{expression: 'predicate.components.size() > 0'}}]}}
-        - {{name: vex, predicateType: openvex, attestors: [team], conditions: [{{expression: 'predicate.statements.all(s, s.status == "not_affected")'}}]}}
+        - {{name: vex, predicateType: openvex, attestors: [team], maxAttestationSize: 2Mi, conditions: [{{expression: 'predicate.statements.all(s, s.status == "not_affected")'}}]}}
         - {{name: prov02, predicateType: slsaprovenance02, attestors: [team], conditions: [{{expression: 'predicate.builder.id.startsWith("https://github.com/slsa-framework/")'}}]}}
 "#,
         gha = gha(&w.root)

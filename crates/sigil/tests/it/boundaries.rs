@@ -23,17 +23,7 @@ fn copy_policy(o: &str, m: &str, origin_extra: &str, rules: &str) -> String {
 async fn served_within(reg: &TestRegistry, repo: &str, reference: &str, for_: Duration) -> bool {
     let until = std::time::Instant::now() + for_;
     loop {
-        let status = reqwest::Client::new()
-            .head(format!("{}/v2/{repo}/manifests/{reference}", reg.base()))
-            .header(
-                "accept",
-                "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json",
-            )
-            .send()
-            .await
-            .unwrap()
-            .status();
-        if status == 200 {
+        if crate::mirror_copy::has_manifest(reg, repo, reference).await {
             return true;
         }
         if std::time::Instant::now() >= until {

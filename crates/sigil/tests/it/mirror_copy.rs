@@ -38,7 +38,7 @@ async fn origin_and_mirror() -> (TestRegistry, TestRegistry) {
 const ALL: &str = "    - {name: all, match: [\"**\"], mode: enforce}\n";
 
 /// Whether `reg` has `repo`'s manifest `reference` (a tag or digest).
-async fn has_manifest(reg: &TestRegistry, repo: &str, reference: &str) -> bool {
+pub(crate) async fn has_manifest(reg: &TestRegistry, repo: &str, reference: &str) -> bool {
     reqwest::Client::new()
         .head(format!("{}/v2/{repo}/manifests/{reference}", reg.base()))
         .header(
