@@ -87,13 +87,19 @@ fn check_all(objects: &[Value]) -> BTreeMap<String, Value> {
             "CustomResourceDefinition" => drop(typed::<
                 k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
             >(o)),
+            "MutatingWebhookConfiguration" => drop(typed::<
+                k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
+            >(o)),
             "Issuer" | "Certificate" => {
                 assert_eq!(o["apiVersion"], "cert-manager.io/v1", "{kind} {name}");
                 assert!(o["spec"].is_object(), "{kind} {name} has no spec");
             }
             other => panic!("unexpected kind {other} in the deploy manifests"),
         }
-        if !matches!(kind, "Namespace" | "CustomResourceDefinition") && !kind.starts_with("Cluster")
+        if !matches!(
+            kind,
+            "Namespace" | "CustomResourceDefinition" | "MutatingWebhookConfiguration"
+        ) && !kind.starts_with("Cluster")
         {
             assert_eq!(o["metadata"]["namespace"], "sigil-system", "{kind} {name}");
         }
@@ -217,7 +223,7 @@ fn base_renders_and_carries_the_safe_settings() {
 
     let raw = &by["Deployment/sigil"];
     let env = env_of(raw);
-    assert_eq!(env["SIGIL_REGISTER"], "true");
+    assert_eq!(env["SIGIL_REGISTER"], "false");
     assert_eq!(env["SIGIL_FAILURE_POLICY"], "Fail");
     assert_eq!(env["SIGIL_SELF_MANAGED_CERTS"], "true");
 
@@ -386,7 +392,11 @@ fn fail_open_overlay_changes_only_the_failure_policy() {
         open.keys().collect::<Vec<_>>()
     );
     for (k, v) in &base {
-        if k != "Deployment/sigil" {
+        if k == "MutatingWebhookConfiguration/sigil" {
+            let mut v = v.clone();
+            v["webhooks"][0]["failurePolicy"] = json!("Ignore");
+            assert_eq!(v, open[k], "{k} differs beyond its failurePolicy");
+        } else if k != "Deployment/sigil" {
             assert_eq!(v, &open[k], "{k} differs");
         }
     }

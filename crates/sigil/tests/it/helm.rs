@@ -304,7 +304,25 @@ fn every_value_the_chart_offers_changes_what_it_renders() {
     }
 
     // A given certificate: mounted, no Secret permissions, no cert-manager.
-    let given = rendered(&["certificates.mode=given", "certificates.secretName=my-tls"]);
+    let given = rendered(&[
+        "certificates.mode=given",
+        "certificates.secretName=my-tls",
+        "certificates.caBundle=QUJD",
+    ]);
+    assert_eq!(
+        find(&given, "MutatingWebhookConfiguration", "sigil").unwrap()["webhooks"][0]["clientConfig"]
+            ["caBundle"],
+        "QUJD"
+    );
+    assert!(
+        find(&given, "ClusterRole", "sigil").is_none(),
+        "no right on the configuration"
+    );
+    assert!(
+        template(&["certificates.mode=given"])
+            .unwrap_err()
+            .contains("needs certificates.caBundle")
+    );
     assert_eq!(
         env(&given, "SIGIL_SELF_MANAGED_CERTS").as_deref(),
         Some("false")
@@ -357,12 +375,14 @@ async fn the_chart_with_default_values_runs_as_shipped() {
     run_objects(&objects).await.unwrap();
 }
 
-/// A given certificate, the Secret created beforehand as its user would.
+/// A given certificate, the Secret created beforehand as its user would,
+/// its CA in the chart's webhook configuration (`certificates.caBundle`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chart_with_a_given_certificate_runs_as_shipped() {
-    let mut objects = rendered(&["certificates.mode=given"]);
-    objects.push(created_namespace());
     let (ca, cert, key) = test_ca();
+    let bundle = format!("certificates.caBundle={}", b64(&ca));
+    let mut objects = rendered(&["certificates.mode=given", &bundle]);
+    objects.push(created_namespace());
     objects.push(
         json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
         "metadata": {"name": "sigil-serving-tls", "namespace": "sigil-system"},
@@ -384,6 +404,16 @@ async fn the_chart_with_registry_credentials_runs_as_shipped() {
     objects.push(json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "mirror-push", "namespace": "sigil-system"},
         "data": {"username": b64("robot"), "password": b64("s3cret")}}));
+    run_objects(&objects).await.unwrap();
+}
+
+/// `webhook.register=true`: sigil registers the configuration itself, with
+/// the RBAC the chart gives it for that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_with_sigil_registering_runs_as_shipped() {
+    let mut objects = rendered(&["webhook.register=true"]);
+    assert!(find(&objects, "MutatingWebhookConfiguration", "sigil").is_none());
+    objects.push(created_namespace());
     run_objects(&objects).await.unwrap();
 }
 

@@ -120,6 +120,13 @@ fn the_base_grants_exactly_what_it_says() {
 }
 
 #[test]
+fn the_register_overlay_grants_exactly_what_it_says() {
+    let objects = crate::deploy::render("overlays/register");
+    assert_least("register", &objects);
+    assert_grants("register", &objects);
+}
+
+#[test]
 fn the_cert_manager_overlay_grants_exactly_what_it_says() {
     let objects = crate::deploy::render("overlays/cert-manager");
     assert_least("cert-manager", &objects);
@@ -152,6 +159,7 @@ fn the_chart_grants_exactly_what_it_says() {
             "chart-cert-manager-no-register",
             &["certificates.mode=cert-manager", "webhook.register=false"][..],
         ),
+        ("chart-register", &["webhook.register=true"][..]),
     ] {
         let objects = crate::helm::rendered(sets);
         assert_least(name, &objects);
@@ -166,7 +174,7 @@ fn the_chart_grants_exactly_what_it_says() {
 #[test]
 fn the_charts_own_webhook_configuration_is_what_sigil_registers() {
     use sigil_kube::cluster::{FailurePolicy, Settings, webhook_configuration};
-    let objects = crate::helm::rendered(&["webhook.register=false"]);
+    let objects = crate::helm::rendered(&[]);
     let mut chart = objects
         .iter()
         .find(|o| o["kind"] == "MutatingWebhookConfiguration")

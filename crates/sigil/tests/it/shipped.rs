@@ -9,8 +9,9 @@
 //! What a loopback test must change, and nothing else: listen addresses
 //! (`127.0.0.1` and free ports instead of `0.0.0.0`), mount paths (under a
 //! temporary root instead of `/etc/…`), the webhook URL and serving-cert SAN
-//! (`SIGIL_WEBHOOK_URL`, `SIGIL_EXTRA_SANS`: the stand-in calls
-//! `https://127.0.0.1:PORT`, not the Service), the kubeconfig (the stand-in's
+//! (`SIGIL_WEBHOOK_URL`, `SIGIL_EXTRA_SANS`, and a shipped configuration's
+//! `clientConfig`: the stand-in calls `https://127.0.0.1:PORT`, not the
+//! Service), the kubeconfig (the stand-in's
 //! address with the ServiceAccount's token), and the test registry's CA
 //! (`SSL_CERT_FILE`). sigil must become Ready and do everything the manifest
 //! turns on, with no request refused by RBAC.
@@ -59,6 +60,7 @@ fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
 fn issue_certificates(kube: &FakeKube, objects: &[Value]) {
     for c in objects.iter().filter(|o| o["kind"] == "Certificate") {
         let ns = c["metadata"]["namespace"].as_str().unwrap();
+        let name = c["metadata"]["name"].as_str().unwrap();
         let secret = c["spec"]["secretName"].as_str().unwrap();
         let (ca, cert, key) = test_ca();
         kube.insert(
@@ -67,7 +69,36 @@ fn issue_certificates(kube: &FakeKube, objects: &[Value]) {
                    "metadata": {"name": secret, "namespace": ns},
                    "data": {"tls.crt": b64(&cert), "tls.key": b64(&key), "ca.crt": b64(&ca)}}),
         );
+        // cert-manager's CA injector: a configuration that asks for this
+        // Certificate's CA gets it as its caBundle.
+        let wanted = format!("{ns}/{name}");
+        if let Some(mut w) = kube.webhook_configuration("sigil")
+            && w["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == wanted.as_str()
+        {
+            w["webhooks"][0]["clientConfig"]["caBundle"] = json!(b64(&ca));
+            kube.apply(&[w]);
+        }
     }
+}
+
+/// The loopback remap of a shipped webhook configuration: the stand-in
+/// calls `url`, not the Service (what `SIGIL_WEBHOOK_URL` does for one sigil
+/// registers).
+fn point_at(objects: &[Value], url: &str) -> Vec<Value> {
+    objects
+        .iter()
+        .cloned()
+        .map(|mut o| {
+            if o["kind"] == "MutatingWebhookConfiguration" {
+                for w in o["webhooks"].as_array_mut().into_iter().flatten() {
+                    let cc = w["clientConfig"].as_object_mut().unwrap();
+                    cc.remove("service");
+                    cc.insert("url".into(), json!(url));
+                }
+            }
+            o
+        })
+        .collect()
 }
 
 /// The kubelet's part for volumes: writes each mounted volume under `root`
@@ -140,7 +171,9 @@ fn remap(value: &str, mounts: &[(String, PathBuf)]) -> String {
 /// shipped. `Err` says what went wrong.
 async fn start_shipped(objects: &[Value]) -> Result<Shipped, String> {
     let kube = FakeKube::start().await;
-    kube.apply(objects);
+    let (port, admin) = (free_port(), free_port());
+    let url = format!("https://127.0.0.1:{port}/mutate");
+    kube.apply(&point_at(objects, &url));
     // A cluster with the PolicyReport CRDs and a workload to report on.
     kube.apply(&FakeKube::report_crds("wgpolicyk8s"));
     kube.namespaces(&["team"]);
@@ -172,7 +205,6 @@ async fn start_shipped(objects: &[Value]) -> Result<Shipped, String> {
     let tuf_root = root.path().join("tuf-root.json");
     std::fs::write(&tuf_root, tuf.bootstrap_root()).unwrap();
 
-    let (port, admin) = (free_port(), free_port());
     let mut args = Vec::new();
     for a in container["args"].as_array().unwrap() {
         let a = a.as_str().unwrap();
@@ -203,7 +235,6 @@ async fn start_shipped(objects: &[Value]) -> Result<Shipped, String> {
         env.push((name, value));
     }
     let sa = pod["serviceAccountName"].as_str().unwrap_or("default");
-    let url = format!("https://127.0.0.1:{port}/mutate");
     env.extend([
         ("HOSTNAME".to_owned(), POD_NAME.to_owned()),
         ("TMPDIR".to_owned(), remap("/tmp", &mounts)),
@@ -261,7 +292,9 @@ async fn check_shipped(s: &Shipped, objects_env: &BTreeMap<String, String>) -> R
         "/api/v1/namespaces",
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
     );
-    if on("SIGIL_REGISTER") {
+    // Registered by sigil, or shipped with the manifests (sigil, or
+    // cert-manager's CA injector, fills in its caBundle).
+    if on("SIGIL_REGISTER") || kube.webhook_configuration("sigil").is_some() {
         let c = wait_for(
             Duration::from_secs(15),
             "the webhook configuration",
@@ -491,6 +524,13 @@ pub(crate) async fn run_objects(objects: &[Value]) -> Result<(), String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_base_runs_as_shipped_with_its_own_rbac() {
     run_shipped("base", |_| {}).await.unwrap();
+}
+
+/// sigil registers the configuration itself (`--register`), with the
+/// RBAC the overlay gives it for that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_register_overlay_runs_as_shipped() {
+    run_shipped("overlays/register", |_| {}).await.unwrap();
 }
 
 /// Pull secrets on (the component, as the overlay composes it): sigil
