@@ -9,6 +9,8 @@ export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" CARGO_TERM_COLOR="${CARGO_TERM_
 need_apt=()
 command -v docker-registry >/dev/null || need_apt+=(docker-registry)
 command -v htpasswd >/dev/null || need_apt+=(apache2-utils)
+# etcd for the real-API tier (kube-apiserver comes from SIGIL_KUBE_ASSETS).
+command -v etcd >/dev/null || need_apt+=(etcd-server)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -53,6 +55,12 @@ phase "== tests"
 summary=$(mktemp)
 cargo nextest run --workspace --no-fail-fast 2>&1 | tee "$summary"
 passed=$(grep -oE '[0-9]+ passed' "$summary" | tail -n 1 | grep -oE '[0-9]+' || echo 0)
+real=$(grep -cE 'PASS .* real_kube::' "$summary" || true)
+if [ -n "${SIGIL_KUBE_ASSETS:-}" ]; then
+  real_line="real-API tier: ${real} tests ran against kube-apiserver (SIGIL_KUBE_ASSETS=${SIGIL_KUBE_ASSETS})"
+else
+  real_line="real-API tier: ${real} tests skipped (SIGIL_KUBE_ASSETS is not set: a directory with kube-apiserver, v1.36; see README)"
+fi
 rm -f "$summary"
 phase "== bench smoke (each benchmark once)"; cargo test --workspace --benches -q
 phase "== doctests"; cargo test --workspace --doc -q
@@ -61,4 +69,5 @@ if [ "${SIGIL_SKIP_FUZZ:-}" != 1 ] && rustup toolchain list | grep -q nightly; t
 fi
 phase "== all checks passed"
 echo "   (whole run: $SECONDS s)"
+echo "   ${real_line}"
 echo "tests: ${passed} passed, 0 failed"

@@ -15,6 +15,7 @@
 //! pointed at what is registered here by [`FakeKube::webhook_client`].
 
 mod rbac;
+pub mod real;
 mod route;
 mod store;
 mod validation;

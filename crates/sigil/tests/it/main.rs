@@ -25,6 +25,7 @@ mod pin_files;
 mod policies;
 mod rbac;
 mod readme;
+mod real_kube;
 mod scripts;
 mod shipped;
 mod suites;

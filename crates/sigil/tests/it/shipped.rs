@@ -35,9 +35,14 @@ const CIPS: &str = "/apis/sigil.dev/v1alpha1/clusterimagepolicies";
 
 /// A started shipment: keep it alive while checking.
 struct Shipped {
-    sigil: Sigil,
     kube: FakeKube,
-    _registry: TestRegistry,
+    launched: Launched,
+}
+
+/// sigil started as the shipped Deployment says, and what it uses.
+pub(crate) struct Launched {
+    pub(crate) sigil: Sigil,
+    pub(crate) registry: TestRegistry,
     _root: tempfile::TempDir,
     /// Stands in for Sigstore's TUF CDN (the only thing the harness adds
     /// to the shipped configuration besides where the API server is).
@@ -48,7 +53,7 @@ pub(crate) fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
 }
 
-fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+pub(crate) fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
     objects
         .iter()
         .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
@@ -84,7 +89,7 @@ fn issue_certificates(kube: &FakeKube, objects: &[Value]) {
 /// The loopback remap of a shipped webhook configuration: the stand-in
 /// calls `url`, not the Service (what `SIGIL_WEBHOOK_URL` does for one sigil
 /// registers).
-fn point_at(objects: &[Value], url: &str) -> Vec<Value> {
+pub(crate) fn point_at(objects: &[Value], url: &str) -> Vec<Value> {
     objects
         .iter()
         .cloned()
@@ -103,7 +108,12 @@ fn point_at(objects: &[Value], url: &str) -> Vec<Value> {
 
 /// The kubelet's part for volumes: writes each mounted volume under `root`
 /// and returns (mountPath, host path), longest mount first.
-fn mount_volumes(kube: &FakeKube, ns: &str, pod: &Value, root: &Path) -> Vec<(String, PathBuf)> {
+fn mount_volumes(
+    lookup: &dyn Fn(&str, &str) -> Option<Value>,
+    ns: &str,
+    pod: &Value,
+    root: &Path,
+) -> Vec<(String, PathBuf)> {
     let container = &pod["containers"][0];
     let mut mounts = Vec::new();
     for m in container["volumeMounts"].as_array().into_iter().flatten() {
@@ -117,8 +127,7 @@ fn mount_volumes(kube: &FakeKube, ns: &str, pod: &Value, root: &Path) -> Vec<(St
             .find(|v| v["name"] == m["name"])
             .expect("every mount names a volume");
         let files: BTreeMap<String, Vec<u8>> = if let Some(cm) = vol["configMap"]["name"].as_str() {
-            let o = kube
-                .get(&format!("/api/v1/namespaces/{ns}/configmaps"), cm)
+            let o = lookup(&format!("/api/v1/namespaces/{ns}/configmaps"), cm)
                 .unwrap_or_else(|| panic!("ConfigMap {cm} is not in the manifests"));
             o["data"]
                 .as_object()
@@ -127,8 +136,7 @@ fn mount_volumes(kube: &FakeKube, ns: &str, pod: &Value, root: &Path) -> Vec<(St
                 .map(|(k, v)| (k.clone(), v.as_str().unwrap().as_bytes().to_vec()))
                 .collect()
         } else if let Some(s) = vol["secret"]["secretName"].as_str() {
-            let o = kube
-                .get(&format!("/api/v1/namespaces/{ns}/secrets"), s)
+            let o = lookup(&format!("/api/v1/namespaces/{ns}/secrets"), s)
                 .unwrap_or_else(|| panic!("Secret {s} does not exist"));
             o["data"]
                 .as_object()
@@ -184,6 +192,23 @@ async fn start_shipped(objects: &[Value]) -> Result<Shipped, String> {
                "spec": {"containers": [{"name": "app", "image": "registry.invalid/team/app:v1"}]}}),
     );
     issue_certificates(&kube, objects);
+    let lookup = |coll: &str, name: &str| kube.get(coll, name);
+    let kubeconfig = |ns: &str, sa: &str| kube.service_account_kubeconfig(ns, sa);
+    let launched = launch(objects, (port, admin), &lookup, &kubeconfig).await?;
+    Ok(Shipped { kube, launched })
+}
+
+/// Starts the sigil container of the shipped Deployment in `objects` as a
+/// kubelet would (see the module docs), listening on `ports` (webhook,
+/// admin): its volumes from `lookup` (a collection path and a name), its
+/// ServiceAccount's kubeconfig from `kubeconfig`; Ready within 30 s.
+pub(crate) async fn launch(
+    objects: &[Value],
+    (port, admin): (u16, u16),
+    lookup: &dyn Fn(&str, &str) -> Option<Value>,
+    kubeconfig: &dyn Fn(&str, &str) -> PathBuf,
+) -> Result<Launched, String> {
+    let url = format!("https://127.0.0.1:{port}/mutate");
     let d = find(objects, "Deployment", "sigil").clone();
     let ns = d["metadata"]["namespace"].as_str().unwrap().to_owned();
     let pod = &d["spec"]["template"]["spec"];
@@ -195,7 +220,7 @@ async fn start_shipped(objects: &[Value]) -> Result<Shipped, String> {
         .expect("a container named sigil")
         .clone();
     let root = tempfile::tempdir().unwrap();
-    let mounts = mount_volumes(&kube, &ns, pod, root.path());
+    let mounts = mount_volumes(lookup, &ns, pod, root.path());
     let registry = TestRegistry::start(Mode::Tls).await;
     let ca_file = root.path().join("registry-ca.pem");
     std::fs::write(&ca_file, registry.ca_pem.clone().unwrap()).unwrap();
@@ -240,9 +265,7 @@ async fn start_shipped(objects: &[Value]) -> Result<Shipped, String> {
         ("TMPDIR".to_owned(), remap("/tmp", &mounts)),
         (
             "KUBECONFIG".to_owned(),
-            kube.service_account_kubeconfig(&ns, sa)
-                .display()
-                .to_string(),
+            kubeconfig(&ns, sa).display().to_string(),
         ),
         ("SIGIL_WEBHOOK_URL".to_owned(), url),
         (
@@ -255,10 +278,9 @@ async fn start_shipped(objects: &[Value]) -> Result<Shipped, String> {
     ]);
     let mut sigil = Sigil::spawn_exact(&args, &env)?;
     sigil.try_wait_ready(Duration::from_secs(30)).await?;
-    Ok(Shipped {
+    Ok(Launched {
         sigil,
-        kube,
-        _registry: registry,
+        registry,
         _root: root,
         _tuf: (tuf, cdn),
     })
@@ -286,8 +308,8 @@ async fn check_shipped(s: &Shipped, objects_env: &BTreeMap<String, String>) -> R
     let on = |k: &str| objects_env.get(k).is_some_and(|v| v == "true");
     let ns = "sigil-system";
     let kube = &s.kube;
-    let image = format!("{}/shop/app:1.0", s._registry.host());
-    let digest = s._registry.push_image("shop/app", "1.0").await;
+    let image = format!("{}/shop/app:1.0", s.launched.registry.host());
+    let digest = s.launched.registry.push_image("shop/app", "1.0").await;
     kube.insert(
         "/api/v1/namespaces",
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
@@ -425,7 +447,7 @@ async fn check_shipped(s: &Shipped, objects_env: &BTreeMap<String, String>) -> R
         .get("SIGIL_AUDIT_INTERVAL")
         .is_some_and(|v| v != "0" && v != "0s")
     {
-        let admin = s.sigil.admin;
+        let admin = s.launched.sigil.admin;
         wait_for(
             Duration::from_secs(20),
             "an audit report at /audit",
@@ -467,7 +489,7 @@ async fn check_shipped(s: &Shipped, objects_env: &BTreeMap<String, String>) -> R
     }
     // The trusted root is refreshed from its TUF repository at start, with
     // the datastore in the shipped /tmp volume.
-    let sigil = &s.sigil;
+    let sigil = &s.launched.sigil;
     wait_for(
         Duration::from_secs(15),
         "a TUF refresh of the trusted root",
@@ -518,7 +540,7 @@ pub(crate) async fn run_objects(objects: &[Value]) -> Result<(), String> {
     let s = start_shipped(&objects).await?;
     check_shipped(&s, &env)
         .await
-        .map_err(|e| format!("{e}\nsigil's logs:\n{}", s.sigil.logs()))
+        .map_err(|e| format!("{e}\nsigil's logs:\n{}", s.launched.sigil.logs()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,528 @@
+//! A real Kubernetes control plane for tests, envtest-style: etcd and
+//! kube-apiserver (v1.36 as CI runs them) started on free loopback ports
+//! with a fresh PKI, an admin client, ServiceAccount kubeconfigs from the
+//! TokenRequest API, and server-side apply of rendered manifests.
+//!
+//! The binaries come from one directory named by `SIGIL_KUBE_ASSETS`
+//! (`kube-apiserver`, and `etcd` there or on `PATH`), as controller-runtime's
+//! envtest takes `KUBEBUILDER_ASSETS`: `.ci/run` unpacks them, and a user
+//! points the variable at their own (`setup-envtest` assets work). Without
+//! it [`assets`] says why, and each real-API test reports itself skipped.
+//! Every process is stopped by PID when the [`RealKube`] is dropped, and
+//! each runs under a watchdog that stops it when the test process is gone
+//! (a panicking or killed test binary leaves nothing running). It does not
+//! start kubelets: there are no nodes, Pods stay Pending, which is all an
+//! admission webhook needs.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+use serde_json::{Value, json};
+
+/// The variable that names the assets directory.
+pub const ASSETS: &str = "SIGIL_KUBE_ASSETS";
+
+/// The assets directory with a runnable `kube-apiserver`, and the `etcd`
+/// to use, or why there is none.
+pub fn assets() -> Result<(PathBuf, PathBuf), String> {
+    let dir = std::env::var_os(ASSETS).map(PathBuf::from).ok_or_else(|| {
+        format!(
+            "{ASSETS} is not set (a directory with kube-apiserver, and etcd there or on PATH; .ci/run sets it)"
+        )
+    })?;
+    let apiserver = dir.join("kube-apiserver");
+    if !apiserver.is_file() {
+        return Err(format!(
+            "{ASSETS}={}: no kube-apiserver there",
+            dir.display()
+        ));
+    }
+    let etcd = [dir.join("etcd")]
+        .into_iter()
+        .chain(crate::registry::which("etcd"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            format!(
+                "no etcd in {} or on PATH (Debian: etcd-server)",
+                dir.display()
+            )
+        })?;
+    Ok((dir, etcd))
+}
+
+/// The assets, or `None` after printing that the calling test is skipped
+/// and why (the closing lines of the test command count these).
+pub fn assets_or_skip(test: &str) -> Option<(PathBuf, PathBuf)> {
+    match assets() {
+        Ok(a) => Some(a),
+        Err(why) => {
+            eprintln!("SKIPPED real_kube::{test}: {why}");
+            None
+        }
+    }
+}
+
+/// A running etcd + kube-apiserver.
+pub struct RealKube {
+    /// `https://127.0.0.1:PORT`.
+    pub url: String,
+    /// The cluster CA (PEM): what the API server's certificate chains to.
+    pub ca_pem: String,
+    dir: tempfile::TempDir,
+    procs: Mutex<Vec<Child>>,
+    admin: reqwest::Client,
+    discovery: Mutex<HashMap<String, Vec<Value>>>,
+}
+
+impl Drop for RealKube {
+    fn drop(&mut self) {
+        let mut procs = self.procs.lock().unwrap_or_else(|e| e.into_inner());
+        // The API server first, etcd last.
+        for c in procs.iter_mut().rev() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            let until = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < until && matches!(c.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A CA, and certificates it issues (PEM).
+struct Pki {
+    ca_pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name
+            .push(DnType::CommonName, "sigil-test-kube-ca");
+        p.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = p.self_signed(&key).unwrap();
+        Pki {
+            ca_pem: cert.pem(),
+            issuer: Issuer::new(p, key),
+        }
+    }
+
+    /// (certificate, key) PEM for `cn`/`org`, serving `sans` or a client.
+    fn issue(&self, cn: &str, org: Option<&str>, sans: &[&str], client: bool) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        if let Some(o) = org {
+            p.distinguished_name.push(DnType::OrganizationName, o);
+        }
+        for s in sans {
+            p.subject_alt_names.push(match s.parse() {
+                Ok(ip) => SanType::IpAddress(ip),
+                Err(_) => SanType::DnsName((*s).try_into().unwrap()),
+            });
+        }
+        p.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        p.extended_key_usages = vec![if client {
+            ExtendedKeyUsagePurpose::ClientAuth
+        } else {
+            ExtendedKeyUsagePurpose::ServerAuth
+        }];
+        let cert = p.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// Starts `program` under a watchdog that stops it once this test process
+/// is gone, with its output in `log`.
+fn spawn_watched(program: &Path, args: &[String], log: &Path) -> Child {
+    let out = std::fs::File::create(log).unwrap();
+    let err = out.try_clone().unwrap();
+    // `exec` keeps the PID the program's: Drop signals it directly; the
+    // watchdog subshell signals it if the test process dies first.
+    let script = r#"parent=$1; shift
+( while kill -0 "$parent" 2>/dev/null && kill -0 $$ 2>/dev/null; do sleep 1; done
+  kill -0 $$ 2>/dev/null || exit 0; kill -TERM $$; sleep 5; kill -KILL $$ 2>/dev/null ) &
+exec "$@""#;
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("sh")
+        .arg(std::process::id().to_string())
+        .arg(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()))
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+impl RealKube {
+    /// Starts etcd and kube-apiserver from [`assets`] and waits until the
+    /// API server is ready (`/readyz`). Panics with the logs if it is not
+    /// within a minute.
+    pub async fn start((assets, etcd): &(PathBuf, PathBuf)) -> RealKube {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let pki = Pki::new();
+        let (serving, serving_key) = pki.issue(
+            "kube-apiserver",
+            None,
+            &[
+                "127.0.0.1",
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+            ],
+            false,
+        );
+        let (admin_cert, admin_key) = pki.issue("admin", Some("system:masters"), &[], true);
+        let sa_pair = KeyPair::generate().unwrap();
+        let (sa_key, sa_pub) = (sa_pair.serialize_pem(), sa_pair.public_key_pem());
+        let ca = write(d, "ca.crt", &pki.ca_pem);
+        let tls_crt = write(d, "apiserver.crt", &serving);
+        let tls_key = write(d, "apiserver.key", &serving_key);
+        let sa = write(d, "sa.key", &sa_key);
+        let sa_pub = write(d, "sa.pub", &sa_pub);
+        let (client, peer, secure) = (free_port(), free_port(), free_port());
+        let etcd_args: Vec<String> = vec![
+            "--name=default".into(),
+            format!("--data-dir={}", d.join("etcd").display()),
+            format!("--listen-client-urls=http://127.0.0.1:{client}"),
+            format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-cluster=default=http://127.0.0.1:{peer}"),
+        ];
+        let etcd_proc = spawn_watched(etcd, &etcd_args, &d.join("etcd.log"));
+        let api_args: Vec<String> = vec![
+            format!("--etcd-servers=http://127.0.0.1:{client}"),
+            format!("--secure-port={secure}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--authorization-mode=Node,RBAC".into(),
+            format!("--client-ca-file={ca}"),
+            format!("--tls-cert-file={tls_crt}"),
+            format!("--tls-private-key-file={tls_key}"),
+            format!("--service-account-key-file={sa_pub}"),
+            format!("--service-account-signing-key-file={sa}"),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            "--endpoint-reconciler-type=none".into(),
+            "--feature-gates=SizeBasedListCostEstimate=false".into(),
+            "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,MutatingAdmissionPolicy,MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook".into(),
+        ];
+        let api_proc = spawn_watched(
+            &assets.join("kube-apiserver"),
+            &api_args,
+            &d.join("kube-apiserver.log"),
+        );
+        let identity = reqwest::Identity::from_pem(format!("{admin_cert}{admin_key}").as_bytes())
+            .expect("admin identity");
+        let admin = reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(pki.ca_pem.as_bytes()).unwrap()])
+            .identity(identity)
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let kube = RealKube {
+            url: format!("https://127.0.0.1:{secure}"),
+            ca_pem: pki.ca_pem.clone(),
+            dir,
+            procs: Mutex::new(vec![etcd_proc, api_proc]),
+            admin,
+            discovery: Mutex::default(),
+        };
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            let ready = kube
+                .admin
+                .get(format!("{}/readyz", kube.url))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200);
+            if ready {
+                break;
+            }
+            let exited = kube
+                .procs
+                .lock()
+                .unwrap()
+                .iter_mut()
+                .any(|c| !matches!(c.try_wait(), Ok(None)));
+            assert!(!exited, "etcd or kube-apiserver exited:\n{}", kube.logs());
+            assert!(
+                Instant::now() < until,
+                "kube-apiserver was not ready within 60 s:\n{}",
+                kube.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        kube
+    }
+
+    /// The last lines of the API server's and etcd's logs.
+    pub fn logs(&self) -> String {
+        let tail = |name: &str| {
+            let text = std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        };
+        format!(
+            "--- kube-apiserver ---\n{}\n--- etcd ---\n{}",
+            tail("kube-apiserver.log"),
+            tail("etcd.log")
+        )
+    }
+
+    /// A request as cluster admin: `method path` with a JSON `body`;
+    /// (status, answer).
+    pub async fn request(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let mut req = self
+            .admin
+            .request(method.parse().unwrap(), format!("{}{path}", self.url));
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(b).unwrap());
+        }
+        let resp = req
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    /// GET `path` as admin: the object, or `None` on 404.
+    pub async fn get(&self, path: &str) -> Option<Value> {
+        match self.request("GET", path, None).await {
+            (200, v) => Some(v),
+            (404, _) => None,
+            (s, v) => panic!("GET {path}: {s} {v}"),
+        }
+    }
+
+    /// The API resources of `api_version` (discovery, cached).
+    async fn resources(&self, api_version: &str) -> Vec<Value> {
+        if let Some(r) = self.discovery.lock().unwrap().get(api_version) {
+            return r.clone();
+        }
+        let path = if api_version.contains('/') {
+            format!("/apis/{api_version}")
+        } else {
+            format!("/api/{api_version}")
+        };
+        let until = Instant::now() + Duration::from_secs(30);
+        let list = loop {
+            // A CRD's kinds are served a moment after it is Established.
+            match self.request("GET", &path, None).await {
+                (200, v) => break v["resources"].as_array().cloned().unwrap_or_default(),
+                (s, v) => assert!(Instant::now() < until, "discovery {path}: {s} {v}"),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        self.discovery
+            .lock()
+            .unwrap()
+            .insert(api_version.to_owned(), list.clone());
+        list
+    }
+
+    /// Where `obj` lives: its collection's path (by discovery).
+    pub async fn collection(&self, obj: &Value) -> String {
+        let api = obj["apiVersion"].as_str().unwrap();
+        let kind = obj["kind"].as_str().unwrap();
+        let r = self
+            .resources(api)
+            .await
+            .into_iter()
+            .find(|r| r["kind"] == kind && !r["name"].as_str().unwrap_or("/").contains('/'))
+            .unwrap_or_else(|| panic!("the API server serves no {kind} in {api}"));
+        let base = if api.contains('/') {
+            format!("/apis/{api}")
+        } else {
+            format!("/api/{api}")
+        };
+        let plural = r["name"].as_str().unwrap();
+        match (
+            r["namespaced"].as_bool(),
+            obj["metadata"]["namespace"].as_str(),
+        ) {
+            (Some(true), Some(ns)) => format!("{base}/namespaces/{ns}/{plural}"),
+            (Some(true), None) => format!("{base}/namespaces/default/{plural}"),
+            _ => format!("{base}/{plural}"),
+        }
+    }
+
+    /// Server-side applies `objects` as `kubectl apply --server-side` would:
+    /// CRDs first (waiting until they are Established), then the rest.
+    /// Panics naming the object the API server refused.
+    pub async fn apply(&self, objects: &[Value]) {
+        let (crds, rest): (Vec<&Value>, Vec<&Value>) = objects
+            .iter()
+            .partition(|o| o["kind"] == "CustomResourceDefinition");
+        for o in &crds {
+            self.apply_one(o).await;
+        }
+        for o in &crds {
+            let name = o["metadata"]["name"].as_str().unwrap();
+            let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}");
+            let until = Instant::now() + Duration::from_secs(30);
+            loop {
+                let established = self.get(&path).await.is_some_and(|c| {
+                    c["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Established" && c["status"] == "True")
+                });
+                if established {
+                    break;
+                }
+                assert!(Instant::now() < until, "CRD {name} never Established");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        // Namespaces before what lives in them.
+        let (namespaces, rest): (Vec<&Value>, Vec<&Value>) =
+            rest.into_iter().partition(|o| o["kind"] == "Namespace");
+        for o in namespaces.into_iter().chain(rest) {
+            self.apply_one(o).await;
+        }
+    }
+
+    async fn apply_one(&self, obj: &Value) {
+        let coll = self.collection(obj).await;
+        let name = obj["metadata"]["name"].as_str().unwrap();
+        let path = format!("{coll}/{name}?fieldManager=sigil-tests&force=true");
+        let resp = self
+            .admin
+            .patch(format!("{}{path}", self.url))
+            .header("content-type", "application/apply-patch+yaml")
+            .body(serde_json::to_vec(obj).unwrap())
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            panic!(
+                "applying {} {name}: {status} {body}",
+                obj["kind"].as_str().unwrap_or_default()
+            );
+        }
+    }
+
+    /// Creates the Namespaces `names` (as admin).
+    pub async fn namespaces(&self, names: &[&str]) {
+        let objects: Vec<Value> = names
+            .iter()
+            .map(|n| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}))
+            .collect();
+        self.apply(&objects).await;
+    }
+
+    /// A kubeconfig for the ServiceAccount `namespace/name` (which must
+    /// exist), with a token from the TokenRequest API (an hour): RBAC
+    /// applies to what a process started with it does.
+    pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> PathBuf {
+        let token = self.service_account_token(namespace, name).await;
+        let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
+        let path = self
+            .dir
+            .path()
+            .join(format!("kubeconfig-{namespace}-{name}"));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\nusers:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: real\n  context:\n    cluster: real\n    user: {name}\n    namespace: {namespace}\ncurrent-context: real\n",
+                self.url
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// A token for the ServiceAccount `namespace/name` (TokenRequest, an hour).
+    pub async fn service_account_token(&self, namespace: &str, name: &str) -> String {
+        let (status, v) = self
+            .request(
+                "POST",
+                &format!("/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"),
+                Some(
+                    &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                             "spec": {"expirationSeconds": 3600}}),
+                ),
+            )
+            .await;
+        assert_eq!(status, 201, "TokenRequest for {namespace}/{name}: {v}");
+        v["status"]["token"].as_str().unwrap().to_owned()
+    }
+
+    /// What `token` may do in `namespace`: the API
+    /// server's own SelfSubjectRulesReview, asked as that identity.
+    pub async fn rules_review(&self, token: &str, namespace: &str) -> Value {
+        let client = reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(self.ca_pem.as_bytes()).unwrap()])
+            .build()
+            .unwrap();
+        let resp = client
+            .post(format!(
+                "{}/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+                self.url
+            ))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(
+                serde_json::to_vec(&json!({"apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SelfSubjectRulesReview", "spec": {"namespace": namespace}}))
+                .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201, "SelfSubjectRulesReview");
+        serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap()
+    }
+}

@@ -1,0 +1,201 @@
+//! The real-API tier: what sigil does with the Kubernetes API, against a
+//! real kube-apiserver (v1.36, with etcd) started by the test kit
+//! (`sigil_testkit::kube::real`, envtest-style: `SIGIL_KUBE_ASSETS`).
+//! Without the assets each test says it is skipped, and why. The stand-in
+//! (`FakeKube`) stays for faults a real server cannot be made to produce.
+
+use std::collections::BTreeSet;
+
+use crate::support::kube::real::{RealKube, assets_or_skip};
+
+/// What the API server itself says sigil's ServiceAccount may do, once the
+/// shipped manifests are applied: its SelfSubjectRulesReview (in sigil's
+/// namespace, and in another namespace for the cluster-wide grants) equals
+/// the written expectation the rendered RBAC is held to
+/// (`tests/fixtures/rbac/base.txt`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_accounts_rights_on_a_real_api_server_are_the_written_ones() {
+    let Some(assets) =
+        assets_or_skip("the_service_accounts_rights_on_a_real_api_server_are_the_written_ones")
+    else {
+        return;
+    };
+    let kube = RealKube::start(&assets).await;
+    kube.apply(&crate::deploy::render("base")).await;
+    kube.namespaces(&["elsewhere"]).await;
+    let token = kube.service_account_token("sigil-system", "sigil").await;
+    let expected = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rbac/base.txt"),
+    )
+    .unwrap();
+    for (ns, scopes) in [
+        ("sigil-system", &["cluster", "namespace/sigil-system"][..]),
+        ("elsewhere", &["cluster"][..]),
+    ] {
+        let review = kube.rules_review(&token, ns).await;
+        let mut got = BTreeSet::new();
+        for r in review["status"]["resourceRules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let strs = |f: &str| -> Vec<String> {
+                r[f].as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|v| v.as_str().unwrap().to_owned())
+                    .collect()
+            };
+            let names = strs("resourceNames");
+            for g in strs("apiGroups") {
+                for res in strs("resources") {
+                    // Every authenticated user's own reviews.
+                    if g.starts_with("authorization.k8s.io")
+                        || g.starts_with("authentication.k8s.io")
+                    {
+                        continue;
+                    }
+                    for v in strs("verbs") {
+                        let g = if g.is_empty() { "core" } else { &g };
+                        if names.is_empty() {
+                            got.insert(format!("{v} {g}/{res}"));
+                        }
+                        for n in &names {
+                            got.insert(format!("{v} {g}/{res}/{n}"));
+                        }
+                    }
+                }
+            }
+        }
+        let want: BTreeSet<String> = expected
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(scope, _)| scopes.contains(scope))
+            .map(|(_, rest)| rest.to_owned())
+            .collect();
+        assert_eq!(
+            got, want,
+            "in namespace {ns}: the API server's view differs from the written one"
+        );
+    }
+}
+
+/// The Kustomize base, installed as shipped on a real API server (its CRDs,
+/// RBAC, the empty certificate Secret, the webhook configuration pointed at
+/// sigil on loopback): sigil runs as its Deployment says, with its
+/// ServiceAccount's token, fills in the configuration's caBundle, and the
+/// API server's own call pins a Pod. Stopped, it fails closed for the
+/// namespaces it guards while kube-system and sigil's namespace admit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_base_as_shipped_pins_through_the_real_api_server_and_fails_closed_when_down() {
+    use serde_json::json;
+    let Some(assets) = assets_or_skip(
+        "the_base_as_shipped_pins_through_the_real_api_server_and_fails_closed_when_down",
+    ) else {
+        return;
+    };
+    let kube = RealKube::start(&assets).await;
+    let objects = crate::deploy::render("base");
+    let (port, admin) = (
+        crate::support::registry::free_port(),
+        crate::support::registry::free_port(),
+    );
+    let url = format!("https://127.0.0.1:{port}/mutate");
+    kube.apply(&crate::shipped::point_at(&objects, &url)).await;
+    let kubeconfig = kube
+        .service_account_kubeconfig("sigil-system", "sigil")
+        .await;
+    let lookup = |coll: &str, name: &str| {
+        let ns = coll.split('/').nth(4).unwrap_or_default();
+        objects
+            .iter()
+            .find(|o| {
+                o["metadata"]["name"] == name
+                    && o["metadata"]["namespace"] == ns
+                    && coll.ends_with(&format!(
+                        "/{}s",
+                        o["kind"].as_str().unwrap_or_default().to_lowercase()
+                    ))
+            })
+            .cloned()
+    };
+    let launched =
+        crate::shipped::launch(&objects, (port, admin), &lookup, &|_, _| kubeconfig.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", kube.logs()));
+    // sigil fills in the shipped configuration's caBundle (get/update of
+    // that one object is all its RBAC allows).
+    let mwc = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/sigil";
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while kube.get(mwc).await.unwrap()["webhooks"][0]["clientConfig"]["caBundle"].is_null() {
+        assert!(
+            std::time::Instant::now() < until,
+            "sigil never filled in the caBundle:\n{}",
+            launched.sigil.logs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    kube.namespaces(&["shop"]).await;
+    // No controller-manager here: the ServiceAccount admission plugin needs
+    // each namespace's `default` ServiceAccount, made as its controller would.
+    let defaults: Vec<serde_json::Value> = ["shop", "kube-system", "sigil-system"]
+        .iter()
+        .map(|ns| {
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                         "metadata": {"name": "default", "namespace": ns}})
+        })
+        .collect();
+    kube.apply(&defaults).await;
+    let reg = &launched.registry;
+    let digest = reg.push_image("shop/app", "1.0").await;
+    let image = format!("{}/shop/app:1.0", reg.host());
+    // Pod Security "restricted" holds in sigil's namespace (the base labels
+    // it so, and a real API server enforces it): every Pod here complies.
+    let pod = |ns: &str, name: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+               "spec": {"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [{"name": "app", "image": image,
+                            "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}})
+    };
+    let (status, created) = kube
+        .request(
+            "POST",
+            "/api/v1/namespaces/shop/pods",
+            Some(&pod("shop", "web")),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}\n{}", launched.sigil.logs());
+    assert_eq!(
+        created["spec"]["containers"][0]["image"],
+        format!("{image}@{digest}"),
+        "the API server's own call to sigil pinned the Pod"
+    );
+    // Down: fail closed where sigil guards; kube-system and sigil's own
+    // namespace are never sent to it.
+    drop(launched);
+    let (status, refused) = kube
+        .request(
+            "POST",
+            "/api/v1/namespaces/shop/pods",
+            Some(&pod("shop", "late")),
+        )
+        .await;
+    assert_eq!(status, 500, "fail closed: {refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("images.sigil.dev"),
+        "{refused}"
+    );
+    for ns in ["kube-system", "sigil-system"] {
+        let (status, v) = kube
+            .request(
+                "POST",
+                &format!("/api/v1/namespaces/{ns}/pods"),
+                Some(&pod(ns, "sys")),
+            )
+            .await;
+        assert_eq!(status, 201, "{ns} admits while sigil is down: {v}");
+    }
+}
