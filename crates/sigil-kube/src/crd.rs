@@ -27,6 +27,14 @@ fn free_form(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
+/// A list of strings.
+fn string_list(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {"type": "string"}
+    })
+}
+
 /// A list of free-form objects.
 fn free_form_list(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
@@ -235,13 +243,15 @@ pub struct ImagePolicySpec {
     #[serde(default)]
     pub rules: Vec<PolicyRule>,
     /// Not allowed here (declared so the CEL rule can refuse it rather than
-    /// the API server silently dropping it).
+    /// the API server silently dropping it; typed as in a ClusterImagePolicy,
+    /// so a copy from one reaches the rule and its message: a real API server
+    /// checks types first, and CEL cannot name an untyped field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "free_form")]
+    #[schemars(schema_with = "free_form_list")]
     pub mirrors: Option<serde_json::Value>,
     /// Not allowed here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "free_form")]
+    #[schemars(schema_with = "free_form_list")]
     pub registries: Option<serde_json::Value>,
     /// Not allowed here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -249,7 +259,7 @@ pub struct ImagePolicySpec {
     pub pin: Option<serde_json::Value>,
     /// Not allowed here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "free_form")]
+    #[schemars(schema_with = "string_list")]
     pub exempt_namespaces: Option<serde_json::Value>,
 }
 

@@ -196,9 +196,16 @@ impl RealKube {
     /// Starts etcd and kube-apiserver from [`assets`] and waits until the
     /// API server is ready (`/readyz`). Panics with the logs if it is not
     /// within a minute.
-    pub async fn start((assets, etcd): &(PathBuf, PathBuf)) -> RealKube {
+    pub async fn start(assets: &(PathBuf, PathBuf)) -> RealKube {
+        RealKube::start_with(assets, false).await
+    }
+
+    /// [`RealKube::start`], with kube-controller-manager too when
+    /// `controllers` (Deployments → ReplicaSets → Pods, every namespace's
+    /// `default` ServiceAccount, namespace deletion).
+    pub async fn start_with((assets, etcd): &(PathBuf, PathBuf), controllers: bool) -> RealKube {
         let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
+        let d = &dir.path().to_path_buf();
         let pki = Pki::new();
         let (serving, serving_key) = pki.issue(
             "kube-apiserver",
@@ -269,6 +276,45 @@ impl RealKube {
             admin,
             discovery: Mutex::default(),
         };
+        if controllers {
+            let (cm_cert, cm_key) = pki.issue(
+                "system:kube-controller-manager",
+                Some("system:masters"),
+                &[],
+                true,
+            );
+            let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+            let kubeconfig = write(
+                d,
+                "controller-manager.kubeconfig",
+                &format!(
+                    "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: cm\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: real\n  context:\n    cluster: real\n    user: cm\ncurrent-context: real\n",
+                    kube.url,
+                    b64(&pki.ca_pem),
+                    b64(&cm_cert),
+                    b64(&cm_key)
+                ),
+            );
+            let ca_key = write(d, "ca.key", &pki.issuer.key().serialize_pem());
+            let cm_args: Vec<String> = vec![
+                format!("--kubeconfig={kubeconfig}"),
+                format!("--service-account-private-key-file={sa}"),
+                format!("--root-ca-file={ca}"),
+                format!("--cluster-signing-cert-file={ca}"),
+                format!("--cluster-signing-key-file={ca_key}"),
+                "--use-service-account-credentials=false".into(),
+                "--leader-elect=false".into(),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", free_port()),
+                "--controllers=*,bootstrap-signer-controller,token-cleaner-controller,-node-ipam-controller,-service-ca-certificate-publisher-controller".into(),
+            ];
+            let cm = spawn_watched(
+                &assets.join("kube-controller-manager"),
+                &cm_args,
+                &d.join("kube-controller-manager.log"),
+            );
+            kube.procs.lock().unwrap().push(cm);
+        }
         let until = Instant::now() + Duration::from_secs(60);
         loop {
             let ready = kube

@@ -199,3 +199,170 @@ async fn the_base_as_shipped_pins_through_the_real_api_server_and_fails_closed_w
         assert_eq!(status, 201, "{ns} admits while sigil is down: {v}");
     }
 }
+
+/// The CRDs as shipped, on a real API server: their CEL rules refuse what
+/// a namespace editor must not write (a namespaced ImagePolicy that
+/// loosens: mirrors, registries) before sigil ever sees it, with the rule's
+/// message; a tightening one is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crds_refuse_a_loosening_image_policy_on_a_real_api_server() {
+    use serde_json::json;
+    let Some(assets) =
+        assets_or_skip("the_crds_refuse_a_loosening_image_policy_on_a_real_api_server")
+    else {
+        return;
+    };
+    let kube = RealKube::start(&assets).await;
+    let crds: Vec<serde_json::Value> = crate::deploy::render("base")
+        .into_iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .collect();
+    kube.apply(&crds).await;
+    kube.namespaces(&["team-a"]).await;
+    let policies = "/apis/sigil.dev/v1alpha1/namespaces/team-a/imagepolicies";
+    let policy = |name: &str, extra: serde_json::Value| {
+        let mut spec = json!({"rules": [{"name": "ours", "match": ["registry.example.com/team-a/**"], "action": "allow"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        json!({"apiVersion": "sigil.dev/v1alpha1", "kind": "ImagePolicy",
+               "metadata": {"name": name, "namespace": "team-a"}, "spec": spec})
+    };
+    for (field, extra, says) in [
+        (
+            "mirrors",
+            json!({"mirrors": [{"from": "docker.io", "to": "m.example.com/hub"}]}),
+            "mirrors belong in a ClusterImagePolicy",
+        ),
+        (
+            "registries",
+            json!({"registries": [{"host": "r.example.com", "insecure": true}]}),
+            "registry settings and credentials belong in a ClusterImagePolicy",
+        ),
+    ] {
+        let (status, v) = kube
+            .request("POST", policies, Some(&policy(field, extra)))
+            .await;
+        assert_eq!(status, 422, "{field}: {v}");
+        assert!(
+            v["message"].as_str().unwrap_or_default().contains(says),
+            "{field}: {v}"
+        );
+    }
+    let (status, v) = kube
+        .request(
+            "POST",
+            policies,
+            Some(&policy("tight", json!({"defaultAction": "deny"}))),
+        )
+        .await;
+    assert_eq!(status, 201, "{v}");
+}
+
+/// The Helm chart with its default values, installed as shipped on a real
+/// API server with its controllers: a Deployment's Pods, made by the
+/// ReplicaSet controller and admitted through the API server's own call to
+/// sigil, come out pinned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_as_shipped_pins_a_deployments_pods_on_a_real_api_server() {
+    use serde_json::json;
+    let Some(assets) =
+        assets_or_skip("the_chart_as_shipped_pins_a_deployments_pods_on_a_real_api_server")
+    else {
+        return;
+    };
+    let kube = RealKube::start_with(&assets, true).await;
+    // `helm install --create-namespace`: the namespace first, with the Pod
+    // Security labels the base gives it.
+    kube.apply(&[
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "sigil-system"}}),
+    ])
+    .await;
+    let objects = crate::helm::rendered(&[]);
+    let (port, admin) = (
+        crate::support::registry::free_port(),
+        crate::support::registry::free_port(),
+    );
+    kube.apply(&crate::shipped::point_at(
+        &objects,
+        &format!("https://127.0.0.1:{port}/mutate"),
+    ))
+    .await;
+    let kubeconfig = kube
+        .service_account_kubeconfig("sigil-system", "sigil")
+        .await;
+    let lookup = |coll: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| {
+                o["metadata"]["name"] == name
+                    && coll.ends_with("/configmaps")
+                    && o["kind"] == "ConfigMap"
+            })
+            .cloned()
+    };
+    let launched =
+        crate::shipped::launch(&objects, (port, admin), &lookup, &|_, _| kubeconfig.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", kube.logs()));
+    kube.namespaces(&["shop"]).await;
+    let reg = &launched.registry;
+    let digest = reg.push_image("shop/app", "1.0").await;
+    let image = format!("{}/shop/app:1.0", reg.host());
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "app", "image": image}]}}}});
+    // The caBundle first: until sigil has filled it in, the API server
+    // cannot call it and fails closed.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let created = loop {
+        let (status, v) = kube
+            .request(
+                "POST",
+                "/apis/apps/v1/namespaces/shop/deployments",
+                Some(&deployment),
+            )
+            .await;
+        if status == 201 {
+            break v;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the Deployment was never admitted: {status} {v}\n{}",
+            launched.sigil.logs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    let pinned = format!("{image}@{digest}");
+    assert_eq!(
+        created["spec"]["template"]["spec"]["containers"][0]["image"],
+        pinned
+    );
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let pods = kube.get("/api/v1/namespaces/shop/pods").await.unwrap();
+        let images: Vec<String> = pods["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                p["spec"]["containers"][0]["image"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect();
+        if images.len() == 2 {
+            assert!(images.iter().all(|i| *i == pinned), "{images:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the ReplicaSet's Pods never appeared: {images:?}\n{}",
+            kube.logs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
