@@ -259,30 +259,22 @@ impl<R: DigestResolver> Engine<R> {
             return Default::default();
         }
         let platform = self.policy.platform.as_ref();
-        let for_target = |t: &Reference| creds.for_target(t);
         let answers = join_all(targets.iter().map(|t| {
             let failover = plan.failover_of(t);
             async move {
                 match failover {
+                    // Boxed: the failover's state (its copy gate, the
+                    // verification it may run) stays out of every plain
+                    // lookup's future, which `join_all` moves.
                     Some((f, origin)) => {
-                        let workload = creds.for_target(origin);
-                        let vet = |o: Reference, d: Digest| -> BoxFuture<'_, Result<(), String>> {
-                            Box::pin(self.vet_origin(plan, t, o, d, creds, deadline))
-                        };
-                        let gate = crate::failover::CopyGate {
-                            dry_run: effects == Effects::DryRun,
-                            workload: &workload,
-                            vet: &vet,
-                        };
-                        crate::failover::resolve(
-                            &self.resolver,
-                            self.copier.as_deref().map(|c| (c, &gate)),
+                        Box::pin(self.resolve_failing_over(
+                            plan,
                             t,
-                            (f.as_ref(), origin),
-                            platform,
-                            &for_target,
+                            (f, origin),
+                            creds,
                             deadline,
-                        )
+                            effects,
+                        ))
                         .await
                     }
                     None => crate::failover::Resolved {
@@ -310,6 +302,39 @@ impl<R: DigestResolver> Engine<R> {
 }
 
 impl<R: DigestResolver> Engine<R> {
+    /// Resolves `target`, a mirror's image that fails over under `f`
+    /// ([`crate::failover`]), with its copy gate.
+    async fn resolve_failing_over(
+        &self,
+        plan: &sigil_core::ObjectPlan,
+        t: &Reference,
+        (f, origin): (&Arc<sigil_core::policy::Failover>, &Reference),
+        creds: &ClusterCredentials<'_>,
+        deadline: Instant,
+        effects: Effects,
+    ) -> crate::failover::Resolved {
+        let workload = creds.for_target(origin);
+        let vet = |o: Reference, d: Digest| -> BoxFuture<'_, Result<(), String>> {
+            Box::pin(self.vet_origin(plan, t, o, d, creds, deadline))
+        };
+        let gate = crate::failover::CopyGate {
+            dry_run: effects == Effects::DryRun,
+            workload: &workload,
+            vet: &vet,
+        };
+        let for_target = |t: &Reference| creds.for_target(t);
+        crate::failover::resolve(
+            &self.resolver,
+            self.copier.as_deref().map(|c| (c, &gate)),
+            t,
+            (f.as_ref(), origin),
+            self.policy.platform.as_ref(),
+            &for_target,
+            deadline,
+        )
+        .await
+    }
+
     /// Verifies `origin@digest` as the image planned at `target` would be
     /// verified were it served from the origin: every requirement of this
     /// admission on it (the rule's, the namespace's teams'), before a copy
