@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use cel::common::ast::{EntryExpr, Expr, IdedExpr};
+use cel::common::ast::{Expr, IdedExpr};
 
 pub mod cost;
 pub use cost::{CONDITION_BUDGET, Cost, ENTRY_BUDGET};
@@ -183,7 +183,7 @@ impl Statement {
         Ok(Statement {
             predicate_type,
             subjects,
-            elements: longest(&cel),
+            elements: cost::longest(&cel),
             cel,
             bytes: payload.len(),
         })
@@ -222,15 +222,6 @@ impl Statement {
             (Some(i), cel::Value::List(l)) => l.get(i).cloned().unwrap_or(cel::Value::Null),
             _ => cel::Value::Null,
         }
-    }
-}
-
-/// The most elements of any list or map in `v`.
-fn longest(v: &cel::Value) -> usize {
-    match v {
-        cel::Value::List(l) => l.iter().map(longest).fold(l.len(), usize::max),
-        cel::Value::Map(m) => m.map.values().map(longest).fold(m.map.len(), usize::max),
-        _ => 0,
     }
 }
 
@@ -325,12 +316,12 @@ fn collect(e: &IdedExpr, fields: &mut std::collections::BTreeSet<String>) -> boo
         Expr::Map(m) => m
             .entries
             .iter()
-            .flat_map(|en| entry_exprs(&en.expr))
+            .flat_map(|en| cost::entry_exprs(&en.expr))
             .for_each(&mut go),
         Expr::Struct(st) => st
             .entries
             .iter()
-            .flat_map(|en| entry_exprs(&en.expr))
+            .flat_map(|en| cost::entry_exprs(&en.expr))
             .for_each(&mut go),
         Expr::Literal(_) | Expr::Unspecified => {}
     }
@@ -372,7 +363,7 @@ impl Condition {
         }
         let program = cel::Program::compile(expression)
             .map_err(|e| refuse(e.to_string().trim().to_owned()))?;
-        let depth = comprehension_depth(program.expression());
+        let depth = cost::comprehension_depth(program.expression());
         if depth > MAX_COMPREHENSION_DEPTH {
             return Err(refuse(format!(
                 "comprehensions (all, exists, map, filter) nest {depth} deep; at most {MAX_COMPREHENSION_DEPTH} is allowed, so evaluation stays linear in the statement's size"
@@ -387,31 +378,6 @@ impl Condition {
             reads,
             cost,
         })
-    }
-}
-
-fn comprehension_depth(e: &IdedExpr) -> usize {
-    let max =
-        |it: &mut dyn Iterator<Item = &IdedExpr>| it.map(comprehension_depth).max().unwrap_or(0);
-    match &e.expr {
-        Expr::Comprehension(c) => {
-            let inner = max(&mut [&c.loop_cond, &c.loop_step, &c.result].into_iter());
-            let outside = max(&mut [&c.iter_range, &c.accu_init].into_iter());
-            (1 + inner).max(outside)
-        }
-        Expr::Call(c) => max(&mut c.target.iter().map(|t| t.as_ref()).chain(c.args.iter())),
-        Expr::List(l) => max(&mut l.elements.iter()),
-        Expr::Select(s) => comprehension_depth(&s.operand),
-        Expr::Map(m) => max(&mut m.entries.iter().flat_map(|en| entry_exprs(&en.expr))),
-        Expr::Struct(s) => max(&mut s.entries.iter().flat_map(|en| entry_exprs(&en.expr))),
-        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => 0,
-    }
-}
-
-pub(crate) fn entry_exprs(e: &EntryExpr) -> Vec<&IdedExpr> {
-    match e {
-        EntryExpr::StructField(f) => vec![&f.value],
-        EntryExpr::MapEntry(m) => vec![&m.key, &m.value],
     }
 }
 

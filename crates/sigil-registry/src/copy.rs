@@ -6,11 +6,15 @@
 //! it outlives the admission that started it (only the process ending
 //! stops it), remembering a finished copy as long as the mirror's cached
 //! not-found could hide it, the process-wide limits (blob transfers at once,
-//! bytes in flight), the credentials (the origin is read with sigil's own
-//! credentials — the policy's `auth`, the node keychain — never a workload's
-//! pull secret, so a copy never publishes in a shared mirror what only one
-//! team may pull; the mirror is written with `pushAuth`, else `auth`), and
-//! the metrics. The order of the requests is [`walk`]'s; the requests are
+//! bytes in flight, bytes per copy and per hour), the credentials (the
+//! origin is read with sigil's own credentials — the policy's `auth`, the
+//! node keychain — never a workload's pull secret, and only once the
+//! workload's own credentials have shown it may pull it, so a copy never
+//! publishes in a shared mirror what only one team may pull; the mirror is
+//! written with `pushAuth`, else `auth`), and
+//! the metrics, and what an admission's copy may read first: the origin as
+//! the admitting workload itself could (`Registry::resolve_as_workload`).
+//! The order of the requests is [`walk`]'s; the requests are
 //! [`transfer`]'s.
 
 mod transfer;
@@ -115,6 +119,39 @@ impl Copies {
 }
 
 impl Registry {
+    /// Resolves `target` as the workload itself could: with its own pull
+    /// credentials in order, then anonymous — never the policy's `auth` or
+    /// the node keychain (sigil's own credentials), and without the cache
+    /// (whose entries may have been filled with those). What a copy into a
+    /// shared mirror is allowed to read.
+    pub async fn resolve_as_workload(
+        &self,
+        target: &Reference,
+        platform: Option<&Platform>,
+        workload: &PullCredentials,
+        deadline: Instant,
+    ) -> Result<Digest, ResolveFailure> {
+        let own = workload
+            .candidates
+            .iter()
+            .map(|c| c.credential.clone())
+            .chain(std::iter::once(None));
+        let mut last = None;
+        for credential in own {
+            match self
+                .resolve_as(target, platform, credential.as_ref(), deadline)
+                .await
+            {
+                Err(f @ ResolveFailure::Unauthorized { .. }) => last = Some(f),
+                other => return other,
+            }
+        }
+        Err(last.unwrap_or(ResolveFailure::Unauthorized {
+            status: 401,
+            detail: "unauthorized".into(),
+        }))
+    }
+
     /// Copies `origin` (a tag or digest) into `mirror` (the same image under
     /// the mirror's name), or joins the copy under way, and waits for it
     /// until `wait_until`; the copy goes on after that.

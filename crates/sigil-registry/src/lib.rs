@@ -332,39 +332,6 @@ impl Registry {
         Err(refused(last, &tried, cluster, &candidates.problems))
     }
 
-    /// Resolves `target` as the workload itself could: with its own pull
-    /// credentials in order, then anonymous — never the policy's `auth` or
-    /// the node keychain (sigil's own credentials), and without the cache
-    /// (whose entries may have been filled with those). What a copy into a
-    /// shared mirror is allowed to read.
-    pub async fn resolve_as_workload(
-        &self,
-        target: &Reference,
-        platform: Option<&Platform>,
-        workload: &PullCredentials,
-        deadline: Instant,
-    ) -> Result<Digest, ResolveFailure> {
-        let own = workload
-            .candidates
-            .iter()
-            .map(|c| c.credential.clone())
-            .chain(std::iter::once(None));
-        let mut last = None;
-        for credential in own {
-            match self
-                .resolve_as(target, platform, credential.as_ref(), deadline)
-                .await
-            {
-                Err(f @ ResolveFailure::Unauthorized { .. }) => last = Some(f),
-                other => return other,
-            }
-        }
-        Err(last.unwrap_or(ResolveFailure::Unauthorized {
-            status: 401,
-            detail: "unauthorized".into(),
-        }))
-    }
-
     /// Resolves without the cache: one fresh lookup, anonymous.
     pub async fn resolve_uncached(
         &self,
@@ -375,7 +342,7 @@ impl Registry {
         self.resolve_as(target, platform, None, deadline).await
     }
 
-    async fn resolve_as(
+    pub(crate) async fn resolve_as(
         &self,
         target: &Reference,
         platform: Option<&Platform>,

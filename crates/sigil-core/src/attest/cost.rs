@@ -23,7 +23,7 @@
 //! fit is not evaluated and fails, saying so. It does not evaluate anything.
 
 use cel::common::ast::operators as op;
-use cel::common::ast::{Expr, IdedExpr};
+use cel::common::ast::{EntryExpr, Expr, IdedExpr};
 
 /// The most one condition may cost, in node evaluations (a node is a
 /// literal, a variable, a field selection or a function call): one to three
@@ -120,9 +120,7 @@ fn reads_outside(e: &IdedExpr, locals: &[String]) -> bool {
 }
 
 fn entry_reads(e: &cel::common::ast::EntryExpr, locals: &[String]) -> bool {
-    super::entry_exprs(e)
-        .into_iter()
-        .any(|x| reads_outside(x, locals))
+    entry_exprs(e).into_iter().any(|x| reads_outside(x, locals))
 }
 
 fn walk(
@@ -153,12 +151,12 @@ fn walk(
         Expr::Map(m) => m
             .entries
             .iter()
-            .flat_map(|en| super::entry_exprs(&en.expr))
+            .flat_map(|en| entry_exprs(&en.expr))
             .try_for_each(|x| walk(x, locals, in_loop, cost)),
         Expr::Struct(s) => s
             .entries
             .iter()
-            .flat_map(|en| super::entry_exprs(&en.expr))
+            .flat_map(|en| entry_exprs(&en.expr))
             .try_for_each(|x| walk(x, locals, in_loop, cost)),
         Expr::Call(c) => {
             let operands: Vec<&IdedExpr> =
@@ -207,6 +205,41 @@ fn shown(func: &str) -> String {
     match bare.strip_prefix('_').and_then(|b| b.strip_suffix('_')) {
         Some(infix) => format!("`{infix}`"),
         None => format!("`{bare}`"),
+    }
+}
+
+/// How deeply comprehensions nest in `e`.
+pub(crate) fn comprehension_depth(e: &IdedExpr) -> usize {
+    let max =
+        |it: &mut dyn Iterator<Item = &IdedExpr>| it.map(comprehension_depth).max().unwrap_or(0);
+    match &e.expr {
+        Expr::Comprehension(c) => {
+            let inner = max(&mut [&c.loop_cond, &c.loop_step, &c.result].into_iter());
+            let outside = max(&mut [&c.iter_range, &c.accu_init].into_iter());
+            (1 + inner).max(outside)
+        }
+        Expr::Call(c) => max(&mut c.target.iter().map(|t| t.as_ref()).chain(c.args.iter())),
+        Expr::List(l) => max(&mut l.elements.iter()),
+        Expr::Select(s) => comprehension_depth(&s.operand),
+        Expr::Map(m) => max(&mut m.entries.iter().flat_map(|en| entry_exprs(&en.expr))),
+        Expr::Struct(s) => max(&mut s.entries.iter().flat_map(|en| entry_exprs(&en.expr))),
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => 0,
+    }
+}
+
+pub(crate) fn entry_exprs(e: &EntryExpr) -> Vec<&IdedExpr> {
+    match e {
+        EntryExpr::StructField(f) => vec![&f.value],
+        EntryExpr::MapEntry(m) => vec![&m.key, &m.value],
+    }
+}
+
+/// The most elements of any list or map in `v`.
+pub(crate) fn longest(v: &cel::Value) -> usize {
+    match v {
+        cel::Value::List(l) => l.iter().map(longest).fold(l.len(), usize::max),
+        cel::Value::Map(m) => m.map.values().map(longest).fold(m.map.len(), usize::max),
+        _ => 0,
     }
 }
 

@@ -43,27 +43,33 @@ fn grants(objects: &[Value]) -> BTreeSet<String> {
         let r = role(kind, name, ns)
             .unwrap_or_else(|| panic!("{scope}: binding to missing {kind} {name}"));
         for rule in r["rules"].as_array().into_iter().flatten() {
-            let strs = |f: &str| -> Vec<String> {
-                rule[f]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|v| v.as_str().unwrap().to_owned())
-                    .collect()
-            };
-            let names = strs("resourceNames");
-            for g in strs("apiGroups") {
-                for res in strs("resources") {
-                    for v in strs("verbs") {
-                        let g = if g.is_empty() { "core" } else { &g };
-                        if names.is_empty() {
-                            out.insert(format!("{scope} {v} {g}/{res}"));
-                        }
-                        for n in &names {
-                            out.insert(format!("{scope} {v} {g}/{res}/{n}"));
-                        }
-                    }
+            out.extend(rule_lines(rule).into_iter().map(|l| format!("{scope} {l}")));
+        }
+    }
+    out
+}
+
+/// One RBAC rule as lines `verb group/resource[/name]` (`core` for the
+/// core group), one per combination it grants.
+pub(crate) fn rule_lines(rule: &Value) -> Vec<String> {
+    let strs = |f: &str| -> Vec<String> {
+        rule[f]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let names = strs("resourceNames");
+    let mut out = Vec::new();
+    for g in strs("apiGroups") {
+        let g = if g.is_empty() { "core".to_owned() } else { g };
+        for res in strs("resources") {
+            for v in strs("verbs") {
+                if names.is_empty() {
+                    out.push(format!("{v} {g}/{res}"));
                 }
+                out.extend(names.iter().map(|n| format!("{v} {g}/{res}/{n}")));
             }
         }
     }
