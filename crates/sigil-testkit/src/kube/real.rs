@@ -77,6 +77,8 @@ pub struct RealKube {
     /// The cluster CA (PEM): what the API server's certificate chains to.
     pub ca_pem: String,
     dir: tempfile::TempDir,
+    /// The admin client certificate and key (PEM), for kubeconfigs.
+    admin_pem: (String, String),
     procs: Mutex<Vec<Child>>,
     admin: reqwest::Client,
     discovery: Mutex<HashMap<String, Vec<Value>>>,
@@ -271,6 +273,7 @@ impl RealKube {
         let kube = RealKube {
             url: format!("https://127.0.0.1:{secure}"),
             ca_pem: pki.ca_pem.clone(),
+            admin_pem: (admin_cert.clone(), admin_key.clone()),
             dir,
             procs: Mutex::new(vec![etcd_proc, api_proc]),
             admin,
@@ -524,6 +527,25 @@ impl RealKube {
             format!(
                 "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\nusers:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: real\n  context:\n    cluster: real\n    user: {name}\n    namespace: {namespace}\ncurrent-context: real\n",
                 self.url
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// A kubeconfig for the cluster admin (`system:masters`): what an
+    /// operator's `kubectl` and `sigil break-glass` run with.
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+        let path = self.dir.path().join("kubeconfig-admin");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: real\n  context:\n    cluster: real\n    user: admin\ncurrent-context: real\n",
+                self.url,
+                b64(&self.ca_pem),
+                b64(&self.admin_pem.0),
+                b64(&self.admin_pem.1)
             ),
         )
         .unwrap();

@@ -64,80 +64,21 @@ async fn the_service_accounts_rights_on_a_real_api_server_are_the_written_ones()
 /// namespaces it guards while kube-system and sigil's namespace admit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_base_as_shipped_pins_through_the_real_api_server_and_fails_closed_when_down() {
-    use serde_json::json;
     let Some(assets) = assets_or_skip(
         "the_base_as_shipped_pins_through_the_real_api_server_and_fails_closed_when_down",
     ) else {
         return;
     };
     let kube = RealKube::start(&assets).await;
-    let objects = crate::deploy::render("base");
-    let (port, admin) = (
-        crate::support::registry::free_port(),
-        crate::support::registry::free_port(),
-    );
-    let url = format!("https://127.0.0.1:{port}/mutate");
-    kube.apply(&crate::shipped::point_at(&objects, &url)).await;
-    let kubeconfig = kube
-        .service_account_kubeconfig("sigil-system", "sigil")
-        .await;
-    let lookup = |coll: &str, name: &str| {
-        let ns = coll.split('/').nth(4).unwrap_or_default();
-        objects
-            .iter()
-            .find(|o| {
-                o["metadata"]["name"] == name
-                    && o["metadata"]["namespace"] == ns
-                    && coll.ends_with(&format!(
-                        "/{}s",
-                        o["kind"].as_str().unwrap_or_default().to_lowercase()
-                    ))
-            })
-            .cloned()
-    };
-    let launched =
-        crate::shipped::launch(&objects, (port, admin), &lookup, &|_, _| kubeconfig.clone())
-            .await
-            .unwrap_or_else(|e| panic!("{e}\n{}", kube.logs()));
-    // sigil fills in the shipped configuration's caBundle (get/update of
-    // that one object is all its RBAC allows).
-    let mwc = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/sigil";
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while kube.get(mwc).await.unwrap()["webhooks"][0]["clientConfig"]["caBundle"].is_null() {
-        assert!(
-            std::time::Instant::now() < until,
-            "sigil never filled in the caBundle:\n{}",
-            launched.sigil.logs()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-    kube.namespaces(&["shop"]).await;
-    // No controller-manager here: the ServiceAccount admission plugin needs
-    // each namespace's `default` ServiceAccount, made as its controller would.
-    let defaults: Vec<serde_json::Value> = ["shop", "kube-system", "sigil-system"]
-        .iter()
-        .map(|ns| {
-            json!({"apiVersion": "v1", "kind": "ServiceAccount",
-                         "metadata": {"name": "default", "namespace": ns}})
-        })
-        .collect();
-    kube.apply(&defaults).await;
+    let (launched, _) = base_with_sigil(&kube).await;
     let reg = &launched.registry;
     let digest = reg.push_image("shop/app", "1.0").await;
     let image = format!("{}/shop/app:1.0", reg.host());
-    // Pod Security "restricted" holds in sigil's namespace (the base labels
-    // it so, and a real API server enforces it): every Pod here complies.
-    let pod = |ns: &str, name: &str| {
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
-               "spec": {"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
-                        "containers": [{"name": "app", "image": image,
-                            "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}})
-    };
     let (status, created) = kube
         .request(
             "POST",
             "/api/v1/namespaces/shop/pods",
-            Some(&pod("shop", "web")),
+            Some(&pod("shop", "web", &image)),
         )
         .await;
     assert_eq!(status, 201, "{created}\n{}", launched.sigil.logs());
@@ -153,7 +94,7 @@ async fn the_base_as_shipped_pins_through_the_real_api_server_and_fails_closed_w
         .request(
             "POST",
             "/api/v1/namespaces/shop/pods",
-            Some(&pod("shop", "late")),
+            Some(&pod("shop", "late", &image)),
         )
         .await;
     assert_eq!(status, 500, "fail closed: {refused}");
@@ -169,7 +110,7 @@ async fn the_base_as_shipped_pins_through_the_real_api_server_and_fails_closed_w
             .request(
                 "POST",
                 &format!("/api/v1/namespaces/{ns}/pods"),
-                Some(&pod(ns, "sys")),
+                Some(&pod(ns, "sys", &image)),
             )
             .await;
         assert_eq!(status, 201, "{ns} admits while sigil is down: {v}");
@@ -341,4 +282,162 @@ async fn the_chart_as_shipped_pins_a_deployments_pods_on_a_real_api_server() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
+}
+
+/// The Kustomize base applied as shipped (its webhook configuration pointed
+/// at sigil on loopback), sigil started as its Deployment says with its
+/// ServiceAccount's token, its caBundle filled in, and a namespace `shop`
+/// (with the `default` ServiceAccounts the controller-manager would make).
+/// Returns sigil and the objects applied.
+async fn base_with_sigil(kube: &RealKube) -> (crate::shipped::Launched, Vec<serde_json::Value>) {
+    use serde_json::json;
+    let objects = crate::deploy::render("base");
+    let (port, admin) = (
+        crate::support::registry::free_port(),
+        crate::support::registry::free_port(),
+    );
+    let applied = crate::shipped::point_at(&objects, &format!("https://127.0.0.1:{port}/mutate"));
+    kube.apply(&applied).await;
+    let kubeconfig = kube
+        .service_account_kubeconfig("sigil-system", "sigil")
+        .await;
+    let lookup = |coll: &str, name: &str| {
+        let ns = coll.split('/').nth(4).unwrap_or_default();
+        objects
+            .iter()
+            .find(|o| {
+                o["metadata"]["name"] == name
+                    && o["metadata"]["namespace"] == ns
+                    && coll.ends_with(&format!(
+                        "/{}s",
+                        o["kind"].as_str().unwrap_or_default().to_lowercase()
+                    ))
+            })
+            .cloned()
+    };
+    let launched =
+        crate::shipped::launch(&objects, (port, admin), &lookup, &|_, _| kubeconfig.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", kube.logs()));
+    wait_for_ca_bundle(kube, &launched).await;
+    kube.namespaces(&["shop"]).await;
+    // No controller-manager here: the ServiceAccount admission plugin needs
+    // each namespace's `default` ServiceAccount, made as its controller would.
+    let defaults: Vec<serde_json::Value> = ["shop", "kube-system", "sigil-system"]
+        .iter()
+        .map(|ns| {
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                         "metadata": {"name": "default", "namespace": ns}})
+        })
+        .collect();
+    kube.apply(&defaults).await;
+    (launched, applied)
+}
+
+/// Waits until sigil has filled in the shipped configuration's caBundle
+/// (get/update of that one object is all its RBAC allows).
+async fn wait_for_ca_bundle(kube: &RealKube, launched: &crate::shipped::Launched) {
+    let mwc = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/sigil";
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(70);
+    loop {
+        let filled = kube
+            .get(mwc)
+            .await
+            .is_some_and(|c| !c["webhooks"][0]["clientConfig"]["caBundle"].is_null());
+        if filled {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "sigil never filled in the caBundle:\n{}",
+            launched.sigil.logs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// A restricted-compliant Pod (Pod Security holds in sigil's namespace).
+fn pod(ns: &str, name: &str, image: &str) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+        "spec": {"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                 "containers": [{"name": "app", "image": image,
+                     "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}})
+}
+
+/// `sigil break-glass` as an operator runs it (the admin's kubeconfig) on a
+/// real API server: the configuration is gone and Pods are admitted
+/// unchecked; `--end` records the window; re-applying the manifests (the
+/// documented way back when they install the configuration) brings sigil
+/// back in front of the API server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn break_glass_on_a_real_api_server_and_back_by_reapplying_the_manifests() {
+    let Some(assets) =
+        assets_or_skip("break_glass_on_a_real_api_server_and_back_by_reapplying_the_manifests")
+    else {
+        return;
+    };
+    let kube = RealKube::start(&assets).await;
+    let (launched, applied) = base_with_sigil(&kube).await;
+    let reg = &launched.registry;
+    let digest = reg.push_image("shop/app", "1.0").await;
+    let image = format!("{}/shop/app:1.0", reg.host());
+    let admin = kube.admin_kubeconfig();
+    let sigil = |args: &[&str]| {
+        let out = std::process::Command::new(crate::support::sigil::bin())
+            .args(args)
+            .env("KUBECONFIG", &admin)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "sigil {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let said = tokio::task::block_in_place(|| sigil(&["break-glass", "--reason", "drill"]));
+    assert!(said.contains("break-glass ON"), "{said}");
+    let mwc = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/sigil";
+    assert!(
+        kube.get(mwc).await.is_none(),
+        "the configuration is deleted"
+    );
+    let (status, open) = kube
+        .request(
+            "POST",
+            "/api/v1/namespaces/shop/pods",
+            Some(&pod("shop", "during", &image)),
+        )
+        .await;
+    assert_eq!(status, 201, "{open}");
+    assert_eq!(
+        open["spec"]["containers"][0]["image"], image,
+        "admitted unchecked"
+    );
+    let said = tokio::task::block_in_place(|| sigil(&["break-glass", "--end"]));
+    assert!(said.contains("break-glass ended"), "{said}");
+    let state = kube
+        .get("/api/v1/namespaces/sigil-system/configmaps/sigil-state")
+        .await
+        .unwrap();
+    assert!(
+        state["metadata"]["annotations"]["sigil.dev/last-break-glass"]
+            .as_str()
+            .is_some_and(|w| w.contains("reason=drill")),
+        "{state}"
+    );
+    kube.apply(&applied).await;
+    wait_for_ca_bundle(&kube, &launched).await;
+    let (status, after) = kube
+        .request(
+            "POST",
+            "/api/v1/namespaces/shop/pods",
+            Some(&pod("shop", "after", &image)),
+        )
+        .await;
+    assert_eq!(status, 201, "{after}");
+    assert_eq!(
+        after["spec"]["containers"][0]["image"],
+        format!("{image}@{digest}")
+    );
 }
