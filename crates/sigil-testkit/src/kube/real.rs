@@ -6,7 +6,7 @@
 //! The binaries come from one directory named by `SIGIL_KUBE_ASSETS`
 //! (`kube-apiserver`, and `etcd` there or on `PATH`), as controller-runtime's
 //! envtest takes `KUBEBUILDER_ASSETS`: `.ci/run` unpacks them, and a user
-//! points the variable at their own (`setup-envtest` assets work). Without
+//! points the variable at their own (`setup-envtest` assets have this layout). Without
 //! it [`assets`] says why, and each real-API test reports itself skipped.
 //! Every process is stopped by PID when the [`RealKube`] is dropped, and
 //! each runs under a watchdog that stops it when the test process is gone
