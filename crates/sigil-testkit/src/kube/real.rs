@@ -188,6 +188,37 @@ exec "$@""#;
         .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()))
 }
 
+/// How a kubeconfig's user authenticates.
+enum Credential<'a> {
+    /// A bearer token, in a default namespace.
+    Token { token: &'a str, namespace: &'a str },
+    /// A client certificate and key (PEM).
+    Client { cert: &'a str, key: &'a str },
+}
+
+/// A kubeconfig for `server` trusting `ca_pem`, as user `user`.
+fn kubeconfig(server: &str, ca_pem: &str, user: &str, credential: Credential<'_>) -> String {
+    let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+    let (auth, namespace) = match credential {
+        Credential::Token { token, namespace } => (
+            format!("    token: {token}\n"),
+            format!("    namespace: {namespace}\n"),
+        ),
+        Credential::Client { cert, key } => (
+            format!(
+                "    client-certificate-data: {}\n    client-key-data: {}\n",
+                b64(cert),
+                b64(key)
+            ),
+            String::new(),
+        ),
+    };
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\nusers:\n- name: {user}\n  user:\n{auth}contexts:\n- name: real\n  context:\n    cluster: real\n    user: {user}\n{namespace}current-context: real\n",
+        b64(ca_pem)
+    )
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> String {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
@@ -286,16 +317,17 @@ impl RealKube {
                 &[],
                 true,
             );
-            let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
             let kubeconfig = write(
                 d,
                 "controller-manager.kubeconfig",
-                &format!(
-                    "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: cm\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: real\n  context:\n    cluster: real\n    user: cm\ncurrent-context: real\n",
-                    kube.url,
-                    b64(&pki.ca_pem),
-                    b64(&cm_cert),
-                    b64(&cm_key)
+                &kubeconfig(
+                    &kube.url,
+                    &pki.ca_pem,
+                    "cm",
+                    Credential::Client {
+                        cert: &cm_cert,
+                        key: &cm_key,
+                    },
                 ),
             );
             let ca_key = write(d, "ca.key", &pki.issuer.key().serialize_pem());
@@ -517,16 +549,20 @@ impl RealKube {
     /// applies to what a process started with it does.
     pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> PathBuf {
         let token = self.service_account_token(namespace, name).await;
-        let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
         let path = self
             .dir
             .path()
             .join(format!("kubeconfig-{namespace}-{name}"));
         std::fs::write(
             &path,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\nusers:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: real\n  context:\n    cluster: real\n    user: {name}\n    namespace: {namespace}\ncurrent-context: real\n",
-                self.url
+            kubeconfig(
+                &self.url,
+                &self.ca_pem,
+                name,
+                Credential::Token {
+                    token: &token,
+                    namespace,
+                },
             ),
         )
         .unwrap();
@@ -536,16 +572,17 @@ impl RealKube {
     /// A kubeconfig for the cluster admin (`system:masters`): what an
     /// operator's `kubectl` and `sigil break-glass` run with.
     pub fn admin_kubeconfig(&self) -> PathBuf {
-        let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
         let path = self.dir.path().join("kubeconfig-admin");
         std::fs::write(
             &path,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: real\n  context:\n    cluster: real\n    user: admin\ncurrent-context: real\n",
-                self.url,
-                b64(&self.ca_pem),
-                b64(&self.admin_pem.0),
-                b64(&self.admin_pem.1)
+            kubeconfig(
+                &self.url,
+                &self.ca_pem,
+                "admin",
+                Credential::Client {
+                    cert: &self.admin_pem.0,
+                    key: &self.admin_pem.1,
+                },
             ),
         )
         .unwrap();
