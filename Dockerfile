@@ -2,7 +2,10 @@
 # sigil: the release binary, stripped (Cargo profile `dist`, scripts/dist.sh), on distroless, non-root.
 #   docker build -t registry.example.com/sigil:0.1.0 .
 # The image runs `sigil serve` by default; `sigil-krm` is the KRM-function
-# entry point (kustomize exec / kpt).
+# entry point (kustomize exec / kpt). Without Docker, scripts/image.sh builds
+# the same image with buildah (FROM scratch with what this distroless base
+# holds: glibc, libgcc_s, CA certificates, uid 65532); CI builds and runs
+# that one (docs/operations.md).
 
 FROM docker.io/library/rust:1.95-bookworm AS build
 WORKDIR /src

@@ -11,6 +11,14 @@ command -v docker-registry >/dev/null || need_apt+=(docker-registry)
 command -v htpasswd >/dev/null || need_apt+=(apache2-utils)
 # etcd for the real-API tier (kube-apiserver comes from SIGIL_KUBE_ASSETS).
 command -v etcd >/dev/null || need_apt+=(etcd-server)
+# buildah, podman and runc build and run the shipped image (scripts/image.sh;
+# the real-API tier's image test). Rootless podman cannot set the limits
+# sigil needs here, so only as root (CI runs as root).
+if [ "$(id -u)" -eq 0 ]; then
+  command -v buildah >/dev/null || need_apt+=(buildah)
+  command -v podman >/dev/null || need_apt+=(podman)
+  command -v runc >/dev/null || [ -x /usr/sbin/runc ] || need_apt+=(runc)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -61,6 +69,14 @@ if [ -n "${SIGIL_KUBE_ASSETS:-}" ]; then
 else
   real_line="real-API tier: ${real} tests skipped (SIGIL_KUBE_ASSETS is not set: a directory with kube-apiserver, v1.36; see README)"
 fi
+image=$(grep -cE 'PASS .* real_kube::image::' "$summary" || true)
+if [ -z "${SIGIL_KUBE_ASSETS:-}" ]; then
+  image_line="image: not run (it answers the real API server: SIGIL_KUBE_ASSETS is not set)"
+elif [ "$(id -u)" -ne 0 ] || ! command -v buildah >/dev/null || ! command -v podman >/dev/null; then
+  image_line="image: skipped (needs root, buildah, podman and runc)"
+else
+  image_line="image: ${image} test built the image (scripts/image.sh), ran it with podman and was answered through it"
+fi
 rm -f "$summary"
 phase "== bench smoke (each benchmark once)"; cargo test --workspace --benches -q
 phase "== doctests"; cargo test --workspace --doc -q
@@ -70,4 +86,5 @@ fi
 phase "== all checks passed"
 echo "   (whole run: $SECONDS s)"
 echo "   ${real_line}"
+echo "   ${image_line}"
 echo "tests: ${passed} passed, 0 failed"

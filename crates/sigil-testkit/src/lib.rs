@@ -12,7 +12,9 @@
 //! sources ([`artifacts`]), `sigil` as a
 //! child process with a kube-apiserver-like webhook client ([`sigil`]), what
 //! benchmarks read from `/proc` ([`procstat`]), and
-//! the kube-apiserver stand-in ([`kube`]). It contains no test itself and
+//! the kube-apiserver stand-in ([`kube`]) and the real one it starts
+//! (`kube::real`), and the shipped container image built and run with
+//! buildah and podman ([`image`]). It contains no test itself and
 //! decides nothing about images.
 #![allow(
     clippy::unwrap_used,
@@ -25,6 +27,7 @@ pub mod artifacts;
 pub mod attestations;
 pub mod fault;
 pub mod featured;
+pub mod image;
 pub mod intoto;
 pub mod kube;
 pub mod oci_layout;

@@ -22,12 +22,22 @@ pub struct Sigil {
     pub ca_pem: String,
     pub logs: Arc<Mutex<Vec<String>>>,
     _dir: tempfile::TempDir,
+    /// The container this process runs in (`podman run`), removed on drop:
+    /// killing the podman client does not stop it.
+    container: Option<String>,
 }
 
 impl Drop for Sigil {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(name) = &self.container {
+            let _ = Command::new("podman")
+                .args(["rm", "--force", "--time", "0", name])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
     }
 }
 
@@ -247,6 +257,24 @@ impl Sigil {
         Sigil::launch(cmd, tempfile::tempdir().unwrap())
     }
 
+    /// `cmd` runs sigil in the container `name` (`podman run`, in the
+    /// foreground: its stderr is sigil's); the container is removed when
+    /// this is dropped.
+    pub fn spawn_container(cmd: Command, name: String) -> Result<Sigil, String> {
+        let mut sigil = Sigil::launch(cmd, tempfile::tempdir().unwrap());
+        match &mut sigil {
+            Ok(s) => s.container = Some(name),
+            Err(_) => {
+                let _ = Command::new("podman")
+                    .args(["rm", "--force", "--time", "0", &name])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+        sigil
+    }
+
     fn launch(mut cmd: Command, dir: tempfile::TempDir) -> Result<Sigil, String> {
         let mut child = cmd
             .stdout(Stdio::null())
@@ -305,7 +333,13 @@ impl Sigil {
             ca_pem,
             logs,
             _dir: dir,
+            container: None,
         })
+    }
+
+    /// The container sigil runs in, when it was started from the image.
+    pub fn container(&self) -> Option<&str> {
+        self.container.as_deref()
     }
 
     /// The process id (for /proc readings).

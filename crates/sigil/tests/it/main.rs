@@ -17,6 +17,7 @@ mod exceptions;
 mod hardening;
 mod helm;
 mod keyrefs;
+mod kubelet;
 mod mirror_copy;
 mod mirrors;
 mod notation_trust;

@@ -17,36 +17,24 @@
 //! turns on, with no request refused by RBAC.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::{Value, json};
 
 use crate::deploy::{env_of, render};
+use crate::kubelet::{Launched, POD_NAME, Runtime, launch};
 use crate::support::kube::FakeKube;
-use crate::support::registry::{Mode, TestRegistry, free_port, test_ca};
+use crate::support::registry::{free_port, test_ca};
 use crate::support::review::{pod, review};
-use crate::support::sigil::Sigil;
-use crate::support::tuf::{StaticServer, TufRepo};
 
-const POD_NAME: &str = "sigil-5d8f7c9b6-x2k4q";
 const CIPS: &str = "/apis/sigil.dev/v1alpha1/clusterimagepolicies";
 
 /// A started shipment: keep it alive while checking.
 struct Shipped {
     kube: FakeKube,
     launched: Launched,
-}
-
-/// sigil started as the shipped Deployment says, and what it uses.
-pub(crate) struct Launched {
-    pub(crate) sigil: Sigil,
-    pub(crate) registry: TestRegistry,
-    _root: tempfile::TempDir,
-    /// Stands in for Sigstore's TUF CDN (the only thing the harness adds
-    /// to the shipped configuration besides where the API server is).
-    _tuf: (TufRepo, StaticServer),
 }
 
 pub(crate) fn b64(s: &str) -> String {
@@ -106,75 +94,6 @@ pub(crate) fn point_at(objects: &[Value], url: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The kubelet's part for volumes: writes each mounted volume under `root`
-/// and returns (mountPath, host path), longest mount first.
-fn mount_volumes(
-    lookup: &dyn Fn(&str, &str) -> Option<Value>,
-    ns: &str,
-    pod: &Value,
-    root: &Path,
-) -> Vec<(String, PathBuf)> {
-    let container = &pod["containers"][0];
-    let mut mounts = Vec::new();
-    for m in container["volumeMounts"].as_array().into_iter().flatten() {
-        let path = m["mountPath"].as_str().unwrap();
-        let host = root.join(path.trim_start_matches('/'));
-        std::fs::create_dir_all(&host).unwrap();
-        let vol = pod["volumes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|v| v["name"] == m["name"])
-            .expect("every mount names a volume");
-        let files: BTreeMap<String, Vec<u8>> = if let Some(cm) = vol["configMap"]["name"].as_str() {
-            let o = lookup(&format!("/api/v1/namespaces/{ns}/configmaps"), cm)
-                .unwrap_or_else(|| panic!("ConfigMap {cm} is not in the manifests"));
-            o["data"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap().as_bytes().to_vec()))
-                .collect()
-        } else if let Some(s) = vol["secret"]["secretName"].as_str() {
-            let o = lookup(&format!("/api/v1/namespaces/{ns}/secrets"), s)
-                .unwrap_or_else(|| panic!("Secret {s} does not exist"));
-            o["data"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| {
-                    let d = base64::engine::general_purpose::STANDARD
-                        .decode(v.as_str().unwrap())
-                        .unwrap();
-                    (k.clone(), d)
-                })
-                .collect()
-        } else if vol["emptyDir"].is_object() {
-            BTreeMap::new()
-        } else {
-            panic!("volume kind the test cannot mount: {vol}");
-        };
-        for (k, v) in files {
-            std::fs::write(host.join(k), v).unwrap();
-        }
-        mounts.push((path.to_owned(), host));
-    }
-    mounts.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
-    mounts
-}
-
-/// A path inside a mount, as seen from the host.
-fn remap(value: &str, mounts: &[(String, PathBuf)]) -> String {
-    for (path, host) in mounts {
-        if let Some(rest) = value.strip_prefix(path.as_str())
-            && (rest.is_empty() || rest.starts_with('/'))
-        {
-            return format!("{}{rest}", host.display());
-        }
-    }
-    value.to_owned()
-}
-
 /// Applies rendered `objects` and starts sigil from their Deployment as
 /// shipped. `Err` says what went wrong.
 async fn start_shipped(objects: &[Value]) -> Result<Shipped, String> {
@@ -194,96 +113,15 @@ async fn start_shipped(objects: &[Value]) -> Result<Shipped, String> {
     issue_certificates(&kube, objects);
     let lookup = |coll: &str, name: &str| kube.get(coll, name);
     let kubeconfig = |ns: &str, sa: &str| kube.service_account_kubeconfig(ns, sa);
-    let launched = launch(objects, (port, admin), &lookup, &kubeconfig).await?;
+    let launched = launch(
+        objects,
+        (port, admin),
+        &lookup,
+        &kubeconfig,
+        Runtime::Process,
+    )
+    .await?;
     Ok(Shipped { kube, launched })
-}
-
-/// Starts the sigil container of the shipped Deployment in `objects` as a
-/// kubelet would (see the module docs), listening on `ports` (webhook,
-/// admin): its volumes from `lookup` (a collection path and a name), its
-/// ServiceAccount's kubeconfig from `kubeconfig`; Ready within 30 s.
-pub(crate) async fn launch(
-    objects: &[Value],
-    (port, admin): (u16, u16),
-    lookup: &dyn Fn(&str, &str) -> Option<Value>,
-    kubeconfig: &dyn Fn(&str, &str) -> PathBuf,
-) -> Result<Launched, String> {
-    let url = format!("https://127.0.0.1:{port}/mutate");
-    let d = find(objects, "Deployment", "sigil").clone();
-    let ns = d["metadata"]["namespace"].as_str().unwrap().to_owned();
-    let pod = &d["spec"]["template"]["spec"];
-    let container = pod["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "sigil")
-        .expect("a container named sigil")
-        .clone();
-    let root = tempfile::tempdir().unwrap();
-    let mounts = mount_volumes(lookup, &ns, pod, root.path());
-    let registry = TestRegistry::start(Mode::Tls).await;
-    let ca_file = root.path().join("registry-ca.pem");
-    std::fs::write(&ca_file, registry.ca_pem.clone().unwrap()).unwrap();
-
-    let tuf = TufRepo::new(sigil_verify::trust::PUBLIC_GOOD.as_bytes());
-    let cdn = tuf.serve().await;
-    let tuf_root = root.path().join("tuf-root.json");
-    std::fs::write(&tuf_root, tuf.bootstrap_root()).unwrap();
-
-    let mut args = Vec::new();
-    for a in container["args"].as_array().unwrap() {
-        let a = a.as_str().unwrap();
-        args.push(match a.split_once('=') {
-            Some(("--listen", _)) => format!("--listen=127.0.0.1:{port}"),
-            Some(("--admin-listen", _)) => format!("--admin-listen=127.0.0.1:{admin}"),
-            Some((flag, value)) => format!("{flag}={}", remap(value, &mounts)),
-            None => a.to_owned(),
-        });
-    }
-    for flag in ["--listen=", "--admin-listen="] {
-        if !args.iter().any(|a| a.starts_with(flag)) {
-            return Err(format!("the Deployment does not set {flag} explicitly"));
-        }
-    }
-    let mut env = Vec::new();
-    for e in container["env"].as_array().into_iter().flatten() {
-        let name = e["name"].as_str().unwrap().to_owned();
-        let value = if let Some(v) = e["value"].as_str() {
-            remap(v, &mounts)
-        } else {
-            match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
-                Some("metadata.namespace") => ns.clone(),
-                Some("metadata.name") => POD_NAME.to_owned(),
-                other => return Err(format!("env {name}: valueFrom {other:?} is not emulated")),
-            }
-        };
-        env.push((name, value));
-    }
-    let sa = pod["serviceAccountName"].as_str().unwrap_or("default");
-    env.extend([
-        ("HOSTNAME".to_owned(), POD_NAME.to_owned()),
-        ("TMPDIR".to_owned(), remap("/tmp", &mounts)),
-        (
-            "KUBECONFIG".to_owned(),
-            kubeconfig(&ns, sa).display().to_string(),
-        ),
-        ("SIGIL_WEBHOOK_URL".to_owned(), url),
-        (
-            "SIGIL_EXTRA_SANS".to_owned(),
-            "127.0.0.1,localhost".to_owned(),
-        ),
-        ("SSL_CERT_FILE".to_owned(), ca_file.display().to_string()),
-        ("SIGIL_TUF_MIRROR".to_owned(), cdn.url()),
-        ("SIGIL_TUF_ROOT".to_owned(), tuf_root.display().to_string()),
-    ]);
-    let mut sigil = Sigil::spawn_exact(&args, &env)?;
-    sigil.try_wait_ready(Duration::from_secs(30)).await?;
-    Ok(Launched {
-        sigil,
-        registry,
-        _root: root,
-        _tuf: (tuf, cdn),
-    })
 }
 
 async fn wait_for<T>(

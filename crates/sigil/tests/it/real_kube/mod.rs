@@ -8,6 +8,9 @@ use std::collections::BTreeSet;
 
 use crate::support::kube::real::{RealKube, assets_or_skip};
 
+mod everyday;
+mod image;
+
 /// What the API server itself says sigil's ServiceAccount may do, once the
 /// shipped manifests are applied: its SelfSubjectRulesReview (in sigil's
 /// namespace, and in another namespace for the cluster-wide grants) equals
@@ -70,7 +73,7 @@ async fn the_base_as_shipped_pins_through_the_real_api_server_and_fails_closed_w
         return;
     };
     let kube = RealKube::start(&assets).await;
-    let (launched, _) = base_with_sigil(&kube).await;
+    let (launched, _) = base_with_sigil(&kube, crate::kubelet::Runtime::Process).await;
     let reg = &launched.registry;
     let digest = reg.push_image("shop/app", "1.0").await;
     let image = format!("{}/shop/app:1.0", reg.host());
@@ -218,10 +221,15 @@ async fn the_chart_as_shipped_pins_a_deployments_pods_on_a_real_api_server() {
             })
             .cloned()
     };
-    let launched =
-        crate::shipped::launch(&objects, (port, admin), &lookup, &|_, _| kubeconfig.clone())
-            .await
-            .unwrap_or_else(|e| panic!("{e}\n{}", kube.logs()));
+    let launched = crate::kubelet::launch(
+        &objects,
+        (port, admin),
+        &lookup,
+        &|_, _| kubeconfig.clone(),
+        crate::kubelet::Runtime::Process,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", kube.logs()));
     kube.namespaces(&["shop"]).await;
     let reg = &launched.registry;
     let digest = reg.push_image("shop/app", "1.0").await;
@@ -289,9 +297,21 @@ async fn the_chart_as_shipped_pins_a_deployments_pods_on_a_real_api_server() {
 /// ServiceAccount's token, its caBundle filled in, and a namespace `shop`
 /// (with the `default` ServiceAccounts the controller-manager would make).
 /// Returns sigil and the objects applied.
-async fn base_with_sigil(kube: &RealKube) -> (crate::shipped::Launched, Vec<serde_json::Value>) {
+pub(crate) async fn base_with_sigil(
+    kube: &RealKube,
+    runtime: crate::kubelet::Runtime<'_>,
+) -> (crate::kubelet::Launched, Vec<serde_json::Value>) {
+    install_with_sigil(kube, crate::deploy::render("base"), runtime).await
+}
+
+/// [`base_with_sigil`] for any rendering of `deploy/` (an overlay, or one a
+/// test has edited).
+pub(crate) async fn install_with_sigil(
+    kube: &RealKube,
+    objects: Vec<serde_json::Value>,
+    runtime: crate::kubelet::Runtime<'_>,
+) -> (crate::kubelet::Launched, Vec<serde_json::Value>) {
     use serde_json::json;
-    let objects = crate::deploy::render("base");
     let (port, admin) = (
         crate::support::registry::free_port(),
         crate::support::registry::free_port(),
@@ -315,10 +335,15 @@ async fn base_with_sigil(kube: &RealKube) -> (crate::shipped::Launched, Vec<serd
             })
             .cloned()
     };
-    let launched =
-        crate::shipped::launch(&objects, (port, admin), &lookup, &|_, _| kubeconfig.clone())
-            .await
-            .unwrap_or_else(|e| panic!("{e}\n{}", kube.logs()));
+    let launched = crate::kubelet::launch(
+        &objects,
+        (port, admin),
+        &lookup,
+        &|_, _| kubeconfig.clone(),
+        runtime,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", kube.logs()));
     wait_for_ca_bundle(kube, &launched).await;
     kube.namespaces(&["shop"]).await;
     // No controller-manager here: the ServiceAccount admission plugin needs
@@ -336,7 +361,7 @@ async fn base_with_sigil(kube: &RealKube) -> (crate::shipped::Launched, Vec<serd
 
 /// Waits until sigil has filled in the shipped configuration's caBundle
 /// (get/update of that one object is all its RBAC allows).
-async fn wait_for_ca_bundle(kube: &RealKube, launched: &crate::shipped::Launched) {
+async fn wait_for_ca_bundle(kube: &RealKube, launched: &crate::kubelet::Launched) {
     let mwc = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/sigil";
     let until = std::time::Instant::now() + std::time::Duration::from_secs(70);
     loop {
@@ -357,7 +382,7 @@ async fn wait_for_ca_bundle(kube: &RealKube, launched: &crate::shipped::Launched
 }
 
 /// A restricted-compliant Pod (Pod Security holds in sigil's namespace).
-fn pod(ns: &str, name: &str, image: &str) -> serde_json::Value {
+pub(crate) fn pod(ns: &str, name: &str, image: &str) -> serde_json::Value {
     serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
         "spec": {"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
                  "containers": [{"name": "app", "image": image,
@@ -377,7 +402,7 @@ async fn break_glass_on_a_real_api_server_and_back_by_reapplying_the_manifests()
         return;
     };
     let kube = RealKube::start(&assets).await;
-    let (launched, applied) = base_with_sigil(&kube).await;
+    let (launched, applied) = base_with_sigil(&kube, crate::kubelet::Runtime::Process).await;
     let reg = &launched.registry;
     let digest = reg.push_image("shop/app", "1.0").await;
     let image = format!("{}/shop/app:1.0", reg.host());
