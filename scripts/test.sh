@@ -11,6 +11,9 @@ command -v docker-registry >/dev/null || need_apt+=(docker-registry)
 command -v htpasswd >/dev/null || need_apt+=(apache2-utils)
 # etcd for the real-API tier (kube-apiserver comes from SIGIL_KUBE_ASSETS).
 command -v etcd >/dev/null || need_apt+=(etcd-server)
+# promtool (Debian's prometheus ships it) checks and unit-tests the alert
+# rules and the dashboard's queries.
+command -v promtool >/dev/null || need_apt+=(prometheus)
 # buildah, podman and runc build and run the shipped image (scripts/image.sh;
 # the real-API tier's image test). Rootless podman cannot set the limits
 # sigil needs here, so only as root (CI runs as root).

@@ -44,6 +44,11 @@ pub struct Metrics {
     cluster_writes: Family<ClusterLabels, Counter>,
     /// 1 while a break-glass marker stops this replica from registering.
     pub break_glass: Gauge,
+    /// Constant 1, labelled with the failure policy this replica is
+    /// configured with: an alert can tell a fail-closed outage (the cluster
+    /// blocks) from a fail-open one (images admitted unchecked) from the
+    /// last value scraped before the replicas went away.
+    webhook_info: Family<Vec<(String, String)>, Gauge>,
     /// Pull secrets and ServiceAccounts held by the watches, by kind.
     pub pull_secrets_objects: Family<Vec<(String, String)>, Gauge>,
     /// 1 once every pull-secret watch has listed once.
@@ -67,6 +72,16 @@ struct StateLabels {
 }
 
 impl Metrics {
+    /// Records the failure policy this replica registers or expects.
+    pub fn set_webhook_info(&self, failure_policy: crate::cluster::FailurePolicy) {
+        self.webhook_info
+            .get_or_create(&vec![(
+                "failure_policy".to_owned(),
+                failure_policy.as_str().to_owned(),
+            )])
+            .set(1);
+    }
+
     /// Creates the families and registers them into `registry`.
     pub fn register(registry: &mut Registry) -> Metrics {
         let m = Metrics::default();
@@ -89,6 +104,11 @@ impl Metrics {
             "break_glass",
             "1 while a break-glass marker keeps this replica from registering its webhook",
             m.break_glass.clone(),
+        );
+        registry.register(
+            "webhook_info",
+            "Constant 1, labelled with the webhook's failurePolicy (Fail, Ignore) as this replica is configured",
+            m.webhook_info.clone(),
         );
         registry.register(
             "audit_leader",

@@ -166,6 +166,13 @@ impl Default for Metrics {
             registry: Registry::default(),
             kube: Arc::default(),
         };
+        // Series with a known, finite set of results start at 0, as
+        // Prometheus advises: an alert's `increase()` sees the first error,
+        // and a dashboard shows 0 rather than nothing.
+        for result in ["ok", "error"] {
+            drop(m.policy_reloads.get_or_create(&ResultLabels { result }));
+            drop(m.copies.get_or_create(&ResultLabels { result }));
+        }
         registry.register(
             "registry_credential_lookups",
             "Registry lookups answered, by the kind of credential that was accepted (secret, serviceaccount, policy, docker-config, helper, provider, anonymous)",

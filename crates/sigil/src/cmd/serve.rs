@@ -312,6 +312,7 @@ async fn configure(
         "policy loaded"
     );
     let metrics = Arc::new(Metrics::default());
+    metrics.kube.set_webhook_info(args.failure_policy);
     let mut sources = args.creds.sources()?;
     sources.copy_on_admission = true;
     sources.max_lookups = args.max_lookups_per_object as usize;

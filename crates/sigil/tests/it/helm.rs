@@ -152,6 +152,16 @@ fn default_values_render_the_kustomize_base_object_by_object() {
         &render("overlays/cert-manager"),
         "certificates.mode=cert-manager vs overlays/cert-manager",
     );
+    assert_same(
+        &rendered(&[
+            "namespace.create=true",
+            "metrics.serviceMonitor.enabled=true",
+            "metrics.prometheusRule.enabled=true",
+            "metrics.dashboard.enabled=true",
+        ]),
+        &render("overlays/monitoring"),
+        "metrics.* vs overlays/monitoring",
+    );
     // The chart's CRDs are `sigil crds`, as the base's are.
     assert_eq!(
         std::fs::read_to_string(chart().join("crds/policies.yaml")).unwrap(),

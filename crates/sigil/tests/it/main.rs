@@ -20,6 +20,7 @@ mod keyrefs;
 mod kubelet;
 mod mirror_copy;
 mod mirrors;
+mod monitoring;
 mod notation_trust;
 mod pin;
 mod pin_files;

@@ -117,6 +117,20 @@ impl RealKube {
         )
     }
 
+    /// GET `path` as admin, as text (`/metrics`): (status, body).
+    pub async fn get_text(&self, path: &str) -> (u16, String) {
+        let resp = self
+            .admin
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        (
+            resp.status().as_u16(),
+            resp.text().await.unwrap_or_default(),
+        )
+    }
+
     /// A request as cluster admin: `method path` with a JSON `body`;
     /// (status, answer).
     pub async fn request(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
@@ -241,7 +255,9 @@ impl RealKube {
     async fn apply_one(&self, obj: &Value) {
         let coll = self.collection(obj).await;
         let name = obj["metadata"]["name"].as_str().unwrap();
-        let path = format!("{coll}/{name}?fieldManager=sigil-tests&force=true");
+        // Strict: a field the schema does not know is an error, not pruned.
+        let path =
+            format!("{coll}/{name}?fieldManager=sigil-tests&force=true&fieldValidation=Strict");
         let resp = self
             .admin
             .patch(format!("{}{path}", self.url))

@@ -10,6 +10,7 @@ use crate::support::kube::real::{RealKube, assets_or_skip};
 
 mod everyday;
 mod image;
+mod monitoring;
 
 /// What the API server itself says sigil's ServiceAccount may do, once the
 /// shipped manifests are applied: its SelfSubjectRulesReview (in sigil's
