@@ -19,6 +19,7 @@
 
 pub mod attest;
 pub mod audit;
+pub mod backstop;
 pub mod credentials;
 pub mod decision;
 pub mod denial;

@@ -272,6 +272,43 @@ impl Pattern {
         out
     }
 
+    /// The pattern as RE2 regular expressions over a normalized name and,
+    /// when it constrains one, its tag (anchored; `*` within a segment,
+    /// `**` one or more segments): what an in-API-server policy evaluates
+    /// where this crate's matcher cannot run (`crate::backstop`).
+    pub fn to_regex(&self) -> (String, Option<String>) {
+        let glob = |text: &str| {
+            let mut re = String::new();
+            for c in text.chars() {
+                match c {
+                    '*' => re.push_str("[^/]*"),
+                    c if c.is_ascii_alphanumeric() || c == '_' || c == '-' => re.push(c),
+                    c => {
+                        re.push('\\');
+                        re.push(c);
+                    }
+                }
+            }
+            re
+        };
+        let mut name = String::from("^");
+        for (i, seg) in self.segments.iter().enumerate() {
+            match seg {
+                Segment::Any if i == 0 => name.push_str("[^/]+(/[^/]+)*"),
+                Segment::Any => name.push_str("(/[^/]+)+"),
+                Segment::Glob(g) => {
+                    if i > 0 {
+                        name.push('/');
+                    }
+                    name.push_str(&glob(&g.text));
+                }
+            }
+        }
+        name.push('$');
+        let tag = self.tag.as_ref().map(|t| format!("^{}$", glob(&t.text)));
+        (name, tag)
+    }
+
     /// Whether some name could match both patterns. Conservative: it may say
     /// yes for globs that cannot really meet, never no for ones that can.
     pub fn overlaps(&self, other: &Pattern) -> bool {

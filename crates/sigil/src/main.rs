@@ -74,6 +74,11 @@ enum Command {
     },
     /// Print the ClusterImagePolicy, ImagePolicy, TrustRoot and ImagePolicyException CRDs (YAML).
     Crds,
+    /// Print the in-API-server backstop for a policy: a ValidatingAdmissionPolicy
+    /// and binding that refuse, while the webhook does not answer, Pods whose
+    /// images sigil would never admit (no digest where a rule pins, not at the
+    /// mirror, denied, matching no rule).
+    Backstop(cmd::backstop::BackstopArgs),
     /// Run policy test suites (`sigil-test.yaml`): policies, resources, an
     /// offline registry of OCI layouts, and the results they must give.
     ///
@@ -110,6 +115,7 @@ fn main() -> ExitCode {
         Command::BreakGlass(args) => cmd::break_glass::run(args),
         Command::TrustRoot { command } => cmd::trust_root::run(command),
         Command::Crds => cmd::crds::run(),
+        Command::Backstop(args) => cmd::backstop::run(args),
         Command::Policy { command } => cmd::policy::run(command),
         Command::Test(args) => cmd::test::run(args),
         Command::Mirror(args) => cmd::mirror::run(args),

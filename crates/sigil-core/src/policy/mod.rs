@@ -450,6 +450,14 @@ impl Policy {
         cluster.chain(teams).collect()
     }
 
+    /// Every (rule, pattern), most specific first: the order an image is
+    /// matched in (the first that matches decides).
+    pub fn patterns_in_order(&self) -> impl Iterator<Item = (&Rule, &Pattern)> {
+        self.order
+            .iter()
+            .map(|&(ri, pi)| (&self.rules[ri], &self.rules[ri].patterns[pi]))
+    }
+
     /// Whether any rule is limited to some namespaces (then a decision needs
     /// the namespace's labels).
     pub fn has_namespace_selectors(&self) -> bool {

@@ -2,12 +2,15 @@
 //! ConfigMap *first*, then deletes sigil's webhook configurations (and again
 //! briefly, in case a replica was mid-write); replicas do not re-register
 //! while the marker is set. [`end`] clears it and records the window for the
-//! audit afterwards.
+//! audit afterwards. The in-API-server backstop stays unless asked
+//! ([`delete_backstop`]): it keeps refusing what sigil would never admit.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
@@ -55,6 +58,40 @@ pub async fn delete_configurations(client: &Client, s: &Settings) -> Result<Vec<
             Err(e) => {
                 return Err(e)
                     .with_context(|| format!("deleting MutatingWebhookConfiguration {name}"));
+            }
+        }
+    }
+    Ok(deleted)
+}
+
+/// Deletes the in-API-server backstop (`sigil backstop`): its bindings
+/// first, so no request meets a binding without its policy, then the
+/// policies. Returns `Kind/name` of what was deleted.
+pub async fn delete_backstop(client: &Client) -> Result<Vec<String>> {
+    let names = [
+        sigil_core::backstop::NAME.to_owned(),
+        format!("{}-warn", sigil_core::backstop::NAME),
+    ];
+    let mut deleted = Vec::new();
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    for name in &names {
+        match bindings.delete(name, &DeleteParams::default()).await {
+            Ok(_) => deleted.push(format!("ValidatingAdmissionPolicyBinding/{name}")),
+            Err(kube::Error::Api(st)) if st.is_not_found() => {}
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("deleting ValidatingAdmissionPolicyBinding {name}"));
+            }
+        }
+    }
+    for name in &names {
+        match policies.delete(name, &DeleteParams::default()).await {
+            Ok(_) => deleted.push(format!("ValidatingAdmissionPolicy/{name}")),
+            Err(kube::Error::Api(st)) if st.is_not_found() => {}
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("deleting ValidatingAdmissionPolicy {name}"));
             }
         }
     }

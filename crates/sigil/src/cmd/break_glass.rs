@@ -20,6 +20,10 @@ pub struct BreakGlassArgs {
     /// Why (recorded in the marker, for the audit afterwards).
     #[arg(long, conflicts_with = "end")]
     reason: Option<String>,
+    /// Delete the in-API-server backstop too (`sigil backstop`); without,
+    /// it stays and keeps refusing Pods with images sigil would never admit.
+    #[arg(long, conflicts_with = "end")]
+    backstop: bool,
 }
 
 /// Runs `sigil break-glass`.
@@ -72,6 +76,22 @@ pub fn run(args: BreakGlassArgs) -> Result<ExitCode> {
             },
             sigil_kube::cluster::BREAK_GLASS_ANNOTATION,
         )?;
+        if args.backstop {
+            let gone = sigil_kube::cluster::break_glass::delete_backstop(&client).await?;
+            say!(
+                "Deleted the backstop: {}. Re-apply it afterwards (sigil backstop | kubectl apply -f -, or your manifests).",
+                if gone.is_empty() {
+                    "none found".to_owned()
+                } else {
+                    gone.join(", ")
+                }
+            )?;
+        } else {
+            say!(
+                "The in-API-server backstop (ValidatingAdmissionPolicy sigil-backstop), if installed, stays:\n\
+                 Pods with unpinned or unmirrored images are still refused. Add --backstop to delete it too."
+            )?;
+        }
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -27,6 +27,7 @@ macro_rules! say {
 }
 
 pub mod audit;
+pub mod backstop;
 pub mod break_glass;
 pub mod crds;
 pub mod krm;

@@ -7,6 +7,7 @@
 mod attest;
 mod attest_files;
 mod audit;
+mod backstop;
 mod boundaries;
 mod cluster;
 mod conformance;

@@ -131,15 +131,20 @@ impl RealKube {
         )
     }
 
-    /// A request as cluster admin: `method path` with a JSON `body`;
-    /// (status, answer).
+    /// A request as cluster admin: `method path` with a JSON `body` (a
+    /// JSON merge patch for PATCH); (status, answer).
     pub async fn request(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         let mut req = self
             .admin
             .request(method.parse().unwrap(), format!("{}{path}", self.url));
         if let Some(b) = body {
+            let content_type = if method == "PATCH" {
+                "application/merge-patch+json"
+            } else {
+                "application/json"
+            };
             req = req
-                .header("content-type", "application/json")
+                .header("content-type", content_type)
                 .body(serde_json::to_vec(b).unwrap());
         }
         let resp = req

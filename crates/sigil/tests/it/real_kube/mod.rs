@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 
 use crate::support::kube::real::{RealKube, assets_or_skip};
 
+mod backstop;
 mod everyday;
 mod image;
 mod monitoring;

@@ -1,0 +1,352 @@
+//! The in-API-server backstop: a ValidatingAdmissionPolicy (and its
+//! binding) derived from the policy in force, which the API server itself
+//! evaluates on every Pod, so that while the webhook is down, failing open
+//! or timing out, what sigil would never admit is still refused.
+//!
+//! It owns turning rules, patterns and mirrors into CEL: image strings are
+//! normalized in CEL as `reference` normalizes them (Docker Hub shorthand,
+//! `index.docker.io`, tags and digests), mapped back from a mirror to their
+//! origin as `Policy::origin_of` does, and matched against each pattern as
+//! an RE2 expression (`Pattern::to_regex`), most specific first, as
+//! `Policy::rule_for` does. What the API server cannot do without a
+//! registry (resolve a tag, check a signature) is left to the webhook: the
+//! backstop refuses an image an `enforce` rule would pin that carries no
+//! digest, an image of a mirrored origin not named at one of its mirrors
+//! (unless the mirror falls back to the origin), what a `deny` rule
+//! refuses, and what no rule matches; `warn` rules become warnings. Only
+//! the images an object adds are checked (an UPDATE that keeps its images,
+//! a finalizer's removal, always passes). It does no I/O; registering the
+//! objects is the caller's.
+
+use serde_json::{Value, json};
+
+use crate::denial::Mode;
+use crate::policy::schema::Action;
+use crate::policy::{Policy, Rule};
+
+/// The generated objects' name (the warn policy adds `-warn`).
+pub const NAME: &str = "sigil-backstop";
+
+/// What the generated objects depend on besides the policy.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// sigil's own namespace: exempt, as from the webhook.
+    pub namespace: String,
+}
+
+/// The generated objects, and what the policy says that they leave to the
+/// webhook.
+#[derive(Debug, Clone)]
+pub struct Backstop {
+    /// ValidatingAdmissionPolicies and their bindings, in apply order.
+    pub objects: Vec<Value>,
+    /// One line per rule or feature the API server cannot check.
+    pub left_to_webhook: Vec<String>,
+}
+
+/// The label a namespace opts out with (as from the webhook).
+const IGNORE_LABEL: &str = "sigil.dev/ignore";
+
+/// Generates the backstop for `policy` (the cluster's policy: team
+/// ImagePolicies only tighten it, so leaving them to the webhook never
+/// refuses what sigil would admit).
+pub fn generate(policy: &Policy, opts: &Options) -> Backstop {
+    let mut left = Vec::new();
+    for r in &policy.rules {
+        if r.namespace_selector.is_some() {
+            left.push(format!(
+                "rule {}: applies to namespaces by label (left to the webhook)",
+                r.name
+            ));
+        } else if r.exceptions.is_some() {
+            left.push(format!(
+                "rule {}: allows ImagePolicyExceptions, which the API server cannot see (left to the webhook)",
+                r.name
+            ));
+        } else if r.verification.is_some() && r.mode == Mode::Enforce {
+            left.push(format!(
+                "rule {}: signatures and attestations (the backstop requires the digest they are checked on)",
+                r.name
+            ));
+        }
+    }
+    if !policy.namespaced.is_empty() {
+        left.push("team ImagePolicies (they only tighten; left to the webhook)".to_owned());
+    }
+    let mut exempt = vec!["kube-system".to_owned(), opts.namespace.clone()];
+    for n in &policy.exempt_namespaces {
+        if !exempt.contains(n) {
+            exempt.push(n.clone());
+        }
+    }
+    let variables = variables(policy);
+    let has_warn = policy.rules.iter().any(|r| r.mode == Mode::Warn);
+    let mut objects = vec![
+        vap(NAME, &exempt, &variables, "refuse", "Forbidden"),
+        binding(NAME, "Deny"),
+    ];
+    if has_warn {
+        let warn = format!("{NAME}-warn");
+        objects.push(vap(&warn, &exempt, &variables, "warn", "Forbidden"));
+        objects.push(binding(&warn, "Warn"));
+    }
+    Backstop {
+        objects,
+        left_to_webhook: left,
+    }
+}
+
+fn labels() -> Value {
+    json!({"app.kubernetes.io/name": "sigil", "app.kubernetes.io/part-of": "sigil",
+           "app.kubernetes.io/component": "backstop"})
+}
+
+fn vap(
+    name: &str,
+    exempt: &[String],
+    variables: &[(String, String)],
+    kind: &str,
+    reason: &str,
+) -> Value {
+    let vars: Vec<Value> = variables
+        .iter()
+        .map(|(n, e)| json!({"name": n, "expression": e}))
+        .collect();
+    let explain = "v.split(' ')[0] + (v.split(' ')[2] == 'nodigest' ? ' has no digest (rule ' + v.split(' ')[3] + ' pins it)' : v.split(' ')[2] == 'nomirror' ? ' is not pulled from its mirror (rule ' + v.split(' ')[3] + ')' : v.split(' ')[2] == 'deny' ? ' is denied by rule ' + v.split(' ')[3] : ' matches no rule of the policy')";
+    let (what, fix) = if kind == "refuse" {
+        (
+            "sigil's backstop refused this Pod (the webhook images.sigil.dev did not pin and check it: sigil is down or was bypassed): ",
+            ". Fix: pin the images at their mirrors in the manifests (sigil pin -w DIR), or bring sigil back (kubectl -n sigil-system get pods).",
+        )
+    } else {
+        (
+            "sigil's backstop warns (the webhook images.sigil.dev did not pin and check this Pod): ",
+            ". Pin the images at their mirrors (sigil pin -w DIR).",
+        )
+    };
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": labels()},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["pods", "pods/ephemeralcontainers"],
+                }],
+                "namespaceSelector": {"matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": exempt},
+                    {"key": IGNORE_LABEL, "operator": "DoesNotExist"},
+                ]},
+            },
+            "variables": vars,
+            "validations": [{
+                "expression": format!("variables.verdicts.all(v, v.split(' ')[1] != '{kind}')"),
+                "messageExpression": format!(
+                    "{} + variables.verdicts.filter(v, v.split(' ')[1] == '{kind}').map(v, {explain}).join('; ') + {}",
+                    cel_string(what),
+                    cel_string(fix)
+                ),
+                "reason": reason,
+            }],
+        },
+    })
+}
+
+fn binding(name: &str, action: &str) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name, "labels": labels()},
+        "spec": {"policyName": name, "validationActions": [action]},
+    })
+}
+
+/// A CEL string literal (single-quoted, escaped).
+fn cel_string(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// A rule's name as one word of a verdict (names are DNS-like already).
+fn word(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-/".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The images of `obj` (`object` or `oldObject`): containers, init and
+/// ephemeral containers, image volumes.
+fn images_of(obj: &str) -> String {
+    let containers = |field: &str| {
+        format!(
+            "(has({obj}.spec.{field}) ? {obj}.spec.{field}.filter(c, has(c.image)).map(c, c.image) : [])"
+        )
+    };
+    format!(
+        "{} + {} + {} + (has({obj}.spec.volumes) ? {obj}.spec.volumes.filter(v, has(v.image) && has(v.image.reference)).map(v, v.image.reference) : [])",
+        containers("containers"),
+        containers("initContainers"),
+        containers("ephemeralContainers"),
+    )
+}
+
+/// The policy's variables, each a list aligned with the images the object
+/// adds; each entry is one space-separated string of fields (image
+/// references contain no spaces), built up step by step.
+fn variables(policy: &Policy) -> Vec<(String, String)> {
+    let field = |v: &str, i: usize| format!("{v}.split(' ')[{i}]");
+    let mut vars = vec![
+        ("images".to_owned(), images_of("object")),
+        (
+            "previous".to_owned(),
+            format!("oldObject == null ? [] : {}", images_of("oldObject")),
+        ),
+        // W BARE P: the image as written, without its digest, and whether
+        // it had one (d) or not (n).
+        (
+            "refs".to_owned(),
+            "variables.images.filter(i, !(i in variables.previous)).map(i, i + ' ' + i.split('@')[0] + ' ' + (i.contains('@') ? 'd' : 'n'))".to_owned(),
+        ),
+    ];
+    // W NAME TAG P: the tag split off (`latest` when there is neither tag
+    // nor digest, `-` for a digest alone).
+    let b = field("r", 1);
+    let tagged = format!("{b}.lastIndexOf(':') > {b}.lastIndexOf('/')");
+    vars.push((
+        "named".to_owned(),
+        format!(
+            "variables.refs.map(r, {w} + ' ' + ({tagged} ? {b}.substring(0, {b}.lastIndexOf(':')) : {b}) + ' ' + ({tagged} ? {b}.substring({b}.lastIndexOf(':') + 1) : ({p} == 'd' ? '-' : 'latest')) + ' ' + {p})",
+            w = field("r", 0),
+            p = field("r", 2),
+        ),
+    ));
+    // W FULL TAG P: the name with its domain (Docker Hub shorthand expanded).
+    let n = field("r", 1);
+    let first = format!("{n}.split('/')[0]");
+    let full = format!(
+        "(({n}.contains('/') && ({first}.contains('.') || {first}.contains(':') || {first} == 'localhost')) ? ({n}.startsWith('index.docker.io/') ? 'docker.io/' + {n}.substring(16) : {n}) : ({n}.contains('/') ? 'docker.io/' + {n} : 'docker.io/library/' + {n}))"
+    );
+    vars.push((
+        "expanded".to_owned(),
+        format!(
+            "variables.named.map(r, {} + ' ' + {full} + ' ' + {} + ' ' + {})",
+            field("r", 0),
+            field("r", 2),
+            field("r", 3)
+        ),
+    ));
+    // `docker.io/nginx` is `docker.io/library/nginx`.
+    let f = field("r", 1);
+    vars.push((
+        "full".to_owned(),
+        format!(
+            "variables.expanded.map(r, {w} + ' ' + (({f}.startsWith('docker.io/') && {f}.split('/').size() == 2) ? 'docker.io/library/' + {f}.substring(10) : {f}) + ' ' + {t} + ' ' + {p})",
+            w = field("r", 0),
+            t = field("r", 2),
+            p = field("r", 3),
+        ),
+    ));
+    // W FULL TAG P ORIGIN: mapped back from a mirror (longest target first).
+    let mut targets: Vec<(String, String)> = policy
+        .mirrors
+        .iter()
+        .flat_map(|m| m.targets().map(move |t| (t.to_owned(), m.from.clone())))
+        .collect();
+    targets.sort_by_key(|(t, _)| std::cmp::Reverse(t.len()));
+    let mut origin = f.clone();
+    for (to, from) in targets.iter().rev() {
+        origin = format!(
+            "(({f} == {to_s} || {f}.startsWith({to_slash})) ? {from_s} + {f}.substring({len}) : {origin})",
+            to_s = cel_string(to),
+            to_slash = cel_string(&format!("{to}/")),
+            from_s = cel_string(from),
+            len = to.chars().count(),
+        );
+    }
+    vars.push((
+        "origins".to_owned(),
+        format!("variables.full.map(r, r + ' ' + {origin})"),
+    ));
+    // W KIND WHY RULE: ok, refuse or warn, and why.
+    vars.push((
+        "verdicts".to_owned(),
+        format!(
+            "variables.origins.map(r, {} + ' ' + {})",
+            field("r", 0),
+            verdict(policy)
+        ),
+    ));
+    vars
+}
+
+/// The verdict chain over an `origins` entry `r` (W FULL TAG P ORIGIN):
+/// the first pattern, most specific first, that matches the origin decides.
+fn verdict(policy: &Policy) -> String {
+    let (full, tag, pinned, origin) = (
+        "r.split(' ')[1]",
+        "r.split(' ')[2]",
+        "r.split(' ')[3]",
+        "r.split(' ')[4]",
+    );
+    // Whether the origin is under a mirror that does not fall back to it
+    // (longest `from` decides, as `Policy::mirror_for`).
+    let mut froms: Vec<_> = policy.mirrors.iter().collect();
+    froms.sort_by_key(|m| std::cmp::Reverse(m.from.len()));
+    let mut no_fallback = "false".to_owned();
+    for m in froms.iter().rev() {
+        no_fallback = format!(
+            "(({origin} == {f} || {origin}.startsWith({fs})) ? {nf} : {no_fallback})",
+            f = cel_string(&m.from),
+            fs = cel_string(&format!("{}/", m.from)),
+            nf = !m.fallback_origin(),
+        );
+    }
+    let mut chain = "'refuse norule -'".to_owned();
+    let patterns: Vec<_> = policy.patterns_in_order().collect();
+    for (rule, pattern) in patterns.into_iter().rev() {
+        let (name_re, tag_re) = pattern.to_regex();
+        let mut cond = format!("{origin}.matches({})", cel_string(&name_re));
+        if let Some(t) = tag_re {
+            cond = format!("({cond} && {tag}.matches({}))", cel_string(&t));
+        }
+        chain = format!(
+            "({cond} ? {} : {chain})",
+            outcome(rule, full, origin, pinned, &no_fallback)
+        );
+    }
+    chain
+}
+
+/// What a matching rule says of an image (a CEL string expression).
+fn outcome(rule: &Rule, full: &str, origin: &str, pinned: &str, no_fallback: &str) -> String {
+    if rule.namespace_selector.is_some() || rule.exceptions.is_some() {
+        return "'ok'".to_owned();
+    }
+    let kind = match rule.mode {
+        Mode::Enforce => "refuse",
+        Mode::Warn => "warn",
+    };
+    let name = word(&rule.name);
+    let say = |why: &str| cel_string(&format!("{kind} {why} {name}"));
+    let mirrored = format!("({full} == {origin} && {no_fallback})");
+    match rule.action {
+        Action::Deny => say("deny"),
+        Action::Allow => format!("({mirrored} ? {} : 'ok')", say("nomirror")),
+        Action::Pin => format!(
+            "({pinned} == 'n' ? {} : ({mirrored} ? {} : 'ok'))",
+            say("nodigest"),
+            say("nomirror")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;
