@@ -112,7 +112,7 @@ fn vap(
         .iter()
         .map(|(n, e)| json!({"name": n, "expression": e}))
         .collect();
-    let explain = "v.split(' ')[0] + (v.split(' ')[2] == 'nodigest' ? ' has no digest (rule ' + v.split(' ')[3] + ' pins it)' : v.split(' ')[2] == 'nomirror' ? ' is not pulled from its mirror (rule ' + v.split(' ')[3] + ')' : v.split(' ')[2] == 'deny' ? ' is denied by rule ' + v.split(' ')[3] : ' matches no rule of the policy')";
+    let explain = "v[0] + (v[2] == 'nodigest' ? ' has no digest (rule ' + v[3] + ' pins it)' : v[2] == 'nomirror' ? ' is not pulled from its mirror (rule ' + v[3] + ')' : v[2] == 'deny' ? ' is denied by rule ' + v[3] : ' matches no rule of the policy')";
     let (what, fix) = if kind == "refuse" {
         (
             "sigil's backstop refused this Pod (the webhook images.sigil.dev did not pin and check it: sigil is down or was bypassed): ",
@@ -143,9 +143,9 @@ fn vap(
             },
             "variables": vars,
             "validations": [{
-                "expression": format!("variables.verdicts.all(v, v.split(' ')[1] != '{kind}')"),
+                "expression": format!("variables.verdicts.all(v, v[1] != '{kind}')"),
                 "messageExpression": format!(
-                    "{} + variables.verdicts.filter(v, v.split(' ')[1] == '{kind}').map(v, {explain}).join('; ') + {}",
+                    "{} + variables.verdicts.filter(v, v[1] == '{kind}').map(v, {explain}).join('; ') + {}",
                     cel_string(what),
                     cel_string(fix)
                 ),
@@ -198,73 +198,52 @@ fn images_of(obj: &str) -> String {
     )
 }
 
-/// The policy's variables, each a list aligned with the images the object
-/// adds; each entry is one space-separated string of fields (image
-/// references contain no spaces), built up step by step.
+/// The policy's variables: after the images, each a list with one entry
+/// per image the object adds, the entry a list of fields built up step by
+/// step (lists, not joined strings: indexing costs the API server less than
+/// splitting).
 fn variables(policy: &Policy) -> Vec<(String, String)> {
-    let field = |v: &str, i: usize| format!("{v}.split(' ')[{i}]");
     let mut vars = vec![
         ("images".to_owned(), images_of("object")),
         (
             "previous".to_owned(),
             format!("oldObject == null ? [] : {}", images_of("oldObject")),
         ),
-        // W BARE P: the image as written, without its digest, and whether
-        // it had one (d) or not (n).
+        // [written, without its digest, whether it had one: d or n].
         (
             "refs".to_owned(),
-            "variables.images.filter(i, !(i in variables.previous)).map(i, i + ' ' + i.split('@')[0] + ' ' + (i.contains('@') ? 'd' : 'n'))".to_owned(),
+            "variables.images.filter(i, !(i in variables.previous)).map(i, [string(i), string(i).split('@')[0], string(i).contains('@') ? 'd' : 'n'])".to_owned(),
+        ),
+        // [written, name, tag, d|n]: the tag split off (`latest` when there
+        // is neither tag nor digest, `-` for a digest alone).
+        (
+            "named".to_owned(),
+            "variables.refs.map(r, r[1].lastIndexOf(':') > r[1].lastIndexOf('/') ? [r[0], r[1].substring(0, r[1].lastIndexOf(':')), r[1].substring(r[1].lastIndexOf(':') + 1), r[2]] : [r[0], r[1], r[2] == 'd' ? '-' : 'latest', r[2]])".to_owned(),
+        ),
+        // [written, name with its domain, tag, d|n] (Docker Hub shorthand
+        // expanded; `index.docker.io` is `docker.io`).
+        (
+            "expanded".to_owned(),
+            "variables.named.map(r, [r[0], (r[1].contains('/') && (r[1].split('/')[0].contains('.') || r[1].split('/')[0].contains(':') || r[1].split('/')[0] == 'localhost')) ? (r[1].startsWith('index.docker.io/') ? 'docker.io/' + r[1].substring(16) : r[1]) : (r[1].contains('/') ? 'docker.io/' + r[1] : 'docker.io/library/' + r[1]), r[2], r[3]])".to_owned(),
+        ),
+        // `docker.io/nginx` is `docker.io/library/nginx`.
+        (
+            "full".to_owned(),
+            "variables.expanded.map(r, [r[0], (r[1].startsWith('docker.io/') && r[1].split('/').size() == 2) ? 'docker.io/library/' + r[1].substring(10) : r[1], r[2], r[3]])".to_owned(),
         ),
     ];
-    // W NAME TAG P: the tag split off (`latest` when there is neither tag
-    // nor digest, `-` for a digest alone).
-    let b = field("r", 1);
-    let tagged = format!("{b}.lastIndexOf(':') > {b}.lastIndexOf('/')");
-    vars.push((
-        "named".to_owned(),
-        format!(
-            "variables.refs.map(r, {w} + ' ' + ({tagged} ? {b}.substring(0, {b}.lastIndexOf(':')) : {b}) + ' ' + ({tagged} ? {b}.substring({b}.lastIndexOf(':') + 1) : ({p} == 'd' ? '-' : 'latest')) + ' ' + {p})",
-            w = field("r", 0),
-            p = field("r", 2),
-        ),
-    ));
-    // W FULL TAG P: the name with its domain (Docker Hub shorthand expanded).
-    let n = field("r", 1);
-    let first = format!("{n}.split('/')[0]");
-    let full = format!(
-        "(({n}.contains('/') && ({first}.contains('.') || {first}.contains(':') || {first} == 'localhost')) ? ({n}.startsWith('index.docker.io/') ? 'docker.io/' + {n}.substring(16) : {n}) : ({n}.contains('/') ? 'docker.io/' + {n} : 'docker.io/library/' + {n}))"
-    );
-    vars.push((
-        "expanded".to_owned(),
-        format!(
-            "variables.named.map(r, {} + ' ' + {full} + ' ' + {} + ' ' + {})",
-            field("r", 0),
-            field("r", 2),
-            field("r", 3)
-        ),
-    ));
-    // `docker.io/nginx` is `docker.io/library/nginx`.
-    let f = field("r", 1);
-    vars.push((
-        "full".to_owned(),
-        format!(
-            "variables.expanded.map(r, {w} + ' ' + (({f}.startsWith('docker.io/') && {f}.split('/').size() == 2) ? 'docker.io/library/' + {f}.substring(10) : {f}) + ' ' + {t} + ' ' + {p})",
-            w = field("r", 0),
-            t = field("r", 2),
-            p = field("r", 3),
-        ),
-    ));
-    // W FULL TAG P ORIGIN: mapped back from a mirror (longest target first).
+    // [written, full, tag, d|n, origin]: mapped back from a mirror
+    // (longest target first).
     let mut targets: Vec<(String, String)> = policy
         .mirrors
         .iter()
         .flat_map(|m| m.targets().map(move |t| (t.to_owned(), m.from.clone())))
         .collect();
     targets.sort_by_key(|(t, _)| std::cmp::Reverse(t.len()));
-    let mut origin = f.clone();
+    let mut origin = "r[1]".to_owned();
     for (to, from) in targets.iter().rev() {
         origin = format!(
-            "(({f} == {to_s} || {f}.startsWith({to_slash})) ? {from_s} + {f}.substring({len}) : {origin})",
+            "((r[1] == {to_s} || r[1].startsWith({to_slash})) ? {from_s} + r[1].substring({len}) : {origin})",
             to_s = cel_string(to),
             to_slash = cel_string(&format!("{to}/")),
             from_s = cel_string(from),
@@ -273,29 +252,21 @@ fn variables(policy: &Policy) -> Vec<(String, String)> {
     }
     vars.push((
         "origins".to_owned(),
-        format!("variables.full.map(r, r + ' ' + {origin})"),
+        format!("variables.full.map(r, r + [{origin}])"),
     ));
-    // W KIND WHY RULE: ok, refuse or warn, and why.
+    // [written, ok|refuse|warn, why, rule].
     vars.push((
         "verdicts".to_owned(),
-        format!(
-            "variables.origins.map(r, {} + ' ' + {})",
-            field("r", 0),
-            verdict(policy)
-        ),
+        format!("variables.origins.map(r, [r[0]] + {})", verdict(policy)),
     ));
     vars
 }
 
-/// The verdict chain over an `origins` entry `r` (W FULL TAG P ORIGIN):
-/// the first pattern, most specific first, that matches the origin decides.
+/// The verdict chain over an `origins` entry `r` ([written, full, tag,
+/// d|n, origin]): the first pattern, most specific first, that matches the
+/// origin decides.
 fn verdict(policy: &Policy) -> String {
-    let (full, tag, pinned, origin) = (
-        "r.split(' ')[1]",
-        "r.split(' ')[2]",
-        "r.split(' ')[3]",
-        "r.split(' ')[4]",
-    );
+    let (full, tag, pinned, origin) = ("r[1]", "r[2]", "r[3]", "r[4]");
     // Whether the origin is under a mirror that does not fall back to it
     // (longest `from` decides, as `Policy::mirror_for`).
     let mut froms: Vec<_> = policy.mirrors.iter().collect();
@@ -309,7 +280,7 @@ fn verdict(policy: &Policy) -> String {
             nf = !m.fallback_origin(),
         );
     }
-    let mut chain = "'refuse norule -'".to_owned();
+    let mut chain = "['refuse', 'norule', '-']".to_owned();
     let patterns: Vec<_> = policy.patterns_in_order().collect();
     for (rule, pattern) in patterns.into_iter().rev() {
         let (name_re, tag_re) = pattern.to_regex();
@@ -325,23 +296,30 @@ fn verdict(policy: &Policy) -> String {
     chain
 }
 
-/// What a matching rule says of an image (a CEL string expression).
+/// What a matching rule says of an image (a CEL list: [kind, why, rule]).
 fn outcome(rule: &Rule, full: &str, origin: &str, pinned: &str, no_fallback: &str) -> String {
     if rule.namespace_selector.is_some() || rule.exceptions.is_some() {
-        return "'ok'".to_owned();
+        return "['ok']".to_owned();
     }
     let kind = match rule.mode {
         Mode::Enforce => "refuse",
         Mode::Warn => "warn",
     };
     let name = word(&rule.name);
-    let say = |why: &str| cel_string(&format!("{kind} {why} {name}"));
+    let say = |why: &str| {
+        format!(
+            "[{}, {}, {}]",
+            cel_string(kind),
+            cel_string(why),
+            cel_string(&name)
+        )
+    };
     let mirrored = format!("({full} == {origin} && {no_fallback})");
     match rule.action {
         Action::Deny => say("deny"),
-        Action::Allow => format!("({mirrored} ? {} : 'ok')", say("nomirror")),
+        Action::Allow => format!("({mirrored} ? {} : ['ok'])", say("nomirror")),
         Action::Pin => format!(
-            "({pinned} == 'n' ? {} : ({mirrored} ? {} : 'ok'))",
+            "({pinned} == 'n' ? {} : ({mirrored} ? {} : ['ok']))",
             say("nodigest"),
             say("nomirror")
         ),

@@ -67,7 +67,8 @@ fn verdicts(policy: &Policy, object: &Value, old: Option<&Value>) -> Vec<String>
             .unwrap_or_else(|e| panic!("{name}: {e:?}\n{expr}"));
         computed.insert(name, json_of(&v));
     }
-    serde_json::from_value(computed["verdicts"].clone()).unwrap()
+    let lists: Vec<Vec<String>> = serde_json::from_value(computed["verdicts"].clone()).unwrap();
+    lists.into_iter().map(|l| l.join(" ")).collect()
 }
 
 /// The variables' values (lists of strings) as JSON, to feed the next one.

@@ -20,11 +20,7 @@ fn the_examples_policies_print_a_backstop() {
             String::from_utf8_lossy(&out.stderr)
         );
         let text = String::from_utf8(out.stdout).unwrap();
-        let docs: Vec<serde_json::Value> = sigil_core::manifest::parse_stream(&text)
-            .unwrap()
-            .into_iter()
-            .map(|d| d.to_value())
-            .collect();
+        let docs = crate::deploy::objects(&text);
         let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
         assert_eq!(kinds.len(), if warn { 4 } else { 2 }, "{policy}: {kinds:?}");
         assert_eq!(docs[0]["metadata"]["name"], "sigil-backstop");

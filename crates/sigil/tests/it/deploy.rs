@@ -35,8 +35,13 @@ pub(crate) fn render(dir: &str) -> Vec<Value> {
             .arg("kustomize")
             .arg(deploy_dir().join(dir)),
     );
-    let text = String::from_utf8(out.stdout).unwrap();
-    sigil_core::manifest::parse_stream(&text)
+    objects(&String::from_utf8(out.stdout).unwrap())
+}
+
+/// The objects of a YAML stream (rendered manifests, a fixture, a
+/// command's output).
+pub(crate) fn objects(text: &str) -> Vec<Value> {
+    sigil_core::manifest::parse_stream(text)
         .unwrap()
         .into_iter()
         .map(|d| d.to_value())

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{install_with_sigil, pod};
+use super::{install_with_sigil, namespaces_with_accounts, pod, sigil_as_admin};
 use crate::kubelet::Runtime;
 use crate::support::kube::real::{RealKube, assets_or_skip};
 
@@ -34,12 +34,7 @@ fn backstop(policy: &str) -> Vec<Value> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8(out.stdout).unwrap();
-    sigil_core::manifest::parse_stream(&text)
-        .unwrap()
-        .into_iter()
-        .map(|d| d.to_value())
-        .collect()
+    crate::deploy::objects(&String::from_utf8(out.stdout).unwrap())
 }
 
 async fn create(kube: &RealKube, ns: &str, name: &str, image: &str) -> (u16, Value) {
@@ -54,10 +49,7 @@ async fn create(kube: &RealKube, ns: &str, name: &str, image: &str) -> (u16, Val
 /// Waits until the API server enforces the backstop (it loads policies
 /// asynchronously): a dry run of a Pod it refuses is refused.
 async fn wait_in_force(kube: &RealKube) {
-    kube.namespaces(&["probe"]).await;
-    kube.apply(&[json!({"apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": {"name": "default", "namespace": "probe"}})])
-        .await;
+    namespaces_with_accounts(kube, &["probe"]).await;
     let until = Instant::now() + Duration::from_secs(30);
     loop {
         let (status, v) = kube
@@ -140,15 +132,7 @@ async fn the_backstop_refuses_what_sigil_would_never_admit_while_the_webhook_fai
     crate::shipped::find_mut(&mut objects, "ConfigMap", "sigil-policy")["data"]["policy.yaml"] =
         json!(POLICY);
     let (launched, applied) = install_with_sigil(&kube, objects, Runtime::Process).await;
-    kube.namespaces(&["playground", "ignored"]).await;
-    let defaults: Vec<Value> = ["playground", "ignored"]
-        .iter()
-        .map(|ns| {
-            json!({"apiVersion": "v1", "kind": "ServiceAccount",
-                   "metadata": {"name": "default", "namespace": ns}})
-        })
-        .collect();
-    kube.apply(&defaults).await;
+    namespaces_with_accounts(&kube, &["playground", "ignored"]).await;
     kube.apply(&[json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": "ignored", "labels": {"sigil.dev/ignore": "true"}}})])
         .await;
@@ -201,20 +185,7 @@ async fn the_backstop_refuses_what_sigil_would_never_admit_while_the_webhook_fai
 /// `sigil break-glass` as an operator runs it: the backstop stays (and it
 /// says so); with `--backstop` it goes too.
 async fn break_glass_leaves_the_backstop_unless_told(kube: &RealKube) {
-    let admin = kube.admin_kubeconfig();
-    let sigil = |args: &[&str]| {
-        let out = std::process::Command::new(crate::support::sigil::bin())
-            .args(args)
-            .env("KUBECONFIG", &admin)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "sigil {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let sigil = |args: &[&str]| sigil_as_admin(kube, args);
     let vap = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/sigil-backstop";
     let said = tokio::task::block_in_place(|| sigil(&["break-glass", "--reason", "drill"]));
     assert!(

@@ -9,25 +9,18 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{base_with_sigil, pod};
+use super::{base_with_sigil, namespaces_with_accounts, pod, team_with_a_workload};
 use crate::kubelet::{POD_NAME, Runtime};
 use crate::support::kube::real::{RealKube, assets_or_skip};
 
 const CIPS: &str = "/apis/sigil.dev/v1alpha1/clusterimagepolicies";
 
-/// The PolicyReport CRDs as the Policy Working Group publishes them
-/// (`tests/fixtures/crds`, with their attribution in the fixtures' README).
+/// The PolicyReport CRDs as the Policy Working Group publishes them.
 fn report_crds() -> Vec<Value> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/crds");
-    ["policyreports", "clusterpolicyreports"]
-        .iter()
-        .flat_map(|k| {
-            let text =
-                std::fs::read_to_string(dir.join(format!("wgpolicyk8s.io_{k}.yaml"))).unwrap();
-            sigil_core::manifest::parse_stream(&text).unwrap()
-        })
-        .map(|d| d.to_value())
-        .collect()
+    super::fixture_crds(&[
+        "wgpolicyk8s.io_policyreports.yaml",
+        "wgpolicyk8s.io_clusterpolicyreports.yaml",
+    ])
 }
 
 /// Polls `f` every 200 ms until it gives a value; panics naming `what`
@@ -63,11 +56,6 @@ async fn wait_in_force(kube: &RealKube, path: &str, limit: Duration, logs: &dyn 
     .await;
 }
 
-fn default_service_account(ns: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "ServiceAccount",
-           "metadata": {"name": "default", "namespace": ns}})
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_reports_leases_and_events_on_a_real_api_server_and_watches_survive_its_restart() {
     let Some(assets) = assets_or_skip(
@@ -78,16 +66,7 @@ async fn status_reports_leases_and_events_on_a_real_api_server_and_watches_survi
     let kube = RealKube::start(&assets).await;
     // The report CRDs and a workload to audit, before sigil starts.
     kube.apply(&report_crds()).await;
-    kube.namespaces(&["team"]).await;
-    kube.apply(&[default_service_account("team")]).await;
-    let (status, v) = kube
-        .request(
-            "POST",
-            "/api/v1/namespaces/team/pods",
-            Some(&pod("team", "app", "registry.invalid/team/app:v1")),
-        )
-        .await;
-    assert_eq!(status, 201, "{v}");
+    team_with_a_workload(&kube).await;
     let (launched, _) = base_with_sigil(&kube, Runtime::Process).await;
     let logs = || launched.sigil.logs();
 
@@ -259,8 +238,7 @@ async fn an_exception_waives_a_rule_until_it_expires_on_a_real_api_server() {
     let kube = RealKube::start(&assets).await;
     let (launched, _) = base_with_sigil(&kube, Runtime::Process).await;
     let logs = || launched.sigil.logs();
-    kube.namespaces(&["team-a"]).await;
-    kube.apply(&[default_service_account("team-a")]).await;
+    namespaces_with_accounts(&kube, &["team-a"]).await;
     kube.apply(&[
         json!({"apiVersion": "sigil.dev/v1alpha1", "kind": "ClusterImagePolicy",
         "metadata": {"name": "supply-chain"},

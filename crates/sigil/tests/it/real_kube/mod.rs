@@ -347,14 +347,14 @@ pub(crate) async fn install_with_sigil(
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", kube.logs()));
     wait_for_ca_bundle(kube, &launched).await;
-    kube.namespaces(&["shop"]).await;
-    // No controller-manager here: the ServiceAccount admission plugin needs
-    // each namespace's `default` ServiceAccount, made as its controller would.
-    let defaults: Vec<serde_json::Value> = ["shop", "kube-system", "sigil-system"]
+    namespaces_with_accounts(kube, &["shop"]).await;
+    // No controller-manager here: kube-system's and sigil's namespace's
+    // `default` ServiceAccounts are made as its controller would.
+    let defaults: Vec<serde_json::Value> = ["kube-system", "sigil-system"]
         .iter()
         .map(|ns| {
             json!({"apiVersion": "v1", "kind": "ServiceAccount",
-                         "metadata": {"name": "default", "namespace": ns}})
+                   "metadata": {"name": "default", "namespace": ns}})
         })
         .collect();
     kube.apply(&defaults).await;
@@ -408,20 +408,7 @@ async fn break_glass_on_a_real_api_server_and_back_by_reapplying_the_manifests()
     let reg = &launched.registry;
     let digest = reg.push_image("shop/app", "1.0").await;
     let image = format!("{}/shop/app:1.0", reg.host());
-    let admin = kube.admin_kubeconfig();
-    let sigil = |args: &[&str]| {
-        let out = std::process::Command::new(crate::support::sigil::bin())
-            .args(args)
-            .env("KUBECONFIG", &admin)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "sigil {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let sigil = |args: &[&str]| sigil_as_admin(&kube, args);
     let said = tokio::task::block_in_place(|| sigil(&["break-glass", "--reason", "drill"]));
     assert!(said.contains("break-glass ON"), "{said}");
     let mwc = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/sigil";
@@ -467,4 +454,58 @@ async fn break_glass_on_a_real_api_server_and_back_by_reapplying_the_manifests()
         after["spec"]["containers"][0]["image"],
         format!("{image}@{digest}")
     );
+}
+
+/// Namespaces with the `default` ServiceAccount each (the ServiceAccount
+/// admission plugin needs it; without the controller-manager nothing makes it).
+pub(crate) async fn namespaces_with_accounts(kube: &RealKube, names: &[&str]) {
+    kube.namespaces(names).await;
+    let accounts: Vec<serde_json::Value> = names
+        .iter()
+        .map(|ns| {
+            serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                               "metadata": {"name": "default", "namespace": ns}})
+        })
+        .collect();
+    kube.apply(&accounts).await;
+}
+
+/// A namespace `team` with a running workload whose image sigil cannot
+/// resolve, created before sigil is installed: what the audit reports.
+pub(crate) async fn team_with_a_workload(kube: &RealKube) {
+    namespaces_with_accounts(kube, &["team"]).await;
+    let (status, v) = kube
+        .request(
+            "POST",
+            "/api/v1/namespaces/team/pods",
+            Some(&pod("team", "app", "registry.invalid/team/app:v1")),
+        )
+        .await;
+    assert_eq!(status, 201, "{v}");
+}
+
+/// `sigil ARGS` as an operator runs it (the cluster admin's kubeconfig):
+/// its output; panics with its stderr if it fails.
+pub(crate) fn sigil_as_admin(kube: &RealKube, args: &[&str]) -> String {
+    let out = std::process::Command::new(crate::support::sigil::bin())
+        .args(args)
+        .env("KUBECONFIG", kube.admin_kubeconfig())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "sigil {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// CRDs other projects publish, copied into `tests/fixtures/crds` (their
+/// attribution is in the fixtures' README), by file name.
+pub(crate) fn fixture_crds(files: &[&str]) -> Vec<serde_json::Value> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/crds");
+    files
+        .iter()
+        .flat_map(|f| crate::deploy::objects(&std::fs::read_to_string(dir.join(f)).unwrap()))
+        .collect()
 }

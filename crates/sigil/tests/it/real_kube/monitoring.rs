@@ -14,19 +14,6 @@ use crate::kubelet::Runtime;
 use crate::support::kube::real::{RealKube, assets_or_skip};
 use crate::support::registry::{Mode, TestRegistry};
 
-fn monitoring_crds() -> Vec<Value> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/crds");
-    ["servicemonitors", "prometheusrules"]
-        .iter()
-        .flat_map(|k| {
-            let text = std::fs::read_to_string(dir.join(format!("monitoring.coreos.com_{k}.yaml")))
-                .unwrap();
-            sigil_core::manifest::parse_stream(&text).unwrap()
-        })
-        .map(|d| d.to_value())
-        .collect()
-}
-
 /// The series names a Prometheus text exposition offers: each family's
 /// name with the suffixes its type gives samples (`_total`, `_bucket`,
 /// `_sum`, `_count`), and every sample's name.
@@ -80,19 +67,12 @@ async fn the_monitoring_objects_pass_their_crds_and_name_only_exported_metrics()
     crate::shipped::find_mut(&mut objects, "ConfigMap", "sigil-policy")["data"]["policy.yaml"] =
         json!(policy);
     let kube = RealKube::start(&assets).await;
-    kube.apply(&monitoring_crds()).await;
-    kube.namespaces(&["team"]).await;
-    kube.apply(&[json!({"apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": {"name": "default", "namespace": "team"}})])
-        .await;
-    let (status, v) = kube
-        .request(
-            "POST",
-            "/api/v1/namespaces/team/pods",
-            Some(&pod("team", "app", "registry.invalid/team/app:v1")),
-        )
-        .await;
-    assert_eq!(status, 201, "{v}");
+    kube.apply(&super::fixture_crds(&[
+        "monitoring.coreos.com_servicemonitors.yaml",
+        "monitoring.coreos.com_prometheusrules.yaml",
+    ]))
+    .await;
+    super::team_with_a_workload(&kube).await;
     let (launched, applied) = install_with_sigil(&kube, objects, Runtime::Process).await;
     for kind in ["ServiceMonitor", "PrometheusRule"] {
         assert!(
