@@ -99,6 +99,9 @@ pub enum VerifyError {
     /// A keyless identity pattern is not a valid regular expression.
     #[error("keyless identity: {0}")]
     Identity(String),
+    /// A notation `trustedIdentities` entry is not one notation accepts.
+    #[error("notation trustedIdentities: {0}")]
+    NotationIdentity(String),
     /// A verifier entry could not be loaded (names the rule and verifier).
     #[error("rule {rule:?}, verifier {verifier:?}: {source}")]
     Verifier {

@@ -251,8 +251,7 @@ fn load_one(
             Err(why) => return Ok(Check::Unavailable(why)),
         };
         return NotationCheck::from_spec(n, roots, tsa, Some(in_force.revocation()))
-            .map(Check::Notation)
-            .map_err(VerifyError::Certificate);
+            .map(Check::Notation);
     }
     let Some(c) = &spec.cosign else {
         return Err(VerifyError::Key(

@@ -23,6 +23,8 @@ pub struct Log {
     pub id: String,
     /// The origin a checkpoint of this log names (`baseUrl` without scheme).
     pub origin: Option<String>,
+    /// Where it is served (`baseUrl` as the trusted root writes it).
+    pub url: Option<String>,
     /// The log's signing key.
     pub key: PublicKey,
     /// Start of the key's validity (Unix seconds), if given.
@@ -43,6 +45,11 @@ pub struct Authority {
     pub valid_from: Option<i64>,
     /// End of its validity (inclusive), if given.
     pub valid_until: Option<i64>,
+    /// Where it is served (`uri`), as the trusted root names it.
+    pub uri: Option<String>,
+    /// Its name (`subject`: common name and organization), as the trusted
+    /// root names it.
+    pub name: Option<String>,
 }
 
 impl Authority {
@@ -124,6 +131,19 @@ struct CaDoc {
     cert_chain: ChainDoc,
     #[serde(default)]
     valid_for: Option<Validity>,
+    #[serde(default)]
+    uri: Option<String>,
+    #[serde(default)]
+    subject: Option<SubjectDoc>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SubjectDoc {
+    #[serde(default)]
+    organization: Option<String>,
+    #[serde(default)]
+    common_name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -261,6 +281,7 @@ fn log_of(t: TlogDoc) -> Result<Log, VerifyError> {
         None => hex(&crate::sha256(&der)),
     };
     let (valid_from, valid_until) = validity(t.public_key.valid_for.as_ref());
+    let url = t.base_url.clone().filter(|u| !u.is_empty());
     let origin = t.base_url.map(|u| {
         u.trim_start_matches("https://")
             .trim_start_matches("http://")
@@ -270,6 +291,7 @@ fn log_of(t: TlogDoc) -> Result<Log, VerifyError> {
     Ok(Log {
         id,
         origin,
+        url,
         key,
         valid_from,
         valid_until,
@@ -317,11 +339,17 @@ fn authority_of(ca: CaDoc) -> Result<Authority, VerifyError> {
         return Err(bad("a certificate authority has an empty chain".into()));
     };
     let (valid_from, valid_until) = validity(ca.valid_for.as_ref());
+    let name = ca.subject.and_then(|s| match (s.common_name, s.organization) {
+        (Some(cn), Some(o)) => Some(format!("{cn} ({o})")),
+        (cn, o) => cn.or(o),
+    });
     Ok(Authority {
         root,
         intermediates: certs,
         valid_from,
         valid_until,
+        uri: ca.uri.filter(|u| !u.is_empty()),
+        name,
     })
 }
 

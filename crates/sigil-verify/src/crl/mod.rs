@@ -63,19 +63,49 @@ pub struct Crl {
     pub next_update: i64,
 }
 
+/// Why a CRL could not be fetched or kept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CrlError {
+    /// Not a CRL webpki and x509-parser both read (DER, or PEM `X509 CRL`).
+    #[error("CRL does not parse: {0}")]
+    Parse(String),
+    /// A CRL without `nextUpdate` (which webpki requires).
+    #[error("CRL has no nextUpdate")]
+    NoNextUpdate,
+    /// PEM that is not UTF-8 text.
+    #[error("PEM CRL is not text")]
+    PemNotText,
+    /// PEM without an `X509 CRL` block.
+    #[error("no X509 CRL block in the PEM")]
+    NoPemBlock,
+    /// The issuing CA's SubjectPublicKeyInfo does not parse.
+    #[error("the issuer's key does not parse: {0}")]
+    IssuerKey(String),
+    /// Signed by someone other than the CA whose certificate names it.
+    #[error("the CRL is not signed by the CA whose certificate names it")]
+    NotSignedByIssuer,
+    /// No verified chain named this URL: nothing fetched could be checked.
+    #[error("no verified issuer to check a CRL against")]
+    NoVerifiedIssuer,
+    /// The distribution point was not fetched (a URL or scheme refused, an
+    /// internal address, a network or HTTP error, too large).
+    #[error("{0}")]
+    Fetch(String),
+}
+
 impl Crl {
     /// Parses a DER (or PEM `X509 CRL`) CRL. webpki supports version-2 CRLs
     /// with `nextUpdate`; delta CRLs are refused.
-    pub fn parse(bytes: &[u8]) -> Result<Crl, String> {
+    pub fn parse(bytes: &[u8]) -> Result<Crl, CrlError> {
         let der = pem_or_der(bytes)?;
         let der = der.as_ref();
         let owned = webpki::OwnedCertRevocationList::from_der(der)
-            .map_err(|e| format!("CRL does not parse: {e:?}"))?;
+            .map_err(|e| CrlError::Parse(format!("{e:?}")))?;
         let (_, parsed) =
-            x509_parser::parse_x509_crl(der).map_err(|e| format!("CRL does not parse: {e}"))?;
+            x509_parser::parse_x509_crl(der).map_err(|e| CrlError::Parse(e.to_string()))?;
         let next_update = parsed
             .next_update()
-            .ok_or("CRL has no nextUpdate")?
+            .ok_or(CrlError::NoNextUpdate)?
             .timestamp();
         Ok(Crl {
             issuer: parsed.issuer().as_raw().to_vec(),
@@ -88,16 +118,16 @@ impl Crl {
     /// [`Crl::parse`], then the signature checked with the issuer's public
     /// key (`issuer_spki`: its SubjectPublicKeyInfo, DER): a CRL is kept only
     /// when the CA it was fetched for signed it.
-    pub fn parse_signed_by(bytes: &[u8], issuer_spki: &[u8]) -> Result<Crl, String> {
+    pub fn parse_signed_by(bytes: &[u8], issuer_spki: &[u8]) -> Result<Crl, CrlError> {
         let crl = Crl::parse(bytes)?;
         let der = pem_or_der(bytes)?;
         let (_, parsed) =
-            x509_parser::parse_x509_crl(&der).map_err(|e| format!("CRL does not parse: {e}"))?;
+            x509_parser::parse_x509_crl(&der).map_err(|e| CrlError::Parse(e.to_string()))?;
         let (_, spki) = <x509_parser::x509::SubjectPublicKeyInfo<'_> as x509_parser::prelude::FromDer<'_, _>>::from_der(issuer_spki)
-            .map_err(|e| format!("the issuer's key does not parse: {e}"))?;
+            .map_err(|e| CrlError::IssuerKey(e.to_string()))?;
         parsed
             .verify_signature(&spki)
-            .map_err(|_| "the CRL is not signed by the CA whose certificate names it".to_owned())?;
+            .map_err(|_| CrlError::NotSignedByIssuer)?;
         Ok(crl)
     }
 
@@ -115,16 +145,16 @@ impl Crl {
 }
 
 /// The DER of a CRL given as DER or PEM.
-fn pem_or_der(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, String> {
+fn pem_or_der(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, CrlError> {
     if !bytes.starts_with(b"-----BEGIN") {
         return Ok(std::borrow::Cow::Borrowed(bytes));
     }
-    let text = std::str::from_utf8(bytes).map_err(|_| "PEM CRL is not text")?;
+    let text = std::str::from_utf8(bytes).map_err(|_| CrlError::PemNotText)?;
     crate::keys::pem_blocks(text)
         .into_iter()
         .find(|(l, _)| l == "X509 CRL")
         .map(|(_, d)| std::borrow::Cow::Owned(d))
-        .ok_or_else(|| "no X509 CRL block in the PEM".to_owned())
+        .ok_or(CrlError::NoPemBlock)
 }
 
 /// What the cache holds for a URL.
@@ -154,7 +184,7 @@ struct Entry {
     /// what a fetched CRL must be signed by (none: nothing fetched is kept).
     issuer: Option<Arc<[u8]>>,
     fetched: i64,
-    error: Option<String>,
+    error: Option<CrlError>,
     next_try: i64,
     failures: u32,
     last_wanted: i64,
@@ -354,7 +384,7 @@ impl Crls {
                 // Nothing fetched for a URL no verified path named could be
                 // kept: it is not fetched at all.
                 let result = match issuer {
-                    None => Err("no verified issuer to check a CRL against".to_owned()),
+                    None => Err(CrlError::NoVerifiedIssuer),
                     Some(key) => self
                         .fetch(&url)
                         .await
@@ -371,7 +401,7 @@ impl Crls {
 
     /// Records one fetch's result: the CRL kept (within the byte budget) or
     /// the failure, with backoff.
-    fn settle(&self, url: &str, result: Result<(Crl, usize), String>) {
+    fn settle(&self, url: &str, result: Result<(Crl, usize), CrlError>) {
         let now = now_unix();
         let (label, next_update) = match &result {
             Ok((c, _)) if c.next_update <= now => ("stale", Some(c.next_update)),
@@ -431,11 +461,13 @@ impl Crls {
         }
     }
 
-    async fn fetch(&self, url: &str) -> Result<Vec<u8>, String> {
+    async fn fetch(&self, url: &str) -> Result<Vec<u8>, CrlError> {
         let client = self
             .client
             .get_or_init(|| fetch::client(self.allowed.clone(), FETCH_TIMEOUT));
-        fetch::get(client, &self.allowed, url, MAX_CRL_BYTES).await
+        fetch::get(client, &self.allowed, url, MAX_CRL_BYTES)
+            .await
+            .map_err(CrlError::Fetch)
     }
 
     /// Starts keeping the cache current until the process ends (see

@@ -74,12 +74,12 @@ impl NotationCheck {
         roots: Vec<Vec<u8>>,
         tsa_roots: Vec<Vec<u8>>,
         revocation: Option<Arc<Crls>>,
-    ) -> Result<NotationCheck, String> {
+    ) -> Result<NotationCheck, crate::VerifyError> {
         Ok(NotationCheck {
             roots,
             store: spec.trust_store_type,
             tsa_roots,
-            identities: spec.identities()?,
+            identities: spec.identities().map_err(crate::VerifyError::NotationIdentity)?,
             actions: spec.actions(),
             verify_timestamp: spec.verify_timestamp,
             revocation,

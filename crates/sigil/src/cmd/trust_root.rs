@@ -206,7 +206,7 @@ fn when(t: Option<i64>) -> String {
 fn log_line(l: &Log) -> String {
     format!(
         "  {:<40} id {}…  valid {} .. {}\n",
-        l.origin.as_deref().unwrap_or("(no baseUrl)"),
+        l.url.as_deref().unwrap_or("(no baseUrl)"),
         l.id.get(..16).unwrap_or(&l.id),
         when(l.valid_from),
         when(l.valid_until),
@@ -218,7 +218,9 @@ fn authority_line(a: &Authority) -> String {
         .map(|(_, c)| c.subject().to_string())
         .unwrap_or_else(|_| "(unparsable certificate)".into());
     format!(
-        "  {subject:<40} chain {}  valid {} .. {}\n",
+        "  {:<40} {}\n    root {subject}  chain {}  valid {} .. {}\n",
+        a.name.as_deref().unwrap_or("(no name)"),
+        a.uri.as_deref().unwrap_or("(no uri)"),
         a.intermediates.len() + 1,
         when(a.valid_from),
         when(a.valid_until),

@@ -128,7 +128,8 @@ async fn the_default_trusted_root_follows_its_tuf_repository() {
 }
 
 /// `sigil trust-root show` prints the embedded root's logs, CAs, TSA and
-/// CT logs; `--refresh` prints what a TUF repository publishes, verified.
+/// CT logs, each by its URL as well as its name; `--refresh` prints what a
+/// TUF repository publishes, verified.
 #[tokio::test]
 async fn trust_root_show_prints_the_embedded_root_and_a_refreshed_one() {
     let out = crate::support::sigil::run_sigil(&["trust-root", "show"], None);
@@ -136,9 +137,12 @@ async fn trust_root_show_prints_the_embedded_root_and_a_refreshed_one() {
     assert!(out.status.success(), "{text}");
     for want in [
         "source: embedded in sigil",
-        "log2025-1.rekor.sigstore.dev",
+        "https://log2025-1.rekor.sigstore.dev ",
         "timestamp authorities (1)",
+        "sigstore-tsa-selfsigned (sigstore.dev)   https://timestamp.sigstore.dev/api/v1/timestamp",
+        "sigstore (sigstore.dev)                  https://fulcio.sigstore.dev",
         "CT logs (2)",
+        "https://ctfe.sigstore.dev/2022 ",
     ] {
         assert!(text.contains(want), "{want:?} in {text}");
     }
