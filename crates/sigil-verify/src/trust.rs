@@ -339,10 +339,12 @@ fn authority_of(ca: CaDoc) -> Result<Authority, VerifyError> {
         return Err(bad("a certificate authority has an empty chain".into()));
     };
     let (valid_from, valid_until) = validity(ca.valid_for.as_ref());
-    let name = ca.subject.and_then(|s| match (s.common_name, s.organization) {
-        (Some(cn), Some(o)) => Some(format!("{cn} ({o})")),
-        (cn, o) => cn.or(o),
-    });
+    let name = ca
+        .subject
+        .and_then(|s| match (s.common_name, s.organization) {
+            (Some(cn), Some(o)) => Some(format!("{cn} ({o})")),
+            (cn, o) => cn.or(o),
+        });
     Ok(Authority {
         root,
         intermediates: certs,

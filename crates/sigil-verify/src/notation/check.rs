@@ -79,7 +79,9 @@ impl NotationCheck {
             roots,
             store: spec.trust_store_type,
             tsa_roots,
-            identities: spec.identities().map_err(crate::VerifyError::NotationIdentity)?,
+            identities: spec
+                .identities()
+                .map_err(crate::VerifyError::NotationIdentity)?,
             actions: spec.actions(),
             verify_timestamp: spec.verify_timestamp,
             revocation,
