@@ -32,11 +32,7 @@ impl Drop for Sigil {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if let Some(name) = &self.container {
-            let _ = Command::new("podman")
-                .args(["rm", "--force", "--time", "0", name])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+            crate::image::remove_container(name);
         }
     }
 }
@@ -264,13 +260,7 @@ impl Sigil {
         let mut sigil = Sigil::launch(cmd, tempfile::tempdir().unwrap());
         match &mut sigil {
             Ok(s) => s.container = Some(name),
-            Err(_) => {
-                let _ = Command::new("podman")
-                    .args(["rm", "--force", "--time", "0", &name])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
-            }
+            Err(_) => crate::image::remove_container(&name),
         }
         sigil
     }
