@@ -44,6 +44,106 @@ pub struct Backstop {
     pub left_to_webhook: Vec<String>,
 }
 
+/// Why the backstop refuses (or warns about) an image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// An `enforce` (or `warn`) rule pins it and it carries no digest.
+    NoDigest,
+    /// Its origin is mirrored (without falling back) and it names the origin.
+    NoMirror,
+    /// A `deny` rule matches it.
+    Deny,
+    /// No rule matches it.
+    NoRule,
+}
+
+impl Why {
+    /// The word the generated CEL uses for it (and the audit reports).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Why::NoDigest => "nodigest",
+            Why::NoMirror => "nomirror",
+            Why::Deny => "deny",
+            Why::NoRule => "norule",
+        }
+    }
+
+    /// In words, as the backstop's message says it.
+    pub fn explain(self, rule: &str) -> String {
+        match self {
+            Why::NoDigest => format!("has no digest (rule {rule} pins it)"),
+            Why::NoMirror => format!("is not pulled from its mirror (rule {rule})"),
+            Why::Deny => format!("is denied by rule {rule}"),
+            Why::NoRule => "matches no rule of the policy".to_owned(),
+        }
+    }
+}
+
+/// What the backstop decides of one image a Pod adds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Admitted (the webhook may still have more to say).
+    Ok,
+    /// Refused (an `enforce` rule, or no rule).
+    Refuse {
+        /// Why.
+        why: Why,
+        /// The rule (`-` when none matched).
+        rule: String,
+    },
+    /// Admitted with a warning (a `warn` rule).
+    Warn {
+        /// Why.
+        why: Why,
+        /// The rule.
+        rule: String,
+    },
+}
+
+/// What the generated backstop decides of `image` written in a Pod of a
+/// namespace it is not exempt in — the same answer its CEL gives (the
+/// tests evaluate both), without the API server: what the audit reports.
+/// `None` for a string that is no image reference (the webhook refuses
+/// it; what the CEL makes of it is not specified).
+pub fn decide(policy: &Policy, image: &str) -> Option<Verdict> {
+    let plan = match policy.plan(image) {
+        Ok(plan) => plan,
+        Err(crate::denial::Denial::NoRule) => {
+            return Some(Verdict::Refuse {
+                why: Why::NoRule,
+                rule: "-".to_owned(),
+            });
+        }
+        Err(_) => return None,
+    };
+    let rule = policy.rules.iter().find(|r| *r.name == *plan.rule)?;
+    if rule.namespace_selector.is_some() || rule.exceptions.is_some() {
+        return Some(Verdict::Ok);
+    }
+    let at_origin_by_policy =
+        plan.rewritten() && !plan.failover.as_ref().is_some_and(|f| f.fallback);
+    let why = match plan.step {
+        crate::policy::Step::Deny => Why::Deny,
+        crate::policy::Step::Resolve => Why::NoDigest,
+        crate::policy::Step::Keep if at_origin_by_policy => Why::NoMirror,
+        crate::policy::Step::Keep => return Some(Verdict::Ok),
+    };
+    let rule = word(&rule.name);
+    Some(match plan.mode {
+        Mode::Enforce => Verdict::Refuse { why, rule },
+        Mode::Warn => Verdict::Warn { why, rule },
+    })
+}
+
+/// Why the backstop would refuse `image` in a Pod (of a namespace it does
+/// not exempt), in the words of its message; `None` when it admits it.
+pub fn refusal(policy: &Policy, image: &str) -> Option<String> {
+    match decide(policy, image)? {
+        Verdict::Refuse { why, rule } => Some(why.explain(&rule)),
+        Verdict::Ok | Verdict::Warn { .. } => None,
+    }
+}
+
 /// The label a namespace opts out with (as from the webhook).
 const IGNORE_LABEL: &str = "sigil.dev/ignore";
 

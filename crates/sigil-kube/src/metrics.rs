@@ -49,6 +49,11 @@ pub struct Metrics {
     /// blocks) from a fail-open one (images admitted unchecked) from the
     /// last value scraped before the replicas went away.
     webhook_info: Family<Vec<(String, String)>, Gauge>,
+    /// 1 while the backstop this replica registers is in force and equal
+    /// to the policy in force, 0 while it is not; absent when this replica
+    /// does not register it (`--register-backstop`). Labelled with the
+    /// ValidatingAdmissionPolicy's name (a family, so that it can be absent).
+    backstop_in_sync: Family<Vec<(String, String)>, Gauge>,
     /// Pull secrets and ServiceAccounts held by the watches, by kind.
     pub pull_secrets_objects: Family<Vec<(String, String)>, Gauge>,
     /// 1 once every pull-secret watch has listed once.
@@ -57,6 +62,7 @@ pub struct Metrics {
     pub audit_leader: Gauge,
     audit_violations: Family<AuditLabels, Gauge>,
     audit_objects: Family<ResultLabels, Gauge>,
+    audit_backstop_refusals: Gauge,
     audit_last_success: Gauge,
     audit_duration: Gauge<f64, AtomicU64>,
     audit_runs: Family<ResultLabels, Counter>,
@@ -82,6 +88,16 @@ impl Metrics {
             .set(1);
     }
 
+    /// Records whether the registered backstop matches the policy in force.
+    pub fn set_backstop_in_sync(&self, in_sync: bool) {
+        self.backstop_in_sync
+            .get_or_create(&vec![(
+                "policy".to_owned(),
+                sigil_core::backstop::NAME.to_owned(),
+            )])
+            .set(i64::from(in_sync));
+    }
+
     /// Creates the families and registers them into `registry`.
     pub fn register(registry: &mut Registry) -> Metrics {
         let m = Metrics::default();
@@ -97,13 +113,18 @@ impl Metrics {
         );
         registry.register(
             "cluster_reconciles",
-            "Reconciles of cluster objects (webhook configuration, certificate Secret) by result (unchanged, created, updated, deleted, paused, error)",
+            "Reconciles of cluster objects (webhook configuration, backstop, certificate Secret) by result (unchanged, created, updated, deleted, paused, error)",
             m.cluster_writes.clone(),
         );
         registry.register(
             "break_glass",
             "1 while a break-glass marker keeps this replica from registering its webhook",
             m.break_glass.clone(),
+        );
+        registry.register(
+            "backstop_in_sync",
+            "1 while the in-API-server backstop this replica registers (--register-backstop) is in force and equal to the policy in force; 0 while it is not (registration failing, or deleted by break-glass --backstop)",
+            m.backstop_in_sync.clone(),
         );
         registry.register(
             "webhook_info",
@@ -124,6 +145,11 @@ impl Metrics {
             "audit_objects",
             "Objects in the last audit by result (compliant, violating, exempt)",
             m.audit_objects.clone(),
+        );
+        registry.register(
+            "audit_backstop_refusals",
+            "Objects in the last audit with an image the in-API-server backstop would refuse (their Pods cannot be created while the webhook is down)",
+            m.audit_backstop_refusals.clone(),
         );
         registry.register(
             "audit_last_success_timestamp_seconds",
@@ -206,6 +232,8 @@ impl Metrics {
                 .get_or_create(&ResultLabels { result })
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
+        self.audit_backstop_refusals
+            .set(i64::try_from(s.backstop_refusals).unwrap_or(i64::MAX));
         self.audit_duration.set(report.duration_seconds);
         if complete {
             let now = std::time::SystemTime::now()

@@ -106,6 +106,15 @@ fn expected(policy: &Policy, image: &str) -> String {
     }
 }
 
+/// [`decide`] (what the audit reports) in the CEL's words.
+fn decided(policy: &Policy, image: &str) -> String {
+    match decide(policy, image).unwrap_or_else(|| panic!("{image}: no verdict")) {
+        Verdict::Ok => "ok".to_owned(),
+        Verdict::Refuse { why, rule } => format!("refuse {} {rule}", why.as_str()),
+        Verdict::Warn { why, rule } => format!("warn {} {rule}", why.as_str()),
+    }
+}
+
 #[test]
 fn the_cel_decides_each_image_as_the_policy_does() {
     let policy = Policy::from_documents_at(POLICY, None).unwrap();
@@ -151,6 +160,7 @@ fn the_cel_decides_each_image_as_the_policy_does() {
         let (written, decided) = verdict.split_once(' ').unwrap();
         assert_eq!(written, image);
         assert_eq!(decided, expected(&policy, image), "{image}");
+        assert_eq!(decided, self::decided(&policy, image), "{image}: decide()");
     }
 }
 

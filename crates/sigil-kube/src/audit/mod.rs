@@ -285,7 +285,14 @@ async fn audit_one(
             audit.result = sigil_core::audit::ObjectResult::Violating;
         }
     }
-    Some(ObjectReport::new(meta, audit))
+    let exempt = audit.result == sigil_core::audit::ObjectResult::Exempt;
+    let mut report = ObjectReport::new(meta, audit);
+    if !exempt {
+        for f in &mut report.fields {
+            f.backstop = sigil_core::backstop::refusal(engine.policy(), &f.image);
+        }
+    }
+    Some(report)
 }
 
 /// What the audit reads of one listed object (its JSON text): identity,

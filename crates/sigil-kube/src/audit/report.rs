@@ -48,6 +48,9 @@ pub struct Summary {
     pub violations: usize,
     /// Violations per reason label.
     pub by_reason: BTreeMap<&'static str, usize>,
+    /// Objects with an image the backstop would refuse (their Pods cannot
+    /// be created while the webhook is down and the backstop is in place).
+    pub backstop_refusals: usize,
     /// HTTP requests this audit made to registries (cached answers cost none).
     pub registry_requests: u64,
 }
@@ -93,6 +96,11 @@ pub struct FieldReport {
     /// `ImagePolicy team-a/strict`); `None` for the policy file's rules.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule_source: Option<String>,
+    /// Why the in-API-server backstop (`sigil backstop`) would refuse a Pod
+    /// with this image while the webhook is down: for a Pod, it could not
+    /// be re-created then; for a template, its Pods could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backstop: Option<String>,
 }
 
 /// One audited object.
@@ -174,6 +182,7 @@ fn field_report(f: FieldAudit) -> FieldReport {
         violations: f.violations,
         rule: f.rule.as_ref().map(|r| r.name.clone()),
         rule_source: f.rule.and_then(|r| r.source),
+        backstop: None,
     }
 }
 
@@ -244,6 +253,9 @@ impl Report {
             for f in &o.fields {
                 summary.images += 1;
                 unique.insert(f.image.as_str());
+            }
+            if o.fields.iter().any(|f| f.backstop.is_some()) {
+                summary.backstop_refusals += 1;
             }
             for (_, v) in o.violations() {
                 summary.violations += 1;
@@ -347,6 +359,13 @@ impl Report {
             self.summary.unique_images,
             self.summary.registry_requests,
         );
+        if self.summary.backstop_refusals > 0 {
+            let _ = writeln!(
+                s,
+                "{} objects have images the backstop would refuse while the webhook is down (backstop in the JSON report; pin them: sigil pin)",
+                self.summary.backstop_refusals
+            );
+        }
         for e in &self.errors {
             push_line(&mut s, format_args!("error: {e}"));
         }

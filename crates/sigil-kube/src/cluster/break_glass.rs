@@ -3,7 +3,8 @@
 //! briefly, in case a replica was mid-write); replicas do not re-register
 //! while the marker is set. [`end`] clears it and records the window for the
 //! audit afterwards. The in-API-server backstop stays unless asked
-//! ([`delete_backstop`]): it keeps refusing what sigil would never admit.
+//! (`backstop`: then it is deleted too, and kept deleted by its own marker
+//! until `end`): it keeps refusing what sigil would never admit.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,7 +17,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 
-use super::{BREAK_GLASS_ANNOTATION, LAST_BREAK_GLASS_ANNOTATION, MANAGED_BY, Settings};
+use super::{
+    BACKSTOP_BREAK_GLASS_ANNOTATION, BREAK_GLASS_ANNOTATION, LAST_BREAK_GLASS_ANNOTATION,
+    MANAGED_BY, Settings,
+};
 use crate::error::{Context as _, Error, Result};
 
 /// The break-glass marker, if set: its value says since when and why.
@@ -99,12 +103,15 @@ pub async fn delete_backstop(client: &Client) -> Result<Vec<String>> {
 }
 
 /// Sets (`Some(reason)`) or clears (`None`) the break-glass marker, creating
-/// the ConfigMap if needed. Clearing records the ended window in
+/// the ConfigMap if needed; with `backstop`, the marker that keeps replicas
+/// from re-registering the backstop too ([`BACKSTOP_BREAK_GLASS_ANNOTATION`]).
+/// Clearing clears both and records the ended window in
 /// [`LAST_BREAK_GLASS_ANNOTATION`]. Returns the previous marker.
 pub async fn set_break_glass(
     client: &Client,
     s: &Settings,
     marker: Option<String>,
+    backstop: bool,
     now: &str,
 ) -> Result<Option<String>> {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &s.namespace);
@@ -131,8 +138,14 @@ pub async fn set_break_glass(
         match &marker {
             Some(m) => {
                 ann.insert(BREAK_GLASS_ANNOTATION.into(), m.clone());
+                if backstop {
+                    ann.insert(BACKSTOP_BREAK_GLASS_ANNOTATION.into(), m.clone());
+                } else {
+                    ann.remove(BACKSTOP_BREAK_GLASS_ANNOTATION);
+                }
             }
             None => {
+                ann.remove(BACKSTOP_BREAK_GLASS_ANNOTATION);
                 if let Some(p) = ann.remove(BREAK_GLASS_ANNOTATION) {
                     ann.insert(
                         LAST_BREAK_GLASS_ANNOTATION.into(),
@@ -172,33 +185,54 @@ pub struct Begun {
     pub previous: Option<String>,
     /// Configurations deleted, sorted.
     pub deleted: Vec<String>,
+    /// Backstop objects deleted (`Kind/name`), with `backstop`.
+    pub backstop_deleted: Vec<String>,
 }
 
 /// Turns break-glass on: the marker first, so no replica re-registers
 /// between the delete and it; then delete, and make sure it stays deleted (a
 /// replica that read "no marker" just before it was set may still write once).
-pub async fn begin(client: &Client, s: &Settings, marker: String, now: &str) -> Result<Begun> {
-    let previous = set_break_glass(client, s, Some(marker.clone()), now).await?;
-    let mut deleted = Vec::new();
+/// With `backstop`, the backstop goes the same way (and replicas that
+/// register it leave it deleted until [`end`]).
+pub async fn begin(
+    client: &Client,
+    s: &Settings,
+    marker: String,
+    backstop: bool,
+    now: &str,
+) -> Result<Begun> {
+    let previous = set_break_glass(client, s, Some(marker.clone()), backstop, now).await?;
+    let (mut deleted, mut backstop_deleted) = (Vec::new(), Vec::new());
     for round in 0..5 {
         let d = delete_configurations(client, s).await?;
-        deleted.extend(d.iter().cloned());
-        if round > 0 && d.is_empty() {
+        let b = if backstop {
+            delete_backstop(client).await?
+        } else {
+            Vec::new()
+        };
+        let quiet = d.is_empty() && b.is_empty();
+        deleted.extend(d);
+        backstop_deleted.extend(b);
+        if round > 0 && quiet {
             break;
         }
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
-    deleted.sort();
-    deleted.dedup();
+    for v in [&mut deleted, &mut backstop_deleted] {
+        v.sort();
+        v.dedup();
+    }
     Ok(Begun {
         marker,
         previous,
         deleted,
+        backstop_deleted,
     })
 }
 
 /// Turns break-glass off; returns the marker that was set, if any. Replicas
-/// re-register within one reconcile interval.
+/// re-register (the webhook, and the backstop where they register it)
+/// within one reconcile interval.
 pub async fn end(client: &Client, s: &Settings, now: &str) -> Result<Option<String>> {
-    set_break_glass(client, s, None, now).await
+    set_break_glass(client, s, None, false, now).await
 }

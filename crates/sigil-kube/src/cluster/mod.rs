@@ -6,7 +6,8 @@
 //! registration of its own MutatingWebhookConfiguration ([`registration`]:
 //! register only once Ready, never while a break-glass marker is set, never
 //! write a CA bundle read before the configuration it replaces) and the
-//! break-glass procedure ([`break_glass`]). It does not own certificates
+//! break-glass procedure ([`break_glass`]), and the in-API-server backstop
+//! kept registered beside it ([`backstop`]). It does not own certificates
 //! (`certs`), serving, or decisions.
 
 use std::path::PathBuf;
@@ -16,6 +17,7 @@ use kube::Client;
 
 use crate::error::{Context as _, Error, Result};
 
+pub mod backstop;
 pub mod break_glass;
 pub mod lease;
 pub mod registration;
@@ -29,6 +31,9 @@ pub use registration::{
 pub const IGNORE_LABEL: &str = "sigil.dev/ignore";
 /// Annotation on the state ConfigMap that pauses registration (break-glass).
 pub const BREAK_GLASS_ANNOTATION: &str = "sigil.dev/break-glass";
+/// Annotation on the state ConfigMap that keeps the backstop deleted
+/// (`sigil break-glass --backstop`) until `--end`.
+pub const BACKSTOP_BREAK_GLASS_ANNOTATION: &str = "sigil.dev/break-glass-backstop";
 /// Annotation recording the last ended break-glass window, for audits.
 pub const LAST_BREAK_GLASS_ANNOTATION: &str = "sigil.dev/last-break-glass";
 /// Label on every object sigil writes, so break-glass finds them all.

@@ -166,7 +166,7 @@ async fn read_ca(client: &Client, s: &Settings, source: &CaSource) -> Result<Vec
 /// The Namespace as owner, so deleting sigil's namespace (`kubectl delete -k`)
 /// garbage-collects the configuration instead of leaving a fail-closed webhook
 /// pointing at nothing. `None` (with a warning) if it cannot be read.
-async fn namespace_owner(client: &Client, s: &Settings) -> Option<OwnerReference> {
+pub(crate) async fn namespace_owner(client: &Client, s: &Settings) -> Option<OwnerReference> {
     let nss: Api<Namespace> = Api::all(client.clone());
     match nss.get(&s.namespace).await {
         Ok(ns) => ns.metadata.uid.map(|uid| OwnerReference {
@@ -200,7 +200,7 @@ pub enum Reconciled {
 }
 
 impl Reconciled {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Reconciled::Unchanged => "unchanged",
             Reconciled::Created => "created",

@@ -42,7 +42,7 @@ pub fn run(args: BreakGlassArgs) -> Result<ExitCode> {
             match sigil_kube::cluster::break_glass::end(&client, &settings, &now).await? {
                 Some(p) => say!(
                     "break-glass ended ({p}; ended={now}).\n\
-                     Running sigil replicas re-register the webhook within one reconcile interval (default 30s).\n\
+                     Running sigil replicas re-register the webhook (and the backstop, with --register-backstop) within one reconcile interval (default 30s).\n\
                      Now audit what was created or changed while images were not checked:\n  \
                      sigil audit -A --since-break-glass --policy <your policy>{}",
                     if namespace == "sigil-system" {
@@ -58,7 +58,14 @@ pub fn run(args: BreakGlassArgs) -> Result<ExitCode> {
         let reason = args.reason.unwrap_or_else(|| "unspecified".into());
         let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
         let marker = format!("since={now}; by={user}; reason={reason}");
-        let begun = sigil_kube::cluster::break_glass::begin(&client, &settings, marker, &now).await?;
+        let begun = sigil_kube::cluster::break_glass::begin(
+            &client,
+            &settings,
+            marker,
+            args.backstop,
+            &now,
+        )
+        .await?;
         if let Some(p) = &begun.previous {
             say!("note: break-glass was already active ({p}); replaced.")?;
         }
@@ -77,13 +84,14 @@ pub fn run(args: BreakGlassArgs) -> Result<ExitCode> {
             sigil_kube::cluster::BREAK_GLASS_ANNOTATION,
         )?;
         if args.backstop {
-            let gone = sigil_kube::cluster::break_glass::delete_backstop(&client).await?;
             say!(
-                "Deleted the backstop: {}. Re-apply it afterwards (sigil backstop | kubectl apply -f -, or your manifests).",
-                if gone.is_empty() {
+                "Deleted the backstop: {}. Replicas that register it (--register-backstop) re-create it after\n  \
+                 sigil break-glass --end\n\
+                 otherwise re-apply it afterwards (sigil backstop | kubectl apply -f -, or your manifests).",
+                if begun.backstop_deleted.is_empty() {
                     "none found".to_owned()
                 } else {
-                    gone.join(", ")
+                    begun.backstop_deleted.join(", ")
                 }
             )?;
         } else {

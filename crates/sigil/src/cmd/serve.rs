@@ -16,12 +16,15 @@ use clap::ValueEnum;
 use sigil::admission::Webhook;
 use sigil::metrics::Metrics;
 use sigil::reload::Live;
-use sigil::server::{ServeConfig, Signals, Task, Tasks};
+use sigil::server::{ServeConfig, Signals};
 use sigil_core::Policy;
 use sigil_kube::cluster::{self, CaSource, FailurePolicy, lease};
-use sigil_kube::{audit, certs, policies};
+use sigil_kube::{certs, policies};
 
 use super::ClusterArgs;
+
+mod tasks;
+use tasks::{audit_task, cluster_tasks, listed_within};
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -54,6 +57,11 @@ pub struct ServeArgs {
     /// before), and keep it so; needs Kubernetes API access.
     #[arg(long, env = "SIGIL_REGISTER")]
     register: bool,
+    /// Keep the in-API-server backstop (what `sigil backstop` prints)
+    /// registered beside the webhook and equal to the policy in force,
+    /// owned like the webhook configuration; needs Kubernetes API access.
+    #[arg(long, env = "SIGIL_REGISTER_BACKSTOP")]
+    register_backstop: bool,
     /// Keep a CA and serving certificate in a Secret shared by all replicas,
     /// write the CA bundle into the webhook configuration, rotate with overlap.
     #[arg(long, env = "SIGIL_SELF_MANAGED_CERTS")]
@@ -246,6 +254,8 @@ async fn configure(
     // The API server is contacted only when a flag asks for it.
     let flag = if args.register {
         Some("--register")
+    } else if args.register_backstop {
+        Some("--register-backstop")
     } else if args.self_managed_certs {
         Some("--self-managed-certs")
     } else if args.pull_secrets {
@@ -449,6 +459,15 @@ async fn configure(
         }));
         combiner = Some(c);
     }
+    if let (true, Some(client)) = (args.register_backstop, &client) {
+        tasks.0.push(tasks::backstop_task(
+            args,
+            namespace.clone(),
+            client.clone(),
+            live.clone(),
+            &metrics,
+        ));
+    }
     if let (true, Some(client)) = (args.audit.enabled(), client) {
         let (handle, task, l) = audit_task(args, namespace, client, &live);
         leaders.push(handle);
@@ -475,143 +494,4 @@ async fn configure(
         },
     };
     Ok((config, live, leaders))
-}
-
-/// A receiver that turns true (after running `then`) once `after` has and
-/// `done` holds, or `limit` after `after` (a
-/// source that cannot be read must not keep a replica out of service:
-/// what needs it fails with the reason instead).
-fn listed_within(
-    mut after: tokio::sync::watch::Receiver<bool>,
-    done: impl Fn() -> bool + Send + 'static,
-    limit: Duration,
-    then: impl FnOnce() + Send + 'static,
-) -> tokio::sync::watch::Receiver<bool> {
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        let _ = after.wait_for(|l| *l).await;
-        let until = tokio::time::Instant::now() + limit;
-        while !done() && tokio::time::Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        then();
-        let _ = tx.send(true);
-    });
-    rx
-}
-
-/// The in-cluster audit: campaigns for the Lease once Ready.
-fn audit_task(
-    args: &ServeArgs,
-    namespace: String,
-    client: kube::Client,
-    live: &Arc<Live>,
-) -> (
-    audit::continuous::Handle,
-    Task,
-    Arc<audit::continuous::Latest>,
-) {
-    let a = &args.audit;
-    let identity = lease::identity();
-    let latest = Arc::new(audit::continuous::Latest::default());
-    let start = audit::continuous::Start {
-        client,
-        in_force: live.clone(),
-        requests: {
-            let metrics = live.metrics.clone();
-            Arc::new(move || metrics.registry_requests_total())
-        },
-        metrics: live.metrics.kube.clone(),
-        settings: audit::continuous::Settings {
-            interval: a.audit_interval.unwrap_or(Duration::from_secs(600)),
-            options: audit::Options {
-                concurrency: a.audit_concurrency.max(1),
-                ..audit::Options::default()
-            },
-            max_events: a.audit_max_events,
-            event_refresh: a.audit_event_refresh,
-            instance: identity.clone(),
-            reports: a.policy_reports.mode(),
-        },
-        lease: lease::LeaseSettings {
-            namespace,
-            name: a.audit_lease.clone(),
-            identity,
-            duration: a.audit_lease_duration,
-        },
-        latest: latest.clone(),
-    };
-    let (handle, pending) = start.prepare();
-    let task: Task = Box::new(move |ready, _store| Box::pin(pending.run(ready.wait())));
-    (handle, task, latest)
-}
-
-/// Registration and certificate rotation, started beside the server.
-fn cluster_tasks(
-    args: &ServeArgs,
-    namespace: String,
-    client: Option<kube::Client>,
-    ca_source: Option<CaSource>,
-    cert_settings: certs::CertSettings,
-    metrics: &Arc<Metrics>,
-) -> Tasks {
-    let mut tasks: Vec<Task> = Vec::new();
-    let Some(client) = client else {
-        return Tasks(tasks);
-    };
-    let settings = cluster::Settings {
-        service: args.service_name.clone(),
-        service_port: args.service_port,
-        url: args.webhook_url.clone(),
-        failure_policy: args.failure_policy,
-        timeout_seconds: args.webhook_timeout,
-        interval: args.reconcile_interval,
-        ..args.cluster.settings(namespace.clone())
-    };
-    if args.self_managed_certs {
-        let (client, metrics, config) = (
-            client.clone(),
-            metrics.clone(),
-            settings.config_name.clone(),
-        );
-        tasks.push(Box::new(move |_ready, store| {
-            let kube_metrics = metrics.kube.clone();
-            let serve = move |cert: &certs::ServingCert| -> Result<(), sigil_kube::BoxError> {
-                store.replace(cert)?;
-                if let Some(leaf) = cert.chain.first() {
-                    metrics.cert_not_after.set(sigil::tls::not_after(leaf));
-                }
-                Ok(())
-            };
-            Box::pin(certs::run(
-                client,
-                namespace,
-                config,
-                cert_settings,
-                serve,
-                kube_metrics,
-            ))
-        }));
-    }
-    let scope = if args.register {
-        Some(cluster::Scope::Register)
-    } else if args.self_managed_certs {
-        Some(cluster::Scope::CaBundleOnly)
-    } else {
-        None
-    };
-    if let (Some(scope), Some(source)) = (scope, ca_source) {
-        let metrics = metrics.kube.clone();
-        tasks.push(Box::new(move |ready, _store| {
-            Box::pin(cluster::run(
-                client,
-                settings,
-                source,
-                scope,
-                ready.wait(),
-                metrics,
-            ))
-        }));
-    }
-    Tasks(tasks)
 }

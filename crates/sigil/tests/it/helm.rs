@@ -24,7 +24,8 @@ fn helm(args: &[&str]) -> std::process::Output {
         .expect("helm is installed (scripts/test.sh installs it: scripts/install-helm.sh)")
 }
 
-/// `helm template` with `--set`s, as objects; `Err` with helm's message.
+/// `helm template` with `--set`s (`@key=path`: `--set-file key=path`), as
+/// objects; `Err` with helm's message.
 fn template(sets: &[&str]) -> Result<Vec<Value>, String> {
     let chart = chart();
     let mut args = vec![
@@ -36,8 +37,16 @@ fn template(sets: &[&str]) -> Result<Vec<Value>, String> {
         "--include-crds",
     ];
     for s in sets {
-        args.push("--set");
-        args.push(s);
+        match s.strip_prefix('@') {
+            Some(file) => {
+                args.push("--set-file");
+                args.push(file);
+            }
+            None => {
+                args.push("--set");
+                args.push(s);
+            }
+        }
     }
     let out = helm(&args);
     if !out.status.success() {
@@ -161,6 +170,11 @@ fn default_values_render_the_kustomize_base_object_by_object() {
         ]),
         &render("overlays/monitoring"),
         "metrics.* vs overlays/monitoring",
+    );
+    assert_same(
+        &rendered(&["namespace.create=true", "backstop.register=true"]),
+        &render("overlays/backstop"),
+        "backstop.register vs overlays/backstop",
     );
     // The chart's CRDs are `sigil crds`, as the base's are.
     assert_eq!(
@@ -452,4 +466,45 @@ async fn the_chart_with_features_off_runs_with_the_rbac_it_keeps() {
     ]);
     objects.push(created_namespace());
     run_objects(&objects).await.unwrap();
+}
+
+/// GitOps: what `sigil backstop` prints, given as `--set-file
+/// backstop.manifests=`, is rendered object for object as printed (the
+/// real-API test installs it this way); with `backstop.register` too the
+/// chart refuses to render (one owner).
+#[test]
+fn the_printed_backstop_is_installed_as_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("backstop.yaml");
+    let printed = printed_backstop(&file, None);
+    let objects = rendered(&[&format!("@backstop.manifests={}", file.display())]);
+    for p in &printed {
+        assert!(objects.contains(p), "{p} is not rendered as printed");
+    }
+    let err = template(&[
+        &format!("@backstop.manifests={}", file.display()),
+        "backstop.register=true",
+    ])
+    .unwrap_err();
+    assert!(err.contains("choose one"), "{err}");
+}
+
+/// `sigil backstop [--policy POLICY]` written to `file`; its objects.
+pub(crate) fn printed_backstop(file: &std::path::Path, policy: Option<&str>) -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["backstop".to_owned()];
+    if let Some(p) = policy {
+        let path = dir.path().join("policy.yaml");
+        std::fs::write(&path, p).unwrap();
+        args.extend(["--policy".to_owned(), path.display().to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = crate::support::sigil::run_sigil(&args, None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(file, &out.stdout).unwrap();
+    crate::deploy::objects(&String::from_utf8(out.stdout).unwrap())
 }

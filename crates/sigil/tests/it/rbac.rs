@@ -150,6 +150,18 @@ fn the_pull_secrets_component_adds_only_its_read_grant() {
     assert_grants("base-pull-secrets", &objects);
 }
 
+/// The backstop component, composed as `overlays/backstop` ships it: its
+/// grant is the backstop's objects by name (and create), nothing else.
+#[test]
+fn the_backstop_component_adds_only_the_backstops_objects() {
+    let objects = crate::deploy::render("overlays/backstop");
+    let d = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let env = crate::deploy::env_of(d);
+    assert_eq!(env["SIGIL_REGISTER_BACKSTOP"], "true");
+    assert_least("backstop", &objects);
+    assert_grants("backstop", &objects);
+}
+
 #[test]
 fn the_chart_grants_exactly_what_it_says() {
     for (name, sets) in [
@@ -166,6 +178,7 @@ fn the_chart_grants_exactly_what_it_says() {
             &["certificates.mode=cert-manager", "webhook.register=false"][..],
         ),
         ("chart-register", &["webhook.register=true"][..]),
+        ("chart-backstop", &["backstop.register=true"][..]),
     ] {
         let objects = crate::helm::rendered(sets);
         assert_least(name, &objects);

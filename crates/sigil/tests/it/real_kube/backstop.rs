@@ -22,19 +22,28 @@ const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef012
 /// registry (`127.0.0.1:PORT`) is pinned under `local`.
 const POLICY: &str = "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: cluster}\nspec:\n  mirrors:\n    - {from: \"registry.example.com/team\", to: [\"mirror.example.com/team\"]}\n  rules:\n    - {name: team, match: [\"registry.example.com/team/**\"], mode: enforce}\n    - {name: legacy, match: [\"registry.example.com/legacy/**\"], action: deny}\n    - {name: tools, match: [\"docker.io/library/**\"], mode: warn}\n    - {name: local, match: [\"127.0.0.1:*/**\"], mode: enforce}\n  exemptNamespaces: [kube-system, sigil-system, playground]\n";
 
-/// `sigil backstop --policy FILE`, as objects.
+/// `sigil backstop --policy FILE`, installed as the chart installs it
+/// (`--set-file backstop.manifests=`, GitOps): the chart's rendering of it.
 fn backstop(policy: &str) -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("policy.yaml");
-    std::fs::write(&file, policy).unwrap();
-    let out =
-        crate::support::sigil::run_sigil(&["backstop", "--policy", file.to_str().unwrap()], None);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    crate::deploy::objects(&String::from_utf8(out.stdout).unwrap())
+    let file = dir.path().join("backstop.yaml");
+    let printed = crate::helm::printed_backstop(&file, Some(policy));
+    let chart: Vec<Value> =
+        crate::helm::rendered(&[&format!("@backstop.manifests={}", file.display())])
+            .into_iter()
+            .filter(|o| {
+                o["kind"]
+                    .as_str()
+                    .is_some_and(|k| k.starts_with("ValidatingAdmissionPolicy"))
+            })
+            .collect();
+    // Helm installs by kind (policies before their bindings).
+    let key = |o: &Value| (o["kind"].to_string(), o["metadata"]["name"].to_string());
+    let (mut a, mut b) = (chart.clone(), printed);
+    a.sort_by_key(key);
+    b.sort_by_key(key);
+    assert_eq!(a, b, "the chart renders the printed backstop");
+    chart
 }
 
 async fn create(kube: &RealKube, ns: &str, name: &str, image: &str) -> (u16, Value) {
@@ -105,16 +114,17 @@ async fn the_backstop_refuses_what_sigil_would_never_admit_while_the_webhook_fai
     // The controller-manager writes the policies' type-checking status.
     let kube = RealKube::start_with(&assets, true).await;
     let generated = backstop(POLICY);
-    let kinds: Vec<&str> = generated
+    let mut kinds: Vec<&str> = generated
         .iter()
         .map(|o| o["kind"].as_str().unwrap())
         .collect();
+    kinds.sort();
     assert_eq!(
         kinds,
         [
             "ValidatingAdmissionPolicy",
-            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding"
         ]
     );

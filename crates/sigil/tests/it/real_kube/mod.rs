@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use crate::support::kube::real::{RealKube, assets_or_skip};
 
 mod backstop;
+mod backstop_kept;
 mod everyday;
 mod image;
 mod monitoring;

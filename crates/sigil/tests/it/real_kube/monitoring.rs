@@ -66,6 +66,19 @@ async fn the_monitoring_objects_pass_their_crds_and_name_only_exported_metrics()
     let mut objects = crate::deploy::render("overlays/monitoring");
     crate::shipped::find_mut(&mut objects, "ConfigMap", "sigil-policy")["data"]["policy.yaml"] =
         json!(policy);
+    // With the backstop component too (its RBAC and flag, as
+    // overlays/backstop composes it), so its metric is exported.
+    let backstop = crate::deploy::render("overlays/backstop");
+    objects.extend(
+        backstop
+            .iter()
+            .filter(|o| o["metadata"]["name"] == "sigil-backstop")
+            .cloned(),
+    );
+    crate::shipped::find_mut(&mut objects, "Deployment", "sigil")["spec"]["template"]["spec"]
+        ["containers"][0]["env"] = crate::shipped::find(&backstop, "Deployment", "sigil")["spec"]
+        ["template"]["spec"]["containers"][0]["env"]
+        .clone();
     let kube = RealKube::start(&assets).await;
     kube.apply(&super::fixture_crds(&[
         "monitoring.coreos.com_servicemonitors.yaml",
