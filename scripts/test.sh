@@ -80,6 +80,14 @@ elif [ "$(id -u)" -ne 0 ] || ! command -v buildah >/dev/null || ! command -v pod
 else
   image_line="image: ${image} test built the image (scripts/image.sh), ran it with podman and was answered through it"
 fi
+node=$(grep -cE 'PASS .* (node::|real_kube::node)' "$summary" || true)
+if [ -z "${SIGIL_CONTAINERD_ASSETS:-}" ]; then
+  node_line="node tier: ${node} tests skipped (SIGIL_CONTAINERD_ASSETS is not set: a directory with containerd, ctr and cripull, v2.3; see README)"
+elif [ "$(id -u)" -ne 0 ]; then
+  node_line="node tier: skipped (containerd needs root)"
+else
+  node_line="node tier: ${node} tests pulled through a real containerd (SIGIL_CONTAINERD_ASSETS=${SIGIL_CONTAINERD_ASSETS})"
+fi
 rm -f "$summary"
 phase "== bench smoke (each benchmark once)"; cargo test --workspace --benches -q
 phase "== doctests"; cargo test --workspace --doc -q
@@ -90,4 +98,5 @@ phase "== all checks passed"
 echo "   (whole run: $SECONDS s)"
 echo "   ${real_line}"
 echo "   ${image_line}"
+echo "   ${node_line}"
 echo "tests: ${passed} passed, 0 failed"

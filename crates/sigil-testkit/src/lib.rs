@@ -25,6 +25,7 @@
 
 pub mod artifacts;
 pub mod attestations;
+pub mod containerd;
 pub mod fault;
 pub mod featured;
 pub mod image;

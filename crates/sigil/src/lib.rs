@@ -28,6 +28,7 @@ pub mod jsonout;
 pub mod krm;
 pub mod logwriter;
 pub mod metrics;
+pub mod node;
 pub mod pin;
 pub mod reload;
 pub mod selfcheck;

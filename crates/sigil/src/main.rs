@@ -79,6 +79,13 @@ enum Command {
     /// images sigil would never admit (no digest where a rule pins, not at the
     /// mirror, denied, matching no rule).
     Backstop(cmd::backstop::BackstopArgs),
+    /// sigil on a node: containerd's image verifier (`sigil node verify`,
+    /// which `sigil-containerd` in containerd's bin_dir runs) and `sigil
+    /// node check` (will containerd call it?). docs/node.md.
+    Node {
+        #[command(subcommand)]
+        command: cmd::node::NodeCommand,
+    },
     /// Run policy test suites (`sigil-test.yaml`): policies, resources, an
     /// offline registry of OCI layouts, and the results they must give.
     ///
@@ -97,7 +104,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = if cmd::invoked_as_krm() {
+    if cmd::invoked_as("sigil-containerd") {
+        let args: Vec<String> = std::env::args_os()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        return cmd::node::verify(&args);
+    }
+    let cli = if cmd::invoked_as("sigil-krm") {
         let mut args = vec![std::ffi::OsString::from("sigil"), "krm".into()];
         args.extend(std::env::args_os().skip(1));
         Cli::parse_from(args)
@@ -116,6 +130,7 @@ fn main() -> ExitCode {
         Command::TrustRoot { command } => cmd::trust_root::run(command),
         Command::Crds => cmd::crds::run(),
         Command::Backstop(args) => cmd::backstop::run(args),
+        Command::Node { command } => cmd::node::run(command),
         Command::Policy { command } => cmd::policy::run(command),
         Command::Test(args) => cmd::test::run(args),
         Command::Mirror(args) => cmd::mirror::run(args),

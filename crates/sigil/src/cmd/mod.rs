@@ -32,6 +32,7 @@ pub mod break_glass;
 pub mod crds;
 pub mod krm;
 pub mod mirror;
+pub mod node;
 pub mod pin;
 pub mod policy;
 pub mod serve;
@@ -250,12 +251,13 @@ impl ClusterArgs {
     }
 }
 
-/// Whether sigil was started as `sigil-krm` (kustomize's exec functions take
-/// no arguments, so the name says which mode to run).
-pub fn invoked_as_krm() -> bool {
+/// Whether sigil was started as `name`: `sigil-krm` (kustomize's exec
+/// functions take no arguments) or `sigil-containerd` (containerd's
+/// verifier protocol has its own flags), so the name says which mode to run.
+pub fn invoked_as(name: &str) -> bool {
     std::env::args_os()
         .next()
         .map(PathBuf::from)
         .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
-        .is_some_and(|s| s == "sigil-krm")
+        .is_some_and(|s| s == name)
 }

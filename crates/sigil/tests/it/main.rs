@@ -22,6 +22,7 @@ mod kubelet;
 mod mirror_copy;
 mod mirrors;
 mod monitoring;
+mod node;
 mod notation_trust;
 mod pin;
 mod pin_files;

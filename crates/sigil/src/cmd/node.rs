@@ -1,0 +1,264 @@
+//! `sigil node`: sigil on a node, beside containerd (docs/node.md).
+//! `sigil node verify` is containerd's image verifier — what runs when sigil
+//! is invoked as `sigil-containerd` from containerd's `bin_dir` — and
+//! `sigil node check` says whether containerd will call it. Flags and glue:
+//! the protocol, the cache and the config reading are `sigil::node`; the
+//! decision is the engine's, on a Pod holding the pulled image.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+use serde_json::json;
+use sigil::node::cache::{self, Cache};
+use sigil::node::check::{self, Entry};
+use sigil::node::{MAX_STDIN, Request, Verdict};
+use sigil_core::walker::summarize_value;
+use sigil_core::{ObjectFacts, Operation, Source};
+
+use super::{CredentialArgs, EXIT_FINDINGS};
+
+/// `sigil node …`.
+#[derive(Subcommand, Debug)]
+pub enum NodeCommand {
+    /// containerd's image verifier: `-name REF -digest D
+    /// -stdin-media-type T` and the descriptor on stdin, as containerd
+    /// passes them (sigil-containerd runs this). Exit 0 allows the pull;
+    /// 1 refuses it, the reason on stdout. Configured by containerd's
+    /// environment: SIGIL_NODE_POLICY (required), SIGIL_NODE_CACHE, …
+    Verify {
+        /// What containerd passes.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Whether containerd will call sigil-containerd on every pull: its
+    /// verifier directory, limits and the CRI settings that bypass it.
+    /// Exit 0 yes; 1 no (each reason printed); 2 unreadable config.
+    Check {
+        /// containerd's configuration.
+        #[arg(long, default_value = "/etc/containerd/config.toml")]
+        config: PathBuf,
+    },
+}
+
+/// What the verifier reads from containerd's environment (containerd gives
+/// it its own whole environment; set these in its service's unit).
+#[derive(Parser, Debug)]
+#[command(name = "sigil-containerd", no_binary_name = true)]
+pub struct NodeEnv {
+    /// The policy file (the same schema as `sigil serve --policy`), written
+    /// on the node from the cluster's policy (docs/node.md).
+    #[arg(long, env = "SIGIL_NODE_POLICY")]
+    policy: Option<PathBuf>,
+    /// What a pull gets while there is no policy file: deny (default:
+    /// fail closed, as containerd does at the verifier's timeout) or allow.
+    #[arg(long, env = "SIGIL_NODE_ON_MISSING_POLICY", default_value = "deny", value_parser = ["deny", "allow"])]
+    on_missing_policy: String,
+    /// The verification cache's directory; none without.
+    #[arg(long, env = "SIGIL_NODE_CACHE")]
+    cache: Option<PathBuf>,
+    /// How long an admission stays in the cache.
+    #[arg(long, env = "SIGIL_NODE_CACHE_TTL", default_value = "10m", value_parser = humantime::parse_duration)]
+    cache_ttl: Duration,
+    /// Answers kept in the cache at most.
+    #[arg(long, env = "SIGIL_NODE_CACHE_ENTRIES", default_value_t = cache::DEFAULT_MAX_ENTRIES)]
+    cache_entries: usize,
+    /// The time sigil gives its lookups; keep it below containerd's
+    /// per_verifier_timeout, so a dark registry is refused with a reason.
+    #[arg(long, env = "SIGIL_NODE_TIMEOUT", default_value = "4s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    #[command(flatten)]
+    creds: CredentialArgs,
+}
+
+/// Runs `sigil node …`.
+pub fn run(command: NodeCommand) -> Result<ExitCode> {
+    match command {
+        NodeCommand::Verify { args } => Ok(verify(&args)),
+        NodeCommand::Check { config } => node_check(&config),
+    }
+}
+
+/// The verifier: never an error exit with the reason on stderr, which
+/// containerd would not show; every refusal says why on stdout.
+pub fn verify(args: &[String]) -> ExitCode {
+    let started = Instant::now();
+    let verdict = decide_pull(args, started);
+    match verdict {
+        Verdict::Allow(note) => {
+            if let Some(n) = note {
+                eprintln!("{n}");
+            }
+            ExitCode::SUCCESS
+        }
+        Verdict::Deny(reason) => {
+            print!("{reason}");
+            ExitCode::from(EXIT_FINDINGS)
+        }
+    }
+}
+
+fn decide_pull(args: &[String], started: Instant) -> Verdict {
+    let mut stdin = Vec::new();
+    let _ = std::io::stdin()
+        .take(MAX_STDIN as u64)
+        .read_to_end(&mut stdin);
+    let req = match Request::parse(args, &stdin) {
+        Ok(r) => r,
+        Err(e) => return Verdict::Deny(format!("sigil-containerd: {e}")),
+    };
+    let env = match NodeEnv::try_parse_from(Vec::<String>::new()) {
+        Ok(e) => e,
+        Err(e) => {
+            return Verdict::Deny(format!(
+                "sigil-containerd: containerd's environment: {}",
+                e.to_string().trim()
+            ));
+        }
+    };
+    let deadline = started + env.timeout;
+    let image = req.image();
+    let Some(path) = env.policy.as_deref() else {
+        return missing(&env, &image, "SIGIL_NODE_POLICY is not set in containerd's environment");
+    };
+    let bytes = match sigil_registry::file::read(path, sigil_registry::file::MAX_CONFIG_BYTES) {
+        Ok(b) => b,
+        Err(e) if is_not_found(&e) => {
+            return missing(
+                &env,
+                &image,
+                &format!("no node policy at {}", path.display()),
+            );
+        }
+        Err(e) => {
+            return Verdict::Deny(format!(
+                "sigil refused {image} at pull: the node policy cannot be read: {e}"
+            ));
+        }
+    };
+    let policy = match super::load_policy(Some(path)) {
+        Ok(p) => p,
+        Err(e) => {
+            return Verdict::Deny(format!(
+                "sigil refused {image} at pull: the node policy {} is invalid: {e:#}",
+                path.display()
+            ));
+        }
+    };
+    let cache = env.cache.as_deref().and_then(|dir| {
+        let fp = cache::fingerprint(&bytes, &sigil_verify::Material::files(&policy));
+        Cache::open(dir, fp, env.cache_ttl, env.cache_entries)
+            .map_err(|e| eprintln!("sigil-containerd: cache {}: {e}", dir.display()))
+            .ok()
+    });
+    let _held = cache.as_ref().map(|c| c.lock(&req.digest, deadline));
+    if cache.as_ref().is_some_and(|c| c.admitted(&req.digest)) {
+        eprintln!("sigil-containerd: {image} admitted (cached)");
+        return Verdict::Allow(None);
+    }
+    let verdict = match decide(policy, &env.creds, &image, deadline) {
+        Ok(v) => v,
+        Err(e) => Verdict::Deny(format!("sigil refused {image} at pull: {e:#}")),
+    };
+    if let (Verdict::Allow(_), Some(c)) = (&verdict, &cache) {
+        c.remember(&req.digest, &image);
+    }
+    verdict
+}
+
+fn is_not_found(e: &sigil_registry::file::FileError) -> bool {
+    matches!(e, sigil_registry::file::FileError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// The documented fail mode when there is no policy to decide by.
+fn missing(env: &NodeEnv, image: &str, why: &str) -> Verdict {
+    if env.on_missing_policy == "allow" {
+        Verdict::Allow(Some(format!(
+            "sigil-containerd: {why}; {image} allowed unverified (SIGIL_NODE_ON_MISSING_POLICY=allow)"
+        )))
+    } else {
+        Verdict::Deny(format!(
+            "sigil refused {image} at pull: {why}; to fix: write the node policy (docs/node.md), or set SIGIL_NODE_ON_MISSING_POLICY=allow"
+        ))
+    }
+}
+
+/// The one decision, on a Pod holding the image (no namespace: rules that
+/// select namespaces cannot apply at the node).
+fn decide(
+    policy: sigil_core::Policy,
+    creds: &CredentialArgs,
+    image: &str,
+    deadline: Instant,
+) -> Result<Verdict> {
+    let engine = super::engine_for(policy, &creds.sources()?)?;
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "sigil-containerd"},
+        "spec": {"containers": [{"name": "pull", "image": image}]}});
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting runtime")?;
+    let verdict = rt.block_on(engine.decide(
+        ObjectFacts {
+            operation: Operation::Create,
+            source: Source::Manifest,
+            kind: "Pod",
+            namespace: None,
+            object: Some(summarize_value(&pod)),
+            old_object: None,
+            namespace_labels: None,
+        },
+        deadline,
+    ));
+    Ok(Verdict::of(image, &verdict))
+}
+
+/// `sigil node check`.
+fn node_check(config: &Path) -> Result<ExitCode> {
+    let text = std::fs::read_to_string(config)
+        .with_context(|| format!("reading containerd's configuration {}", config.display()))?;
+    let dir = check::bin_dir(&text).map_err(anyhow::Error::msg)?;
+    let entries = list(Path::new(&dir));
+    let deadline = NodeEnv::try_parse_from(Vec::<String>::new())
+        .map(|e| e.timeout)
+        .unwrap_or(Duration::from_secs(4));
+    let report = check::check(&text, entries.as_deref(), deadline).map_err(anyhow::Error::msg)?;
+    for s in &report.settings {
+        say!("{s}")?;
+    }
+    for n in &report.notes {
+        say!("note: {n}")?;
+    }
+    for p in &report.problems {
+        say!("problem: {p}")?;
+    }
+    if report.will_verify() {
+        say!("ok: containerd calls {} on every pull it makes through its transfer service, CRI pulls included (not: ctr --local, ctr import, images already on the node)", check::VERIFIER)?;
+        Ok(ExitCode::SUCCESS)
+    } else {
+        say!("NOT verified: see the problems above (docs/node.md)")?;
+        Ok(ExitCode::from(EXIT_FINDINGS))
+    }
+}
+
+/// The verifier directory's entries, `None` when it does not exist.
+fn list(dir: &Path) -> Option<Vec<Entry>> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let rd = std::fs::read_dir(dir).ok()?;
+    Some(
+        rd.flatten()
+            .map(|e| {
+                let meta = std::fs::metadata(e.path()).ok();
+                Entry {
+                    name: e.file_name().to_string_lossy().into_owned(),
+                    executable: meta
+                        .is_some_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0),
+                }
+            })
+            .collect(),
+    )
+}

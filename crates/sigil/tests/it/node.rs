@@ -1,0 +1,231 @@
+//! sigil as containerd's image verifier, against a real containerd (v2.3,
+//! `SIGIL_CONTAINERD_ASSETS`, as root) pulling from the real test registry
+//! images with real tar layers: `sigil-containerd` (a symlink to sigil, as
+//! the node install places it) in containerd's `bin_dir`, configured by
+//! containerd's environment. Pulls through `ctr` (the transfer service) and
+//! through CRI `PullImage` (what a kubelet sends); a refusal carries sigil's
+//! reason in containerd's error; `sigil node check` reads the same config.
+
+use std::net::TcpListener;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use crate::support::containerd::{Containerd, assets_or_skip, push_tar_image, push_tar_index};
+use crate::support::registry::{Mode, TestRegistry};
+use crate::support::signing::{Layer, Signer, push_legacy, simple_signing};
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Signs `digest` of `repo` with `key` (a cosign signature beside it).
+async fn sign(reg: &TestRegistry, repo: &str, digest: &str, key: &Signer) {
+    let payload = simple_signing(&format!("{}/{repo}", reg.host()), digest);
+    let sig = key.sign(&payload);
+    push_legacy(reg, repo, digest, vec![Layer::new(payload, &sig)]).await;
+}
+
+fn policy(reg: &TestRegistry, dark: u16, key: &Signer) -> String {
+    let h = reg.host();
+    format!(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {{name: node}}\nspec:\n  registries: [{{host: \"{h}\", insecure: true}}, {{host: \"127.0.0.1:{dark}\", insecure: true}}]\n  mirrors:\n    - {{from: \"{h}/dark\", to: [\"127.0.0.1:{dark}/m\"]}}\n  rules:\n    - name: signed\n      match: [\"{h}/signed/**\", \"{h}/dark/**\"]\n      mode: enforce\n      verify:\n        - name: team\n          cosign: {{key: {key:?}}}\n    - {{name: banned, match: [\"{h}/banned/**\"], action: deny}}\n    - {{name: tools, match: [\"{h}/tools/**\"], mode: enforce}}\n",
+        key = key.public_pem()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_pulls_what_the_policy_admits_and_refuses_the_rest_with_sigils_reason() {
+    let Some(assets) = assets_or_skip(
+        "containerd_pulls_what_the_policy_admits_and_refuses_the_rest_with_sigils_reason",
+    ) else {
+        return;
+    };
+    let reg = TestRegistry::start(Mode::Plain).await;
+    let h = reg.host();
+    let key = Signer::p256();
+    let other = Signer::p256();
+    // A registry that accepts connections and never answers.
+    let dark = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dark_port = dark.local_addr().unwrap().port();
+
+    let signed = push_tar_image(&reg, "signed/app", "1.0").await;
+    sign(&reg, "signed/app", &signed, &key).await;
+    push_tar_image(&reg, "signed/unsigned", "1.0").await;
+    let wrong = push_tar_image(&reg, "signed/wrong", "1.0").await;
+    sign(&reg, "signed/wrong", &wrong, &other).await;
+    push_tar_image(&reg, "banned/app", "1.0").await;
+    push_tar_image(&reg, "tools/app", "1.0").await;
+    let (index, _) = push_tar_index(&reg, "signed/multi", "1.0").await;
+    sign(&reg, "signed/multi", &index, &key).await;
+    push_tar_image(&reg, "dark/app", "1.0").await;
+
+    let files = tempfile::tempdir().unwrap();
+    let policy_file = files.path().join("node-policy.yaml");
+    std::fs::write(&policy_file, policy(&reg, dark_port, &key)).unwrap();
+    let cache = files.path().join("cache");
+    let c = Containerd::start(
+        &assets,
+        &h,
+        &[
+            ("SIGIL_NODE_POLICY", policy_file.display().to_string()),
+            ("SIGIL_NODE_CACHE", cache.display().to_string()),
+            ("SIGIL_NODE_TIMEOUT", "3s".to_owned()),
+        ],
+        "5s",
+        "",
+    );
+    c.install_verifier(
+        std::path::Path::new(crate::support::sigil::bin()),
+        "sigil-containerd",
+    );
+
+    // Admitted: signed by the key, through ctr and through CRI; the index
+    // of a multi-platform image (containerd passes the index's digest).
+    for image in [
+        format!("{h}/signed/app:1.0"),
+        format!("{h}/signed/multi:1.0"),
+    ] {
+        let o = c.ctr_pull(&image);
+        assert!(o.status.success(), "ctr {image}: {}\n{}", text(&o), c.logs());
+    }
+    let o = c.cri_pull(&format!("{h}/signed/app:1.0"));
+    assert!(o.status.success(), "CRI: {}\n{}", text(&o), c.logs());
+    // Refused with sigil's reason in containerd's error.
+    for (image, why) in [
+        (format!("{h}/signed/unsigned:1.0"), "no signature"),
+        (format!("{h}/signed/wrong:1.0"), "team"),
+        (format!("{h}/banned/app:1.0"), "rule banned"),
+        (format!("{h}/tools/app:1.0"), ""),
+    ] {
+        if why.is_empty() {
+            let o = c.ctr_pull(&image);
+            assert!(o.status.success(), "{image}: {}", text(&o));
+            continue;
+        }
+        for (how, o) in [("ctr", c.ctr_pull(&image)), ("CRI", c.cri_pull(&image))] {
+            let said = text(&o);
+            assert!(!o.status.success(), "{how} {image} was pulled");
+            for want in [
+                "image verifier bindir blocked pull",
+                "sigil refused",
+                &image,
+                why,
+            ] {
+                assert!(said.contains(want), "{how} {image}: {want:?} not in {said}");
+            }
+        }
+    }
+    // A registry that never answers: refused within sigil's deadline, with
+    // the reason, before containerd's own timeout kills it.
+    let t = Instant::now();
+    let o = c.ctr_pull(&format!("{h}/dark/app:1.0"));
+    let said = text(&o);
+    assert!(!o.status.success(), "{said}");
+    assert!(said.contains("sigil refused"), "{said}\n{}", c.logs());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    drop(dark);
+
+    // The cache: an admission is kept per policy and digest; two pulls at
+    // once of a new image verify it once (the second waits for the first).
+    let cached = std::fs::read_dir(&cache)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "ok"))
+        .count();
+    assert!(cached >= 2, "admissions cached: {cached}");
+    let twice = push_tar_image(&reg, "signed/twice", "1.0").await;
+    sign(&reg, "signed/twice", &twice, &key).await;
+    let image = format!("{h}/signed/twice:1.0");
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| c.ctr_pull(&image));
+        let b = s.spawn(|| c.cri_pull(&image));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert!(a.status.success() && b.status.success(), "{}\n{}", text(&a), text(&b));
+    let logs = c.logs();
+    assert_eq!(
+        logs.matches(&format!("{image}@{twice} admitted (cached)")).count(),
+        1,
+        "the second pull read the first one's answer: {logs}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_node_policy_pulls_are_refused_unless_told_and_node_check_reads_the_config() {
+    let Some(assets) = assets_or_skip(
+        "without_a_node_policy_pulls_are_refused_unless_told_and_node_check_reads_the_config",
+    ) else {
+        return;
+    };
+    let reg = TestRegistry::start(Mode::Plain).await;
+    let h = reg.host();
+    push_tar_image(&reg, "any/app", "1.0").await;
+    let missing = tempfile::tempdir().unwrap();
+    let path = missing.path().join("absent.yaml").display().to_string();
+    for (mode, pulled) in [("deny", false), ("allow", true)] {
+        let c = Containerd::start(
+            &assets,
+            &h,
+            &[
+                ("SIGIL_NODE_POLICY", path.clone()),
+                ("SIGIL_NODE_ON_MISSING_POLICY", mode.to_owned()),
+            ],
+            "5s",
+            "",
+        );
+        c.install_verifier(
+            std::path::Path::new(crate::support::sigil::bin()),
+            "sigil-containerd",
+        );
+        let o = c.ctr_pull(&format!("{h}/any/app:1.0"));
+        assert_eq!(o.status.success(), pulled, "{mode}: {}", text(&o));
+        if !pulled {
+            assert!(text(&o).contains("no node policy at"), "{}", text(&o));
+        }
+        // `sigil node check` on this containerd's own config: verified.
+        let check = std::process::Command::new(crate::support::sigil::bin())
+            .args(["node", "check", "--config"])
+            .arg(&c.config)
+            .output()
+            .unwrap();
+        assert!(check.status.success(), "{}", text(&check));
+        assert!(text(&check).contains("ok: containerd calls sigil-containerd"));
+    }
+    // A config that silently turns CRI pulls into local pulls: CRI pulls
+    // bypass the verifier, and `sigil node check` says so.
+    let c = Containerd::start(
+        &assets,
+        &h,
+        &[("SIGIL_NODE_POLICY", path.clone())],
+        "5s",
+        "  max_concurrent_downloads = 5",
+    );
+    c.install_verifier(
+        std::path::Path::new(crate::support::sigil::bin()),
+        "sigil-containerd",
+    );
+    let o = c.cri_pull(&format!("{h}/any/app:1.0"));
+    let check = std::process::Command::new(crate::support::sigil::bin())
+        .args(["node", "check", "--config"])
+        .arg(&c.config)
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(1), "{}", text(&check));
+    assert!(
+        text(&check).contains("max_concurrent_downloads = 5"),
+        "{}",
+        text(&check)
+    );
+    // What the check warns of is real: the verifier (which refuses every
+    // pull: there is no policy) is not called on the CRI pull.
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(c.logs().contains("local image pull"), "{}", c.logs());
+}
