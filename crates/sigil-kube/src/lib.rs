@@ -26,6 +26,7 @@ pub mod error;
 mod in_force;
 pub mod keyrefs;
 pub mod metrics;
+pub mod node;
 pub mod policies;
 pub mod pullsecrets;
 pub mod trustroots;

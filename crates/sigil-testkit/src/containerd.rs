@@ -19,7 +19,9 @@ const ASSETS: &str = "SIGIL_CONTAINERD_ASSETS";
 /// The assets directory, or why the tier cannot run here.
 pub fn assets() -> Result<PathBuf, String> {
     let dir = std::env::var_os(ASSETS).map(PathBuf::from).ok_or_else(|| {
-        format!("{ASSETS} is not set (a directory with containerd, ctr and cripull; .ci/run sets it)")
+        format!(
+            "{ASSETS} is not set (a directory with containerd, ctr and cripull; .ci/run sets it)"
+        )
     })?;
     for b in ["containerd", "ctr", "cripull"] {
         if !dir.join(b).is_file() {
@@ -75,12 +77,36 @@ impl Containerd {
         timeout: &str,
         images: &str,
     ) -> Containerd {
+        Self::start_in(assets, registry, env, timeout, images, None)
+    }
+
+    /// [`Self::start`] with the verifiers' `bin_dir` at `verifiers` (where
+    /// a node install placed them), a 10 s verifier timeout.
+    pub fn start_with_verifiers(
+        assets: &Path,
+        registry: &str,
+        env: &[(&str, String)],
+        verifiers: &Path,
+    ) -> Containerd {
+        Self::start_in(assets, registry, env, "10s", "", Some(verifiers))
+    }
+
+    fn start_in(
+        assets: &Path,
+        registry: &str,
+        env: &[(&str, String)],
+        timeout: &str,
+        images: &str,
+        verifiers: Option<&Path>,
+    ) -> Containerd {
         let dir = tempfile::Builder::new()
             .prefix("sigil-containerd")
             .tempdir()
             .unwrap();
         let d = dir.path();
-        let verifiers = d.join("verifiers");
+        let verifiers = verifiers
+            .map(Path::to_owned)
+            .unwrap_or_else(|| d.join("verifiers"));
         std::fs::create_dir_all(&verifiers).unwrap();
         let hosts = d.join("certs.d").join(registry);
         std::fs::create_dir_all(&hosts).unwrap();
@@ -258,8 +284,10 @@ pub async fn push_tar_index(reg: &TestRegistry, repo: &str, tag: &str) -> (Strin
         if arch == "amd64" {
             amd64 = d.clone();
         }
-        entries.push(json!({"mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": d, "size": size, "platform": {"os": "linux", "architecture": arch}}));
+        entries.push(
+            json!({"mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": d, "size": size, "platform": {"os": "linux", "architecture": arch}}),
+        );
     }
     let index = serde_json::to_vec(&json!({"schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": entries}))

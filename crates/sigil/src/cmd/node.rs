@@ -42,6 +42,9 @@ pub enum NodeCommand {
         #[arg(long, default_value = "/etc/containerd/config.toml")]
         config: PathBuf,
     },
+    /// What the node DaemonSet runs: keeps the node policy file equal to
+    /// the cluster's policy and installs sigil-containerd (docs/node.md).
+    Sync(Box<super::node_sync::SyncArgs>),
 }
 
 /// What the verifier reads from containerd's environment (containerd gives
@@ -79,6 +82,7 @@ pub fn run(command: NodeCommand) -> Result<ExitCode> {
     match command {
         NodeCommand::Verify { args } => Ok(verify(&args)),
         NodeCommand::Check { config } => node_check(&config),
+        NodeCommand::Sync(args) => super::node_sync::run(*args),
     }
 }
 
@@ -122,7 +126,11 @@ fn decide_pull(args: &[String], started: Instant) -> Verdict {
     let deadline = started + env.timeout;
     let image = req.image();
     let Some(path) = env.policy.as_deref() else {
-        return missing(&env, &image, "SIGIL_NODE_POLICY is not set in containerd's environment");
+        return missing(
+            &env,
+            &image,
+            "SIGIL_NODE_POLICY is not set in containerd's environment",
+        );
     };
     let bytes = match sigil_registry::file::read(path, sigil_registry::file::MAX_CONFIG_BYTES) {
         Ok(b) => b,
@@ -237,7 +245,10 @@ fn node_check(config: &Path) -> Result<ExitCode> {
         say!("problem: {p}")?;
     }
     if report.will_verify() {
-        say!("ok: containerd calls {} on every pull it makes through its transfer service, CRI pulls included (not: ctr --local, ctr import, images already on the node)", check::VERIFIER)?;
+        say!(
+            "ok: containerd calls {} on every pull it makes through its transfer service, CRI pulls included (not: ctr --local, ctr import, images already on the node)",
+            check::VERIFIER
+        )?;
         Ok(ExitCode::SUCCESS)
     } else {
         say!("NOT verified: see the problems above (docs/node.md)")?;

@@ -126,9 +126,7 @@ impl Cache {
     /// Records an admission (atomically), then keeps the bound.
     pub fn remember(&self, digest: &str, image: &str) {
         let key = self.key(digest);
-        let tmp = self
-            .dir
-            .join(format!("{key}.{}.tmp", std::process::id()));
+        let tmp = self.dir.join(format!("{key}.{}.tmp", std::process::id()));
         let written = File::create(&tmp)
             .and_then(|mut f| f.write_all(image.as_bytes()))
             .and_then(|()| fs::rename(&tmp, self.dir.join(format!("{key}.ok"))));
@@ -223,7 +221,10 @@ mod tests {
         assert!(first.0.is_some());
         let t = Instant::now();
         let second = c.lock(D, Instant::now() + Duration::from_millis(200));
-        assert!(second.0.is_none(), "held by the first: waited, then went on");
+        assert!(
+            second.0.is_none(),
+            "held by the first: waited, then went on"
+        );
         assert!(t.elapsed() >= Duration::from_millis(200));
         drop(first);
         assert!(c.lock(D, Instant::now()).0.is_some());

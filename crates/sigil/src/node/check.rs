@@ -98,8 +98,9 @@ pub fn check(
         .and_then(Item::as_integer)
         .unwrap_or(DEFAULT_MAX_VERIFIERS);
     let timeout = match plugin("per_verifier_timeout").and_then(Item::as_str) {
-        Some(t) => go_duration(t)
-            .ok_or_else(|| format!("per_verifier_timeout {t:?} is not a duration"))?,
+        Some(t) => {
+            go_duration(t).ok_or_else(|| format!("per_verifier_timeout {t:?} is not a duration"))?
+        }
         None => DEFAULT_TIMEOUT,
     };
     r.settings.push(format!(
@@ -281,16 +282,15 @@ mod tests {
             );
             let r = check(&config, Some(&sigil()), Duration::from_secs(4)).unwrap();
             assert!(!r.will_verify(), "{extra}");
-            assert!(
-                r.problems.iter().any(|p| p.contains(says)),
-                "{says}: {r:?}"
-            );
+            assert!(r.problems.iter().any(|p| p.contains(says)), "{says}: {r:?}");
         }
         // Version 2 keeps them under the grpc CRI plugin.
         let v2 = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  discard_unpacked_layers = true\n[plugins.\"io.containerd.image-verifier.v1.bindir\"]\n  bin_dir = \"/v\"\n";
         let r = check(v2, Some(&sigil()), Duration::from_secs(4)).unwrap();
         assert!(
-            r.problems.iter().any(|p| p.contains("discard_unpacked_layers")),
+            r.problems
+                .iter()
+                .any(|p| p.contains("discard_unpacked_layers")),
             "{r:?}"
         );
     }

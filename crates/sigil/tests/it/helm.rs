@@ -176,6 +176,11 @@ fn default_values_render_the_kustomize_base_object_by_object() {
         &render("overlays/backstop"),
         "backstop.register vs overlays/backstop",
     );
+    assert_same(
+        &rendered(&["namespace.create=true", "node.enabled=true"]),
+        &render("overlays/node"),
+        "node.enabled vs overlays/node",
+    );
     // The chart's CRDs are `sigil crds`, as the base's are.
     assert_eq!(
         std::fs::read_to_string(chart().join("crds/policies.yaml")).unwrap(),

@@ -90,7 +90,12 @@ async fn containerd_pulls_what_the_policy_admits_and_refuses_the_rest_with_sigil
         format!("{h}/signed/multi:1.0"),
     ] {
         let o = c.ctr_pull(&image);
-        assert!(o.status.success(), "ctr {image}: {}\n{}", text(&o), c.logs());
+        assert!(
+            o.status.success(),
+            "ctr {image}: {}\n{}",
+            text(&o),
+            c.logs()
+        );
     }
     let o = c.cri_pull(&format!("{h}/signed/app:1.0"));
     assert!(o.status.success(), "CRI: {}\n{}", text(&o), c.logs());
@@ -149,10 +154,16 @@ async fn containerd_pulls_what_the_policy_admits_and_refuses_the_rest_with_sigil
         let b = s.spawn(|| c.cri_pull(&image));
         (a.join().unwrap(), b.join().unwrap())
     });
-    assert!(a.status.success() && b.status.success(), "{}\n{}", text(&a), text(&b));
+    assert!(
+        a.status.success() && b.status.success(),
+        "{}\n{}",
+        text(&a),
+        text(&b)
+    );
     let logs = c.logs();
     assert_eq!(
-        logs.matches(&format!("{image}@{twice} admitted (cached)")).count(),
+        logs.matches(&format!("{image}@{twice} admitted (cached)"))
+            .count(),
         1,
         "the second pull read the first one's answer: {logs}"
     );

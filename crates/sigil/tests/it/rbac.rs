@@ -14,6 +14,11 @@ const NS: &str = "sigil-system";
 
 /// The grants `objects` give ServiceAccount `sigil-system/sigil`.
 fn grants(objects: &[Value]) -> BTreeSet<String> {
+    grants_of(objects, NS, "sigil")
+}
+
+/// The grants `objects` give ServiceAccount `sa_ns/sa`.
+fn grants_of(objects: &[Value], sa_ns: &str, sa: &str) -> BTreeSet<String> {
     let role = |kind: &str, name: &str, ns: Option<&str>| {
         objects.iter().find(|o| {
             o["kind"] == kind
@@ -33,7 +38,7 @@ fn grants(objects: &[Value]) -> BTreeSet<String> {
         };
         let to_sigil =
             b["subjects"].as_array().into_iter().flatten().any(|s| {
-                s["kind"] == "ServiceAccount" && s["name"] == "sigil" && s["namespace"] == NS
+                s["kind"] == "ServiceAccount" && s["name"] == sa && s["namespace"] == sa_ns
             });
         if !to_sigil {
             continue;
@@ -84,7 +89,11 @@ fn expected(name: &str) -> PathBuf {
 
 /// Compares with the written expectation (`SIGIL_BLESS=1` writes it).
 fn assert_grants(name: &str, objects: &[Value]) {
-    let got: Vec<String> = grants(objects).into_iter().collect();
+    assert_lines(name, grants(objects));
+}
+
+fn assert_lines(name: &str, got: BTreeSet<String>) {
+    let got: Vec<String> = got.into_iter().collect();
     let path = expected(name);
     if std::env::var_os("SIGIL_BLESS").is_some() {
         std::fs::write(&path, got.join("\n") + "\n").unwrap();
@@ -160,6 +169,17 @@ fn the_backstop_component_adds_only_the_backstops_objects() {
     assert_eq!(env["SIGIL_REGISTER_BACKSTOP"], "true");
     assert_least("backstop", &objects);
     assert_grants("backstop", &objects);
+}
+
+/// The node component: sigil's own grants are the base's; the node
+/// DaemonSet's ServiceAccount may read the policy ConfigMap and list
+/// ClusterImagePolicies, nothing else.
+#[test]
+fn the_node_component_grants_only_reading_the_policy() {
+    let objects = crate::deploy::render("overlays/node");
+    assert_least("base", &objects);
+    assert_grants("base", &objects);
+    assert_lines("node-sa", grants_of(&objects, "sigil-node", "sigil-node"));
 }
 
 #[test]

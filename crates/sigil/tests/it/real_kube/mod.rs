@@ -13,6 +13,7 @@ mod backstop_kept;
 mod everyday;
 mod image;
 mod monitoring;
+mod node;
 
 /// What the API server itself says sigil's ServiceAccount may do, once the
 /// shipped manifests are applied: its SelfSubjectRulesReview (in sigil's
