@@ -56,8 +56,9 @@ pub struct NodeEnv {
     /// on the node from the cluster's policy (docs/node.md).
     #[arg(long, env = "SIGIL_NODE_POLICY")]
     policy: Option<PathBuf>,
-    /// What a pull gets while there is no policy file: deny (default:
-    /// fail closed, as containerd does at the verifier's timeout) or allow.
+    /// What a pull gets while there is no readable policy file: deny
+    /// (default: fail closed, as containerd does at the verifier's timeout)
+    /// or allow. An invalid policy always refuses.
     #[arg(long, env = "SIGIL_NODE_ON_MISSING_POLICY", default_value = "deny", value_parser = ["deny", "allow"])]
     on_missing_policy: String,
     /// The verification cache's directory; none without.
@@ -142,9 +143,11 @@ fn decide_pull(args: &[String], started: Instant) -> Verdict {
             );
         }
         Err(e) => {
-            return Verdict::Deny(format!(
-                "sigil refused {image} at pull: the node policy cannot be read: {e}"
-            ));
+            return missing(
+                &env,
+                &image,
+                &format!("the node policy cannot be read: {e}"),
+            );
         }
     };
     let policy = match super::load_policy(Some(path)) {
