@@ -8,10 +8,11 @@
 
 use serde_json::{Value, json};
 
+use crate::entries::LogKind;
 use crate::intoto::{self, PAYLOAD_TYPE};
 use crate::registry::TestRegistry;
 use crate::signing::{Signer, b64, pem};
-use crate::sigstore::{Sigstore, hex, hex_sha, inclusion_proof, leaf_hash, tree_root};
+use crate::sigstore::{Sigstore, hex_sha, inclusion_proof, leaf_hash, tree_root};
 
 /// The predicate types minted here.
 pub const SLSA_V02: &str = "https://slsa.dev/provenance/v0.2";
@@ -184,24 +185,36 @@ impl Sigstore {
         not_before: i64,
         integrated_time: i64,
     ) -> AttLayer {
+        self.attest_layer_as(
+            LogKind::Intoto002,
+            statement,
+            subject,
+            issuer,
+            extensions,
+            not_before,
+            integrated_time,
+        )
+    }
+
+    /// [`Sigstore::attest_layer`] logged as `kind` (`intoto` 0.0.1 as cosign
+    /// before 2.0 logged attestations, `intoto` 0.0.2, or `dsse` 0.0.1).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attest_layer_as(
+        &self,
+        kind: LogKind,
+        statement: &[u8],
+        subject: &str,
+        issuer: &str,
+        extensions: &[(&str, &str)],
+        not_before: i64,
+        integrated_time: i64,
+    ) -> AttLayer {
         let ext: Vec<(u64, &str)> = extensions.iter().map(|(n, v)| (extension(n), *v)).collect();
         let (key, cert) = self.leaf_with(subject, issuer, not_before, &ext);
         let cert_pem = pem("CERTIFICATE", &cert);
         let sig = key.sign(&intoto::pae(PAYLOAD_TYPE, statement));
-        let body = serde_json::to_vec(&json!({
-            "apiVersion": "0.0.2", "kind": "intoto",
-            "spec": {"content": {
-                "envelope": {"payloadType": PAYLOAD_TYPE, "signatures": [{"sig": b64(b64(&sig).as_bytes()), "publicKey": b64(cert_pem.as_bytes())}]},
-                "payloadHash": {"algorithm": "sha256", "value": hex(&hex_sha(statement))}
-            }}
-        }))
-        .unwrap();
-        let log_id = hex(&hex_sha(&self.log.spki()));
-        let body_b64 = b64(&body);
-        let set_msg = format!(
-            "{{\"body\":\"{body_b64}\",\"integratedTime\":{integrated_time},\"logID\":\"{log_id}\",\"logIndex\":11}}"
-        );
-        let set = self.log.sign(set_msg.as_bytes());
+        let envelope = envelope(statement, &sig);
+        let body = crate::entries::attestation_body(kind, &envelope, statement, &sig, &cert_pem);
         let mut annotations = annotations(statement);
         annotations.insert("dev.sigstore.cosign/certificate".into(), json!(cert_pem));
         annotations.insert(
@@ -210,14 +223,10 @@ impl Sigstore {
         );
         annotations.insert(
             "dev.sigstore.cosign/bundle".into(),
-            json!(serde_json::to_string(&json!({
-                "SignedEntryTimestamp": b64(&set),
-                "Payload": {"body": body_b64, "integratedTime": integrated_time, "logIndex": 11, "logID": log_id}
-            }))
-            .unwrap()),
+            json!(self.set_annotation(&body, integrated_time, 11, None)),
         );
         AttLayer {
-            envelope: envelope(statement, &sig),
+            envelope,
             annotations,
         }
     }

@@ -26,6 +26,7 @@
 pub mod artifacts;
 pub mod attestations;
 pub mod containerd;
+pub mod entries;
 pub mod fault;
 pub mod featured;
 pub mod image;

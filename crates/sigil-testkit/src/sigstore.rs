@@ -10,7 +10,6 @@ use rcgen::{
 };
 use serde_json::{Value, json};
 
-use crate::registry::sha256;
 use crate::signing::{Layer, Signer, b64, pem};
 
 /// A Fulcio-like CA and a Rekor-like log, written out as a trusted_root.json.
@@ -159,28 +158,34 @@ impl Sigstore {
         integrated_time: i64,
         log: Option<&Signer>,
     ) -> Keyless {
+        self.sign_as(
+            crate::entries::LogKind::HashedRekord,
+            payload,
+            subject,
+            issuer,
+            not_before,
+            integrated_time,
+            log,
+        )
+    }
+
+    /// [`Sigstore::sign`] logged as `kind` (`hashedrekord` or, as cosign
+    /// before 1.5 logged it, `rekord`).
+    pub fn sign_as(
+        &self,
+        kind: crate::entries::LogKind,
+        payload: &[u8],
+        subject: &str,
+        issuer: &str,
+        not_before: i64,
+        integrated_time: i64,
+        log: Option<&Signer>,
+    ) -> Keyless {
         let (leaf_key, cert) = self.leaf(subject, issuer, not_before);
         let cert_pem = pem("CERTIFICATE", &cert);
         let signature = leaf_key.sign(payload);
-        let body = serde_json::to_vec(&json!({
-            "apiVersion": "0.0.1", "kind": "hashedrekord",
-            "spec": {
-                "data": {"hash": {"algorithm": "sha256", "value": sha256(payload).trim_start_matches("sha256:")}},
-                "signature": {"content": b64(&signature), "publicKey": {"content": b64(cert_pem.as_bytes())}}
-            }
-        }))
-        .unwrap();
-        let log_id = hex(&hex_sha(&self.log.spki()));
-        let body_b64 = b64(&body);
-        let set_msg = format!(
-            "{{\"body\":\"{body_b64}\",\"integratedTime\":{integrated_time},\"logID\":\"{log_id}\",\"logIndex\":7}}"
-        );
-        let set = log.unwrap_or(&self.log).sign(set_msg.as_bytes());
-        let bundle_annotation = serde_json::to_string(&json!({
-            "SignedEntryTimestamp": b64(&set),
-            "Payload": {"body": body_b64, "integratedTime": integrated_time, "logIndex": 7, "logID": log_id}
-        }))
-        .unwrap();
+        let body = crate::entries::signature_body(kind, payload, &signature, &cert_pem);
+        let bundle_annotation = self.set_annotation(&body, integrated_time, 7, log);
         Keyless {
             cert_pem,
             chain_pem: pem("CERTIFICATE", &self.ca_der),

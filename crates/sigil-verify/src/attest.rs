@@ -122,6 +122,7 @@ pub fn from_att_layer(
             "an attestation is bound by its subject".into(),
         )),
         bundle: None,
+        envelope_sha256: Some(crate::sha256(envelope)),
     };
     Ok(Attestation {
         predicate_type,

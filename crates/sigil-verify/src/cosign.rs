@@ -55,6 +55,10 @@ pub struct Item {
     /// The whole Sigstore bundle, when the item came from one: verified as a
     /// bundle (inclusion proofs, checkpoints, timestamps, SCTs).
     pub bundle: Option<std::sync::Arc<[u8]>>,
+    /// SHA-256 of the DSSE envelope exactly as it was uploaded (a `.att`
+    /// layer's bytes): what an `intoto` 0.0.1 entry records in place of
+    /// the signature.
+    pub envelope_sha256: Option<[u8; 32]>,
 }
 
 impl Item {
@@ -95,6 +99,7 @@ impl Item {
             entries,
             signed_digest,
             bundle: None,
+            envelope_sha256: None,
         })
     }
 
@@ -162,6 +167,7 @@ impl Item {
             entries,
             signed_digest,
             bundle: Some(bytes.into()),
+            envelope_sha256: None,
         })
     }
 }
@@ -429,6 +435,7 @@ fn check_entries(
     let expect = Expected {
         payload_sha256: item.payload_sha256,
         pae_sha256: Some(crate::sha256(&item.message)),
+        envelope_sha256: item.envelope_sha256,
         signature: &item.signature,
         signer_der,
     };

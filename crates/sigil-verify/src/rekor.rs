@@ -116,15 +116,41 @@ pub struct Expected<'a> {
     /// For a DSSE envelope, SHA-256 of its pre-authentication encoding: what
     /// Rekor v2 records when it logs DSSE as a `hashedrekord` 0.0.2.
     pub pae_sha256: Option<[u8; 32]>,
+    /// SHA-256 of the DSSE envelope as uploaded, when the bytes are in
+    /// hand (a `.att` layer): what `intoto` 0.0.1 records instead of the
+    /// signature.
+    pub envelope_sha256: Option<[u8; 32]>,
     /// The raw signature.
     pub signature: &'a [u8],
     /// DER of the signer: the certificate, or the public key's SPKI.
     pub signer_der: &'a [u8],
 }
 
-/// Compares the logged body with the signature in hand: Rekor v1
-/// `hashedrekord`/`dsse` 0.0.1 and `intoto` 0.0.2, Rekor v2 `hashedrekord`
-/// and `dsse` 0.0.2.
+/// The entry kinds [`check_body`] reads, as `kind/apiVersion` (docs/policy.md
+/// says which producer writes each and how it is compared).
+pub const KINDS: [&str; 7] = [
+    "hashedrekord/0.0.1",
+    "rekord/0.0.1",
+    "intoto/0.0.1",
+    "intoto/0.0.2",
+    "dsse/0.0.1",
+    "hashedrekord/0.0.2",
+    "dsse/0.0.2",
+];
+
+/// A body's `kind/apiVersion` (for reports), if it parses.
+pub fn kind_of(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let kind = v.get("kind")?.as_str()?;
+    let version = v.get("apiVersion").and_then(|a| a.as_str()).unwrap_or("?");
+    Some(format!("{kind}/{version}"))
+}
+
+/// Compares the logged body with the signature in hand, as each Rekor
+/// type's own verifier does: Rekor v1 `hashedrekord`, `rekord` (old cosign)
+/// and `dsse` 0.0.1, `intoto` 0.0.1 (the envelope's hash as uploaded, the
+/// payload's hash and the signer; no signature) and 0.0.2 (the signature
+/// base64-encoded twice), Rekor v2 `hashedrekord` and `dsse` 0.0.2.
 pub(crate) fn check_body(body: &[u8], expect: &Expected<'_>) -> Result<(), ArtifactError> {
     let v: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| ArtifactError::Log(format!("log entry body: {e}")))?;
@@ -151,7 +177,9 @@ pub(crate) fn check_body(body: &[u8], expect: &Expected<'_>) -> Result<(), Artif
             )],
             pae.iter().cloned().chain([payload.clone()]).collect(),
         ),
-        "hashedrekord" => (
+        // `rekord` 0.0.1 (cosign before 1.5) records the same fields at the
+        // same places, with the payload's hash computed by Rekor.
+        "hashedrekord" | "rekord" => (
             hex_of(ptr("/data/hash/value")),
             vec![Logged::V1(
                 ptr("/signature/content"),
@@ -184,6 +212,9 @@ pub(crate) fn check_body(body: &[u8], expect: &Expected<'_>) -> Result<(), Artif
                 .unwrap_or_default(),
             vec![payload.clone()],
         ),
+        "intoto" if v.get("apiVersion").and_then(|a| a.as_str()) == Some("0.0.1") => {
+            return check_intoto_v001(spec, expect);
+        }
         "intoto" => (
             hex_of(ptr("/content/payloadHash/value")),
             spec.pointer("/content/envelope/signatures")
@@ -215,6 +246,46 @@ pub(crate) fn check_body(body: &[u8], expect: &Expected<'_>) -> Result<(), Artif
     if !sigs.iter().any(|l| l.matches(expect)) {
         return Err(ArtifactError::Log(
             "log entry records a different signature or signer".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `intoto` 0.0.1: Rekor keeps the hash of the envelope as it was uploaded
+/// (which covers its signature), the payload's hash and the signer's key or
+/// certificate — not the signature. So the entry vouches for this signature
+/// only when the envelope in hand hashes to what it records.
+fn check_intoto_v001(spec: &serde_json::Value, expect: &Expected<'_>) -> Result<(), ArtifactError> {
+    let std = base64::engine::general_purpose::STANDARD;
+    let ptr = |p: &str| spec.pointer(p).and_then(|x| x.as_str());
+    let Some(envelope) = expect.envelope_sha256 else {
+        return Err(ArtifactError::Log(
+            "an intoto 0.0.1 entry records the envelope's hash, and the envelope as uploaded is not in hand".into(),
+        ));
+    };
+    let recorded = ptr("/content/hash/value").map(str::to_ascii_lowercase);
+    if recorded.as_deref() != Some(crate::trust::hex(&envelope).as_str()) {
+        return Err(ArtifactError::Log(
+            "log entry records a different envelope hash".into(),
+        ));
+    }
+    let payload = ptr("/content/payloadHash/value").map(str::to_ascii_lowercase);
+    if payload.as_deref() != Some(crate::trust::hex(&expect.payload_sha256).as_str()) {
+        return Err(ArtifactError::Log(
+            "log entry records a different payload hash".into(),
+        ));
+    }
+    let signer = ptr("/publicKey")
+        .and_then(|k| std.decode(k.trim()).ok())
+        .and_then(|pem| String::from_utf8(pem).ok())
+        .is_some_and(|pem| {
+            crate::keys::pem_blocks(&pem)
+                .iter()
+                .any(|(_, der)| der == expect.signer_der)
+        });
+    if !signer {
+        return Err(ArtifactError::Log(
+            "log entry records a different signer".into(),
         ));
     }
     Ok(())

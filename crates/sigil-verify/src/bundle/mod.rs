@@ -441,6 +441,7 @@ pub fn verify(
     let expect = Expected {
         payload_sha256: c.payload_sha256,
         pae_sha256: c.pae_sha256,
+        envelope_sha256: None,
         signature: &c.signature,
         signer_der: &signer_der,
     };

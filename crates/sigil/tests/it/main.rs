@@ -14,6 +14,7 @@ mod conformance;
 mod credentials;
 mod deploy;
 mod drain;
+mod entry_kinds;
 mod exceptions;
 mod hardening;
 mod helm;

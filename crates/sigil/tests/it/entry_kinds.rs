@@ -1,0 +1,132 @@
+//! Every Rekor v1 entry kind cosign and its peers have written, each on the
+//! path that uses it (`sigil_testkit::entries` mints the bodies as Rekor
+//! canonicalizes them): image signatures logged as `hashedrekord` and, as
+//! cosign before 1.5 logged them, `rekord`; `.att` attestations logged as
+//! `intoto` 0.0.1 (cosign before 2.0: the envelope's hash, no signature),
+//! `intoto` 0.0.2 and `dsse` 0.0.1. Each is admitted; an `intoto` 0.0.1
+//! entry of another envelope is refused, as Rekor's own verifier would.
+//! (Rekor v2's `hashedrekord`/`dsse` 0.0.2 are in bundles: `attest::`.)
+
+use crate::support::attestations::{self as att, SLSA_V1, push_att};
+use crate::support::entries::LogKind;
+use crate::support::intoto::statement;
+use crate::support::sigil::Sigil;
+use crate::support::signing::{push_legacy, simple_signing};
+use crate::support::sigstore::{GITHUB_ISSUER, GITHUB_WORKFLOW, KeylessWorld};
+
+const API: &str = "https://github.com/acme/api";
+
+fn now() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+#[tokio::test]
+async fn every_rekor_entry_kind_cosign_has_written_is_verified_on_its_path() {
+    let w = KeylessWorld::start().await;
+    let (reg, ss) = (&w.registry, &w.sigstore);
+    let h = reg.host();
+    let t = now();
+    let ext = [
+        ("sourceRepositoryUri", API),
+        ("sourceRepositoryRef", "refs/heads/main"),
+    ];
+    let root = w.root.display();
+    let keyless = format!(
+        "{{keyless: {{issuer: \"{GITHUB_ISSUER}\", subjectRegex: \"^https://github\\\\.com/acme/\"}}, trustedRoot: \"{root}\"}}"
+    );
+    let mut rules = String::new();
+    // Attestations, one image per entry kind.
+    let kinds = [
+        ("intoto-001", LogKind::Intoto001),
+        ("intoto-002", LogKind::Intoto002),
+        ("dsse-001", LogKind::Dsse001),
+    ];
+    for (name, kind) in kinds {
+        let repo = format!("att/{name}");
+        let d = reg.push_image(&repo, "v1").await;
+        let s = statement(&d, SLSA_V1, att::predicate(SLSA_V1, API, t - 3600));
+        let layer = ss.attest_layer_as(
+            kind,
+            &s,
+            GITHUB_WORKFLOW,
+            GITHUB_ISSUER,
+            &ext,
+            t - 3600,
+            t - 3500,
+        );
+        push_att(reg, &repo, &d, &[layer]).await;
+        rules.push_str(&format!(
+            "    - name: {name}\n      match: [\"{h}/{repo}\"]\n      attestations:\n        - {{name: provenance, predicateType: slsaprovenance1, attestors: [{{name: ci, cosign: {keyless}}}]}}\n"
+        ));
+    }
+    // An intoto 0.0.1 entry of another envelope: the same statement and
+    // signature, re-serialized (as a copy that rewrote the layer would be).
+    // The signature still verifies; the entry does not vouch for it.
+    let d = reg.push_image("att/intoto-001-other", "v1").await;
+    let s = statement(&d, SLSA_V1, att::predicate(SLSA_V1, API, t - 3600));
+    let mut layer = ss.attest_layer_as(
+        LogKind::Intoto001,
+        &s,
+        GITHUB_WORKFLOW,
+        GITHUB_ISSUER,
+        &ext,
+        t - 3600,
+        t - 3500,
+    );
+    let v: serde_json::Value = serde_json::from_slice(&layer.envelope).unwrap();
+    layer.envelope = serde_json::to_vec_pretty(&v).unwrap();
+    push_att(reg, "att/intoto-001-other", &d, &[layer]).await;
+    rules.push_str(&format!(
+        "    - name: intoto-001-other\n      match: [\"{h}/att/intoto-001-other\"]\n      attestations:\n        - {{name: provenance, predicateType: slsaprovenance1, attestors: [{{name: ci, cosign: {keyless}}}]}}\n"
+    ));
+    // Image signatures, one image per entry kind.
+    for (name, kind) in [
+        ("hashedrekord", LogKind::HashedRekord),
+        ("rekord", LogKind::Rekord),
+    ] {
+        let repo = format!("sig/{name}");
+        let d = reg.push_image(&repo, "v1").await;
+        let payload = simple_signing(&format!("{h}/{repo}"), &d);
+        let k = ss.sign_as(
+            kind,
+            &payload,
+            GITHUB_WORKFLOW,
+            GITHUB_ISSUER,
+            t - 3600,
+            t - 3500,
+            None,
+        );
+        push_legacy(reg, &repo, &d, vec![k.layer(payload)]).await;
+        rules.push_str(&format!(
+            "    - name: {name}\n      match: [\"{h}/{repo}\"]\n      verify:\n        - {{name: ci, cosign: {keyless}}}\n"
+        ));
+    }
+    let policy = format!(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {{name: kinds}}\nspec:\n  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n{rules}"
+    );
+    let sigil = Sigil::start(Some(&policy), &[]).await;
+    for image in [
+        "att/intoto-001",
+        "att/intoto-002",
+        "att/dsse-001",
+        "sig/hashedrekord",
+        "sig/rekord",
+    ] {
+        let a = sigil
+            .apiserver()
+            .create_pod("team", &[&format!("{h}/{image}:v1")])
+            .await;
+        assert!(a.allowed, "{image}: {}", a.message);
+    }
+    let a = sigil
+        .apiserver()
+        .create_pod("team", &[&format!("{h}/att/intoto-001-other:v1")])
+        .await;
+    assert!(!a.allowed);
+    assert!(
+        a.message
+            .contains("log entry records a different envelope hash"),
+        "{}",
+        a.message
+    );
+}
