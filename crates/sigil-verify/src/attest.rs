@@ -300,7 +300,10 @@ fn entry(
                 continue;
             }
             Err(e) => {
-                seen.push(unverified(SignatureProblem::from(e.clone()).to_string()));
+                seen.push(unverified(
+                    SignatureProblem::from(e.clone()).to_string(),
+                    "unreadable".into(),
+                ));
                 continue;
             }
         };
@@ -316,12 +319,52 @@ fn entry(
     }
 }
 
-fn unverified(problem: String) -> Seen {
+fn unverified(problem: String, form: String) -> Seen {
     Seen {
         attestor: None,
         signer: String::new(),
         problem: Some(problem),
         conditions: Vec::new(),
+        form,
+    }
+}
+
+impl Attestation {
+    /// Its form and log entry kind, for reports.
+    pub fn describe(&self) -> String {
+        match &self.form {
+            Form::Legacy(item) => item.describe(),
+            Form::Bundle(b) => {
+                let v: Value = serde_json::from_slice(b).unwrap_or_default();
+                let kinds: Vec<String> = v
+                    .pointer("/verificationMaterial/tlogEntries")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(|e| {
+                        format!(
+                            "{}/{}",
+                            e.pointer("/kindVersion/kind")
+                                .and_then(Value::as_str)
+                                .unwrap_or("?"),
+                            e.pointer("/kindVersion/version")
+                                .and_then(Value::as_str)
+                                .unwrap_or("?")
+                        )
+                    })
+                    .collect();
+                let signer = if v.pointer("/verificationMaterial/publicKey").is_some() {
+                    "key"
+                } else {
+                    "keyless"
+                };
+                if kinds.is_empty() {
+                    format!("Sigstore bundle, {signer}, no log entry")
+                } else {
+                    format!("Sigstore bundle, {signer}, Rekor {}", kinds.join(", "))
+                }
+            }
+        }
     }
 }
 
@@ -357,7 +400,7 @@ fn one(
     let Some((attestor, checked)) = verified else {
         // Each attestor's own reason: which one was meant to sign it is
         // for the reader to know.
-        return unverified(problems.join("; "));
+        return unverified(problems.join("; "), a.describe());
     };
     let signer = signer_vars(attestor, checked.identity.as_ref());
     let who = checked
@@ -369,6 +412,7 @@ fn one(
         signer: who,
         problem: None,
         conditions: Vec::new(),
+        form: a.describe(),
     };
     let statement = match Statement::parse_for(&a.payload, req.max_bytes, &req.conditions) {
         Ok(s) => s,

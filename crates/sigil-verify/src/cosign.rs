@@ -62,6 +62,38 @@ pub struct Item {
 }
 
 impl Item {
+    /// Its form and log entry kind, for reports: `cosign .sig layer,
+    /// keyless, Rekor hashedrekord/0.0.1`, `Sigstore bundle, key, Rekor
+    /// dsse/0.0.2`.
+    pub fn describe(&self) -> String {
+        let form = if self.bundle.is_some() {
+            "Sigstore bundle"
+        } else if self.envelope_sha256.is_some() {
+            "cosign .att layer"
+        } else {
+            "cosign .sig layer"
+        };
+        let signer = if self.cert.is_some() {
+            "keyless"
+        } else {
+            "key"
+        };
+        let kinds: Vec<String> = self
+            .entries
+            .iter()
+            .map(|e| match e {
+                Ok(e) => crate::rekor::kind_of(&e.body).unwrap_or_else(|| "unreadable".into()),
+                Err(_) => "unreadable".into(),
+            })
+            .collect();
+        let log = if kinds.is_empty() {
+            "no log entry".to_owned()
+        } else {
+            format!("Rekor {}", kinds.join(", "))
+        };
+        format!("{form}, {signer}, {log}")
+    }
+
     /// A layer of a legacy `.sig` manifest: the simple-signing payload blob
     /// and the layer's annotations.
     pub fn from_legacy(

@@ -235,6 +235,18 @@ pub fn evaluate(
         threshold: verification.threshold,
         required: verification.required.clone(),
         attestations: Vec::new(),
+        found: artifacts
+            .cosign
+            .iter()
+            .map(|i| match i {
+                Ok(item) => item.describe(),
+                Err(e) => format!("unreadable signature: {e}"),
+            })
+            .chain(artifacts.notation.iter().map(|e| match e {
+                Ok(env) => format!("notation signature ({}, {})", env.alg, env.scheme),
+                Err(e) => format!("unreadable notation signature: {e}"),
+            }))
+            .collect(),
     }
 }
 

@@ -316,6 +316,7 @@ fn a_team_key_is_checked_on_the_digest_that_will_run() {
         threshold: 1,
         required: Vec::new(),
         attestations: Vec::new(),
+        found: Vec::new(),
     };
     a.reports.insert(jobs[0].key.clone(), Arc::new(report));
     let v = plan.decide(&a).fields.remove(0);

@@ -36,6 +36,8 @@ pub struct Seen {
     pub problem: Option<String>,
     /// Every condition's result, when it was verified.
     pub conditions: Vec<ConditionResult>,
+    /// How it was found: its form and transparency-log entry kind.
+    pub form: String,
 }
 
 impl Seen {

@@ -384,6 +384,10 @@ pub struct VerificationReport {
     pub required: Vec<String>,
     /// Each attestation entry's findings, in policy order.
     pub attestations: Vec<EntryOutcome>,
+    /// Each signature found for the digest, by its form and transparency-log
+    /// entry kind (`cosign .sig layer, keyless, Rekor intoto/0.0.1`), so a
+    /// user can see why one was or was not counted.
+    pub found: Vec<String>,
 }
 
 impl VerificationReport {
@@ -395,6 +399,7 @@ impl VerificationReport {
             threshold: v.threshold,
             required: v.required.clone(),
             attestations: Vec::new(),
+            found: Vec::new(),
         }
     }
 

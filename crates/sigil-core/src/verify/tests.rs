@@ -28,11 +28,13 @@ fn report(results: &[(&str, bool)], threshold: usize, required: &[&str]) -> Veri
         threshold,
         required: required.iter().map(|s| s.to_string()).collect(),
         attestations: Vec::new(),
+        found: Vec::new(),
     }
 }
 
 fn seen(attestor: Option<&str>, holds: &[bool]) -> crate::verify::attestations::Seen {
     crate::verify::attestations::Seen {
+        form: String::new(),
         attestor: attestor.map(str::to_owned),
         signer:
             "subject https://github.com/acme/x, issuer https://token.actions.githubusercontent.com"

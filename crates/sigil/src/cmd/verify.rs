@@ -91,6 +91,9 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
                     }
                 )?;
             }
+            for found in &r.found {
+                say!("  found: {}", sigil_core::text::escape_controls(found))?;
+            }
             for (name, o) in &r.results {
                 match o {
                     VerifierOutcome::Passed { examined, logged } => {
@@ -136,13 +139,15 @@ fn print_attestations(r: &sigil_core::VerificationReport) -> Result<()> {
         for s in &e.seen {
             match &s.attestor {
                 Some(a) => say!(
-                    "  - {}: verified by {a}, signer {}",
+                    "  - {}: verified by {a}, signer {} ({})",
                     e.predicate_type,
-                    safe(&s.signer)
+                    safe(&s.signer),
+                    safe(&s.form)
                 )?,
                 None => say!(
-                    "  - not verified: {}",
-                    safe(s.problem.as_deref().unwrap_or("unverified"))
+                    "  - not verified: {} ({})",
+                    safe(s.problem.as_deref().unwrap_or("unverified")),
+                    safe(&s.form)
                 )?,
             }
             for c in &s.conditions {

@@ -10,7 +10,7 @@
 use crate::support::attestations::{self as att, SLSA_V1, push_att};
 use crate::support::entries::LogKind;
 use crate::support::intoto::statement;
-use crate::support::sigil::Sigil;
+use crate::support::sigil::{Sigil, run_sigil};
 use crate::support::signing::{push_legacy, simple_signing};
 use crate::support::sigstore::{GITHUB_ISSUER, GITHUB_WORKFLOW, KeylessWorld};
 
