@@ -171,6 +171,7 @@ impl Sigstore {
 
     /// [`Sigstore::sign`] logged as `kind` (`hashedrekord` or, as cosign
     /// before 1.5 logged it, `rekord`).
+    #[allow(clippy::too_many_arguments)]
     pub fn sign_as(
         &self,
         kind: crate::entries::LogKind,

@@ -43,8 +43,12 @@ fn pull(bin: &Path, env: &[(&str, &Path)], name: &str, digest: &str) -> (Duratio
     let descriptor = format!(
         "{{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"{digest}\",\"size\":400}}\n"
     );
-    let _ = child.stdin.take().unwrap().write_all(descriptor.as_bytes());
-    let ok = child.wait().unwrap().success();
+    let _ = child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(descriptor.as_bytes());
+    let ok = child.wait().expect("sigil-containerd ends").success();
     (t.elapsed(), ok)
 }
 
@@ -66,7 +70,7 @@ async fn run(n: usize) {
     let h = reg.host();
     let signed = push_signed(&reg, "signed/app", "1.0", "signed/app", &key).await;
     let unsigned = reg.push_image("signed/unsigned", "1.0").await;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("a temporary directory");
     let policy = dir.path().join("node-policy.yaml");
     std::fs::write(
         &policy,
@@ -75,9 +79,9 @@ async fn run(n: usize) {
             key.public_pem()
         ),
     )
-    .unwrap();
+    .expect("the node policy is written");
     let bin = dir.path().join("sigil-containerd");
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sigil"), &bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sigil"), &bin).expect("the verifier link");
     let cache = dir.path().join("cache");
     let name = format!("{h}/signed/app:1.0");
     let unsigned_name = format!("{h}/signed/unsigned:1.0");
@@ -110,7 +114,7 @@ async fn run(n: usize) {
         (cold, cached, refused)
     })
     .await
-    .unwrap();
+    .expect("the runs end");
     println!("sigil-containerd per pull (ms, process start included)");
     println!(
         "| {:<34} | {:>6} | {:>9} | {:>9} | {:>9} |",

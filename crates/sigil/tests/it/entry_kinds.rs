@@ -129,4 +129,42 @@ async fn every_rekor_entry_kind_cosign_has_written_is_verified_on_its_path() {
         "{}",
         a.message
     );
+    // `sigil verify` names each signature's and attestation's form and
+    // entry kind, so a user sees why one was or was not counted.
+    let file = w.dir.path().join("policy.yaml");
+    std::fs::write(&file, &policy).unwrap();
+    for (image, says) in [
+        (
+            "sig/rekord",
+            "found: cosign .sig layer, keyless, Rekor rekord/0.0.1",
+        ),
+        (
+            "att/intoto-001",
+            "verified by ci, signer subject https://github.com/acme/app/.github/workflows/release.yml@refs/heads/main",
+        ),
+        (
+            "att/intoto-001",
+            "(cosign .att layer, keyless, Rekor intoto/0.0.1)",
+        ),
+        (
+            "att/dsse-001",
+            "(cosign .att layer, keyless, Rekor dsse/0.0.1)",
+        ),
+        (
+            "att/intoto-001-other",
+            "log entry records a different envelope hash (cosign .att layer, keyless, Rekor intoto/0.0.1)",
+        ),
+    ] {
+        let out = run_sigil(
+            &[
+                "verify",
+                "--policy",
+                file.to_str().unwrap(),
+                &format!("{h}/{image}:v1"),
+            ],
+            None,
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(says), "{image}: {says:?} not in\n{text}");
+    }
 }
