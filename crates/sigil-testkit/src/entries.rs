@@ -15,7 +15,6 @@
 use serde_json::{Value, json};
 
 use crate::signing::b64;
-use crate::sigstore::{Sigstore, hex, hex_sha};
 
 /// A Rekor v1 entry kind and version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +45,12 @@ impl LogKind {
 }
 
 fn digest(d: &[u8]) -> Value {
-    json!({"algorithm": "sha256", "value": hex(&hex_sha(d))})
+    use sha2::Digest as _;
+    let hex: String = sha2::Sha256::digest(d)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    json!({"algorithm": "sha256", "value": hex})
 }
 
 /// The body logging a signature over `payload` (a `.sig` layer) by the
@@ -99,28 +103,4 @@ pub fn attestation_body(
         other => panic!("{} logs signatures, not attestations", other.name()),
     };
     serde_json::to_vec(&body).unwrap()
-}
-
-impl Sigstore {
-    /// cosign's bundle annotation for `body` logged at `integrated_time`
-    /// (a SET by this log's key, or by `log` to forge one).
-    pub fn set_annotation(
-        &self,
-        body: &[u8],
-        integrated_time: i64,
-        log_index: u64,
-        log: Option<&crate::signing::Signer>,
-    ) -> String {
-        let log_id = hex(&hex_sha(&self.log.spki()));
-        let body_b64 = b64(body);
-        let set_msg = format!(
-            "{{\"body\":\"{body_b64}\",\"integratedTime\":{integrated_time},\"logID\":\"{log_id}\",\"logIndex\":{log_index}}}"
-        );
-        let set = log.unwrap_or(&self.log).sign(set_msg.as_bytes());
-        serde_json::to_string(&json!({
-            "SignedEntryTimestamp": b64(&set),
-            "Payload": {"body": body_b64, "integratedTime": integrated_time, "logIndex": log_index, "logID": log_id}
-        }))
-        .unwrap()
-    }
 }

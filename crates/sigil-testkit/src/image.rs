@@ -118,15 +118,7 @@ pub fn container_pid(name: &str) -> Result<u32, String> {
         .map_err(|_| format!("podman inspect {name}: {out:?}"))
 }
 
-/// Removes a container, running or not (best effort): killing the podman
-/// client does not stop it.
-pub fn remove_container(name: &str) {
-    let _ = Command::new("podman")
-        .args(["rm", "--force", "--time", "0", name])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}
+pub use crate::process::remove_container;
 
 /// Removes a local image (best effort).
 pub fn remove(image: &str) {

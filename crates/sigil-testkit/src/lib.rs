@@ -34,6 +34,7 @@ pub mod intoto;
 pub mod kube;
 pub mod oci_layout;
 pub mod pki;
+pub mod process;
 pub mod procstat;
 pub mod registry;
 pub mod resolver;

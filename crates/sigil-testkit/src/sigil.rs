@@ -4,15 +4,18 @@
 //! result still decodes into its Kubernetes type, and reinvokes once
 //! (reinvocationPolicy IfNeeded).
 
-use std::io::{BufRead, BufReader, Write as _};
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::{Value, json};
 
+pub use crate::process::{
+    KillOnDrop, audit_command, bin, into_closed_pipe, run_bounded, run_ok, run_sigil, wait_http,
+};
 use crate::review::{assert_decodes, decodes, pod, review};
 
 pub struct Sigil {
@@ -32,129 +35,9 @@ impl Drop for Sigil {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if let Some(name) = &self.container {
-            crate::image::remove_container(name);
+            crate::process::remove_container(name);
         }
     }
-}
-
-/// The `sigil` binary under test: what cargo or nextest name for the
-/// running test or bench (`CARGO_BIN_EXE_sigil`, `NEXTEST_BIN_EXE_sigil`),
-/// else the `sigil` beside the test executable's `deps/` directory (where
-/// cargo puts it for every integration test and bench of the workspace).
-pub fn bin() -> &'static str {
-    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        for var in ["CARGO_BIN_EXE_sigil", "NEXTEST_BIN_EXE_sigil"] {
-            if let Ok(p) = std::env::var(var)
-                && std::path::Path::new(&p).is_file()
-            {
-                return p;
-            }
-        }
-        let exe = std::env::current_exe().expect("current exe");
-        let dir = exe.parent().expect("exe dir");
-        let dir = if dir.ends_with("deps") {
-            dir.parent().expect("target dir")
-        } else {
-            dir
-        };
-        let p = dir.join("sigil");
-        assert!(
-            p.is_file(),
-            "no sigil binary at {} (build it: cargo build -p sigil)",
-            p.display()
-        );
-        p.display().to_string()
-    })
-}
-
-/// Runs `cmd` to its end and returns its output; panics, with its stderr,
-/// unless it succeeded.
-pub fn run_ok(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("run the command");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Runs `cmd` with stdout a pipe whose reader has already gone (`sigil … |
-/// head` once the head has read its lines): (exit code, stderr).
-pub fn into_closed_pipe(cmd: &mut Command) -> (i32, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sigil");
-    drop(child.stdout.take());
-    let out = child.wait_with_output().expect("wait for sigil");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Runs `sigil ARGS` to completion (see [`run_bounded`]).
-pub fn run_sigil(args: &[&str], stdin: Option<&str>) -> Output {
-    run_bounded(Command::new(bin()).args(args), stdin)
-}
-
-/// Runs `cmd` to completion: `stdin` (if any) written from a thread and both
-/// pipes read while it runs, so a full pipe never blocks the child; killed,
-/// and the test failed, after 120 s.
-pub fn run_bounded(cmd: &mut Command, stdin: Option<&str>) -> Output {
-    let mut child = cmd
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    if let Some(input) = stdin {
-        let mut w = child.stdin.take().expect("stdin");
-        let input = input.to_owned();
-        std::thread::spawn(move || {
-            let _ = w.write_all(input.as_bytes());
-        });
-    }
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok(out) => out.expect("wait"),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("{cmd:?} did not finish within 120 s");
-        }
-    }
-}
-
-/// `sigil audit -A -o json` over the cluster `kubeconfig` names, with the
-/// pull-secret watches off and no in-cluster configuration leaking in.
-pub fn audit_command(policy: &std::path::Path, kubeconfig: &std::path::Path) -> Command {
-    let mut cmd = Command::new(bin());
-    cmd.args([
-        "audit",
-        "-A",
-        "-o",
-        "json",
-        "--pull-secrets=false",
-        "--policy",
-    ])
-    .arg(policy)
-    .env_remove("KUBERNETES_SERVICE_HOST")
-    .env("KUBECONFIG", kubeconfig);
-    cmd
 }
 
 impl Sigil {
@@ -260,7 +143,7 @@ impl Sigil {
         let mut sigil = Sigil::launch(cmd, tempfile::tempdir().unwrap());
         match &mut sigil {
             Ok(s) => s.container = Some(name),
-            Err(_) => crate::image::remove_container(&name),
+            Err(_) => crate::process::remove_container(&name),
         }
         sigil
     }
@@ -592,31 +475,5 @@ impl ApiServer {
                 reinvoked,
             }
         })
-    }
-}
-
-/// A child process killed (and reaped) on drop, for benches that start
-/// sigil or a helper themselves.
-pub struct KillOnDrop(pub Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Waits (up to 20 s) until `url` answers 2xx.
-pub async fn wait_http(url: &str) {
-    let http = reqwest::Client::new();
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(r) = http.get(url).send().await
-            && r.status().is_success()
-        {
-            return;
-        }
-        assert!(Instant::now() < until, "{url} never came up");
-        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }

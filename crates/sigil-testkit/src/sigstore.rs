@@ -504,3 +504,27 @@ pub(crate) fn hex_sha(d: &[u8]) -> Vec<u8> {
 pub(crate) fn hex(d: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+impl Sigstore {
+    /// cosign's bundle annotation for `body` logged at `integrated_time`
+    /// (a SET by this log's key, or by `log` to forge one).
+    pub fn set_annotation(
+        &self,
+        body: &[u8],
+        integrated_time: i64,
+        log_index: u64,
+        log: Option<&Signer>,
+    ) -> String {
+        let log_id = hex(&hex_sha(&self.log.spki()));
+        let body_b64 = b64(body);
+        let set_msg = format!(
+            "{{\"body\":\"{body_b64}\",\"integratedTime\":{integrated_time},\"logID\":\"{log_id}\",\"logIndex\":{log_index}}}"
+        );
+        let set = log.unwrap_or(&self.log).sign(set_msg.as_bytes());
+        serde_json::to_string(&json!({
+            "SignedEntryTimestamp": b64(&set),
+            "Payload": {"body": body_b64, "integratedTime": integrated_time, "logIndex": log_index, "logID": log_id}
+        }))
+        .unwrap()
+    }
+}

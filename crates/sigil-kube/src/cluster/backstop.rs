@@ -22,7 +22,6 @@ use std::time::Duration;
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::Value;
@@ -39,16 +38,7 @@ const FIELD_MANAGER: &str = "sigil";
 
 /// The `break-glass --backstop` marker, if set.
 pub async fn paused(client: &Client, s: &Settings) -> Result<Option<String>> {
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &s.namespace);
-    let cm = cms
-        .get_opt(&s.state_configmap)
-        .await
-        .with_context(|| format!("reading ConfigMap {}/{}", s.namespace, s.state_configmap))?;
-    Ok(cm.and_then(|c| {
-        c.metadata
-            .annotations
-            .and_then(|mut a| a.remove(BACKSTOP_BREAK_GLASS_ANNOTATION))
-    }))
+    super::break_glass::state_annotation(client, s, BACKSTOP_BREAK_GLASS_ANNOTATION).await
 }
 
 /// One object as sigil applies it: its labels plus sigil's, owned by

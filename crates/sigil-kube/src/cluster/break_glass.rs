@@ -25,16 +25,21 @@ use crate::error::{Context as _, Error, Result};
 
 /// The break-glass marker, if set: its value says since when and why.
 pub async fn break_glass_marker(client: &Client, s: &Settings) -> Result<Option<String>> {
+    state_annotation(client, s, BREAK_GLASS_ANNOTATION).await
+}
+
+/// One annotation of the state ConfigMap, if it and the ConfigMap exist.
+pub(crate) async fn state_annotation(
+    client: &Client,
+    s: &Settings,
+    key: &str,
+) -> Result<Option<String>> {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &s.namespace);
     let cm = cms
         .get_opt(&s.state_configmap)
         .await
         .with_context(|| format!("reading ConfigMap {}/{}", s.namespace, s.state_configmap))?;
-    Ok(cm.and_then(|c| {
-        c.metadata
-            .annotations
-            .and_then(|mut a| a.remove(BREAK_GLASS_ANNOTATION))
-    }))
+    Ok(cm.and_then(|c| c.metadata.annotations.and_then(|mut a| a.remove(key))))
 }
 
 /// Deletes sigil's configuration (by name, and any other carrying its
