@@ -80,7 +80,7 @@ elif [ "$(id -u)" -ne 0 ] || ! command -v buildah >/dev/null || ! command -v pod
 else
   image_line="image: ${image} test built the image (scripts/image.sh), ran it with podman and was answered through it"
 fi
-node=$(grep -cE 'PASS .* (node::|real_kube::node)' "$summary" || true)
+node=$(grep -cE 'PASS .* sigil::it (node::|real_kube::node::)' "$summary" || true)
 if [ -z "${SIGIL_CONTAINERD_ASSETS:-}" ]; then
   node_line="node tier: ${node} tests skipped (SIGIL_CONTAINERD_ASSETS is not set: a directory with containerd, ctr and cripull, v2.3; see README)"
 elif [ "$(id -u)" -ne 0 ]; then
