@@ -1,0 +1,231 @@
+//! An independent verifier as a test oracle: the Sigstore project's Rust
+//! verifier (`sigstore-verify` =0.15.1, sigstore/sigstore-rust, a
+//! dev-dependency only) judges every Sigstore bundle vector in the
+//! repository beside sigil's `bundle::verify`, with the same trusted root,
+//! artifact and identity or key, and the two must agree on accept or
+//! refuse. It is not infallible: each case where they disagree is triaged
+//! below (which one the specification backs) and held as it is, so a new
+//! disagreement — either verifier changing its mind — fails here.
+//! It cannot judge cosign's legacy `.sig` layers or notation (it reads
+//! bundles only): those are held by their own vectors.
+
+use std::path::{Path, PathBuf};
+
+use sigil_verify::bundle::{Artifact, Matcher, Requirements, Signer};
+use sigil_verify::keys::PublicKey;
+use sigil_verify::trust::TrustedRoot;
+use sigstore_verify::types::{Bundle, DerPublicKey};
+use sigstore_verify::{PublicKeyVerificationPolicy, VerificationPolicy};
+
+const IDENTITY: &str = "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/.github/workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main";
+const ISSUER: &str = "https://token.actions.githubusercontent.com";
+
+/// Cases where the two verifiers disagree, with the triage: who is right
+/// and why. (case, sigil accepts, sigstore-verify accepts, why).
+const TRIAGED: &[(&str, bool, bool, &str)] = &[];
+
+fn suite() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sigstore-conformance")
+}
+
+fn read_trimmed(p: &Path) -> Option<String> {
+    std::fs::read_to_string(p).ok().map(|s| s.trim().to_owned())
+}
+
+/// sigil's verdict: `Ok(())` or why not.
+fn ours(dir: &Path, bundle: &[u8], artifact: &[u8], root: &str) -> Result<(), String> {
+    let trust = TrustedRoot::from_json(root).map_err(|e| e.to_string())?;
+    let artifact = Artifact::Bytes(artifact.to_vec());
+    let key = read_trimmed(&dir.join("key.pub"));
+    let key = key
+        .map(|k| PublicKey::from_pem(&k))
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    let san =
+        Matcher::Exact(read_trimmed(&dir.join("identity")).unwrap_or_else(|| IDENTITY.into()));
+    let issuer = Matcher::Exact(read_trimmed(&dir.join("issuer")).unwrap_or_else(|| ISSUER.into()));
+    let signer = match &key {
+        Some(k) => Signer::Key(k),
+        None => Signer::Identity {
+            san: &san,
+            issuer: &issuer,
+            extensions: &[],
+        },
+    };
+    sigil_verify::bundle::verify(bundle, &artifact, signer, Requirements::default(), &trust)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// sigstore-verify's verdict on the same inputs.
+fn theirs(dir: &Path, bundle: &[u8], artifact: &[u8], root: &str) -> Result<(), String> {
+    let root =
+        sigstore_verify::trust_root::TrustedRoot::from_json(root).map_err(|e| e.to_string())?;
+    let bundle = std::str::from_utf8(bundle).map_err(|e| e.to_string())?;
+    let bundle = Bundle::from_json(bundle).map_err(|e| e.to_string())?;
+    let r = match read_trimmed(&dir.join("key.pub")) {
+        Some(pem) => {
+            let key = DerPublicKey::from_pem(&pem).map_err(|e| e.to_string())?;
+            sigstore_verify::verify(
+                artifact,
+                &bundle,
+                &PublicKeyVerificationPolicy::new(key),
+                &root,
+            )
+        }
+        None => {
+            let policy = VerificationPolicy::new(
+                read_trimmed(&dir.join("identity")).unwrap_or_else(|| IDENTITY.into()),
+                read_trimmed(&dir.join("issuer")).unwrap_or_else(|| ISSUER.into()),
+            );
+            sigstore_verify::verify(artifact, &bundle, &policy, &root)
+        }
+    };
+    r.map(|_| ()).map_err(|e| e.to_string())
+}
+
+#[test]
+fn sigil_and_the_sigstore_projects_verifier_agree_on_every_conformance_bundle() {
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(suite())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("bundle.sigstore.json").exists())
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 35, "{} cases", cases.len());
+    let default_root = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("trust/public-good-trusted_root.json"),
+    )
+    .unwrap();
+    let a_txt = std::fs::read(suite().join("a.txt")).unwrap();
+    let mut found = Vec::new();
+    let mut wrong = Vec::new();
+    for dir in &cases {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let bundle = std::fs::read(dir.join("bundle.sigstore.json")).unwrap();
+        let artifact = std::fs::read(dir.join("artifact")).unwrap_or_else(|_| a_txt.clone());
+        let root = std::fs::read_to_string(dir.join("trusted_root.json"))
+            .unwrap_or_else(|_| default_root.clone());
+        let (a, b) = (
+            ours(dir, &bundle, &artifact, &root),
+            theirs(dir, &bundle, &artifact, &root),
+        );
+        let must_fail = name.ends_with("_fail");
+        if a.is_ok() == must_fail {
+            wrong.push(format!(
+                "{name}: sigil {a:?} (must {})",
+                if must_fail { "fail" } else { "pass" }
+            ));
+        }
+        if a.is_ok() != b.is_ok() {
+            found.push((
+                name.clone(),
+                a.is_ok(),
+                b.is_ok(),
+                format!("sigil {a:?}; sigstore-verify {b:?}"),
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "sigil is wrong by the suite:\n{}",
+        wrong.join("\n")
+    );
+    let got: Vec<(&str, bool, bool)> = found
+        .iter()
+        .map(|(n, a, b, _)| (n.as_str(), *a, *b))
+        .collect();
+    let want: Vec<(&str, bool, bool)> = TRIAGED.iter().map(|(n, a, b, _)| (*n, *a, *b)).collect();
+    assert_eq!(
+        got,
+        want,
+        "disagreements changed:\n{}",
+        found
+            .iter()
+            .map(|(n, _, _, d)| format!("{n}: {d}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// Cases where the two disagree on the attestation vectors (real bundles
+/// made by GitHub, slsa-github-generator and sigstore-js), triaged as above.
+const TRIAGED_ATTESTATIONS: &[(&str, bool, bool, &str)] = &[];
+
+/// The real attestation bundles that name their artifact: both verifiers
+/// on the bundle, the artifact's bytes and the signer's exact identity.
+/// (Policy beyond the identity — repository, builder — is sigil's own and
+/// not compared: the upstream verdicts of the `_fail` cases rest on it.)
+#[test]
+fn sigil_and_the_sigstore_projects_verifier_agree_on_every_real_attestation_bundle() {
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sigil/tests/vectors/attestations");
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(base.join("cases.json")).unwrap()).unwrap();
+    let mut found = Vec::new();
+    let (mut judged, mut accepted) = (0, 0);
+    for c in cases["cases"].as_array().unwrap() {
+        let (Some(bundle), Some(artifact)) = (c["attestation"].as_str(), c["artifact"].as_str())
+        else {
+            continue;
+        };
+        if !c["kind"].as_str().unwrap_or_default().starts_with("bundle") {
+            continue;
+        }
+        let id = c["id"].as_str().unwrap();
+        let dir = base.join("cases").join(id);
+        let root = std::fs::read_to_string(dir.join(c["trust"][0].as_str().unwrap())).unwrap();
+        let bundle = std::fs::read(dir.join(bundle)).unwrap();
+        // Some artifacts (package tarballs) are not copied: judged by digest elsewhere.
+        let Ok(artifact) = std::fs::read(dir.join(artifact)) else {
+            continue;
+        };
+        // The identity files the conformance layout reads, from the case.
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("identity"),
+            c["signer"]["san"].as_str().unwrap(),
+        )
+        .unwrap();
+        std::fs::write(
+            tmp.path().join("issuer"),
+            c["signer"]["oidc_issuer"].as_str().unwrap(),
+        )
+        .unwrap();
+        let (a, b) = (
+            ours(tmp.path(), &bundle, &artifact, &root),
+            theirs(tmp.path(), &bundle, &artifact, &root),
+        );
+        judged += 1;
+        accepted += usize::from(a.is_ok() && b.is_ok());
+        if a.is_ok() != b.is_ok() {
+            found.push((
+                id.to_owned(),
+                a.is_ok(),
+                b.is_ok(),
+                format!("sigil {a:?}; sigstore-verify {b:?}"),
+            ));
+        }
+    }
+    assert!(judged >= 5, "{judged} bundles judged");
+    // The upstream `-pass` cases, at least, verify in both (the harness
+    // feeds both real inputs, not something both refuse).
+    assert!(accepted >= 3, "{accepted} of {judged} accepted by both");
+    let got: Vec<(&str, bool, bool)> = found
+        .iter()
+        .map(|(n, a, b, _)| (n.as_str(), *a, *b))
+        .collect();
+    let want: Vec<(&str, bool, bool)> = TRIAGED_ATTESTATIONS
+        .iter()
+        .map(|(n, a, b, _)| (*n, *a, *b))
+        .collect();
+    assert_eq!(
+        got,
+        want,
+        "disagreements changed:\n{}",
+        found
+            .iter()
+            .map(|(n, _, _, d)| format!("{n}: {d}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
