@@ -184,6 +184,12 @@ impl Containerd {
         self.ctr(&["image", "pull", "--plain-http", image])
     }
 
+    /// [`Self::ctr_pull`] with `--user USER:PASSWORD` (containerd's own
+    /// credentials for the pull; the verifier has its own).
+    pub fn ctr_pull_as(&self, image: &str, user: &str) -> Output {
+        self.ctr(&["image", "pull", "--plain-http", "--user", user, image])
+    }
+
     /// `cripull SOCKET IMAGE`: the CRI `PullImage` a kubelet sends.
     pub fn cri_pull(&self, image: &str) -> Output {
         Command::new(self.assets.join("cripull"))

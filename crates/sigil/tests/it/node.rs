@@ -240,3 +240,62 @@ async fn without_a_node_policy_pulls_are_refused_unless_told_and_node_check_read
     assert!(o.status.success(), "{}", text(&o));
     assert!(c.logs().contains("local image pull"), "{}", c.logs());
 }
+
+/// Credentials as the kubelet has them: the verifier reads a private
+/// registry's signatures with the node's docker config
+/// (`SIGIL_DOCKER_CONFIG` in containerd's environment) and, without it, is
+/// refused by the registry and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_verifier_reads_a_private_registry_with_the_nodes_docker_config() {
+    let Some(assets) =
+        assets_or_skip("the_verifier_reads_a_private_registry_with_the_nodes_docker_config")
+    else {
+        return;
+    };
+    let (user, password) = ("node", "s3cret");
+    let reg = TestRegistry::start(Mode::Htpasswd { user, password }).await;
+    let h = reg.host();
+    let key = Signer::p256();
+    let d = push_tar_image(&reg, "signed/app", "1.0").await;
+    sign(&reg, "signed/app", &d, &key).await;
+    let files = tempfile::tempdir().unwrap();
+    let policy_file = files.path().join("node-policy.yaml");
+    std::fs::write(&policy_file, policy(&reg, 9, &key)).unwrap();
+    let config = files.path().join("config.json");
+    use base64::Engine as _;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    std::fs::write(
+        &config,
+        format!("{{\"auths\": {{\"{h}\": {{\"auth\": \"{auth}\"}}}}}}"),
+    )
+    .unwrap();
+    let image = format!("{h}/signed/app:1.0");
+    for (with_config, pulled) in [(true, true), (false, false)] {
+        let mut env = vec![("SIGIL_NODE_POLICY", policy_file.display().to_string())];
+        if with_config {
+            env.push(("SIGIL_DOCKER_CONFIG", config.display().to_string()));
+        }
+        let c = Containerd::start(&assets, &h, &env, "5s", "");
+        c.install_verifier(
+            std::path::Path::new(crate::support::sigil::bin()),
+            "sigil-containerd",
+        );
+        let o = c.ctr_pull_as(&image, &format!("{user}:{password}"));
+        assert_eq!(
+            o.status.success(),
+            pulled,
+            "config {with_config}: {}",
+            text(&o)
+        );
+        if !pulled {
+            let said = text(&o);
+            assert!(said.contains("sigil refused"), "{said}");
+            assert!(
+                said.contains("401")
+                    || said.to_lowercase().contains("unauthorized")
+                    || said.contains("credentials"),
+                "{said}"
+            );
+        }
+    }
+}
