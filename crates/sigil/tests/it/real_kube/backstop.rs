@@ -2,7 +2,7 @@
 //! printed ValidatingAdmissionPolicy type-checks against the Pod schema and
 //! is applied as printed; with sigil serving nothing changes (it pins
 //! first; the backstop runs after mutation); with the webhook failing open
-//! and sigil gone, Pods with images sigil would never admit are refused
+//! and sigil gone (and again with the webhook timing out), Pods with images sigil would never admit are refused
 //! naming the backstop and the fix, a Pod pinned at the mirror (as `sigil
 //! pin` writes it in Git) is admitted, exempt namespaces admit, an UPDATE
 //! that keeps its images passes, and all of it holds after the API server
@@ -175,6 +175,40 @@ async fn the_backstop_refuses_what_sigil_would_never_admit_while_the_webhook_fai
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     check_alone(&kube, &local).await;
+    // Timing out instead (a listener that never answers, timeoutSeconds 1,
+    // failing open): the API server waits out the webhook, then the
+    // backstop refuses alone.
+    let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut webhook =
+        crate::shipped::find(&applied, "MutatingWebhookConfiguration", "sigil").clone();
+    webhook["webhooks"][0]["failurePolicy"] = json!("Ignore");
+    webhook["webhooks"][0]["timeoutSeconds"] = json!(1);
+    webhook["webhooks"][0]["clientConfig"]["url"] = json!(format!(
+        "https://127.0.0.1:{}/mutate",
+        blackhole.local_addr().unwrap().port()
+    ));
+    kube.apply(&[webhook]).await;
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut n = 0;
+    loop {
+        n += 1;
+        let t = Instant::now();
+        let (status, v) = create(&kube, "shop", &format!("timeout-{n}"), "quay.io/other/x:1").await;
+        if t.elapsed() >= Duration::from_millis(900) {
+            assert_eq!(status, 403, "{v}");
+            assert!(
+                v["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("sigil-backstop"),
+                "{v}"
+            );
+            break;
+        }
+        assert!(Instant::now() < until, "the webhook never timed out");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(blackhole);
     // Still in force after the API server restarts (it is stored, not served).
     kube.restart_apiserver().await;
     let until = Instant::now() + Duration::from_secs(30);
