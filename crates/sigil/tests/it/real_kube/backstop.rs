@@ -1,13 +1,13 @@
 //! The in-API-server backstop (`sigil backstop`) on a real API server: the
-//! printed ValidatingAdmissionPolicy type-checks against the Pod schema and
-//! is applied as printed; with sigil serving nothing changes (it pins
-//! first; the backstop runs after mutation); with the webhook failing open
-//! and sigil gone (and again with the webhook timing out), Pods with images sigil would never admit are refused
-//! naming the backstop and the fix, a Pod pinned at the mirror (as `sigil
-//! pin` writes it in Git) is admitted, exempt namespaces admit, an UPDATE
-//! that keeps its images passes, and all of it holds after the API server
-//! restarts.
-
+//! printed ValidatingAdmissionPolicy, installed as the chart installs it
+//! (`--set-file backstop.manifests=`), type-checks against the Pod schema;
+//! with sigil serving nothing changes (it pins first; the backstop runs
+//! after mutation); with the webhook failing open and sigil gone, and again
+//! with the webhook timing out, Pods with images sigil would never admit
+//! are refused naming the backstop and the fix, a Pod pinned at the mirror
+//! (as `sigil pin` writes it in Git) is admitted, exempt namespaces admit,
+//! an UPDATE that keeps its images passes, and all of it holds after the
+//! API server restarts.
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
