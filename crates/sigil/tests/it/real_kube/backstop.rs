@@ -8,6 +8,7 @@
 //! (as `sigil pin` writes it in Git) is admitted, exempt namespaces admit,
 //! an UPDATE that keeps its images passes, and all of it holds after the
 //! API server restarts.
+
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
