@@ -24,6 +24,28 @@ const ISSUER: &str = "https://token.actions.githubusercontent.com";
 /// and why. (case, sigil accepts, sigstore-verify accepts, why).
 const TRIAGED: &[(&str, bool, bool, &str)] = &[];
 
+/// A disagreement: (case, sigil accepts, sigstore-verify accepts, both answers).
+type Found = (String, bool, bool, String);
+
+/// The disagreements found are exactly the triaged ones.
+fn assert_triaged(found: &[Found], triaged: &[(&str, bool, bool, &str)]) {
+    let got: Vec<(&str, bool, bool)> = found
+        .iter()
+        .map(|(n, a, b, _)| (n.as_str(), *a, *b))
+        .collect();
+    let want: Vec<(&str, bool, bool)> = triaged.iter().map(|(n, a, b, _)| (*n, *a, *b)).collect();
+    assert_eq!(
+        got,
+        want,
+        "disagreements changed:\n{}",
+        found
+            .iter()
+            .map(|(n, _, _, d)| format!("{n}: {d}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
 fn suite() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sigstore-conformance")
 }
@@ -131,21 +153,7 @@ fn sigil_and_the_sigstore_projects_verifier_agree_on_every_conformance_bundle() 
         "sigil is wrong by the suite:\n{}",
         wrong.join("\n")
     );
-    let got: Vec<(&str, bool, bool)> = found
-        .iter()
-        .map(|(n, a, b, _)| (n.as_str(), *a, *b))
-        .collect();
-    let want: Vec<(&str, bool, bool)> = TRIAGED.iter().map(|(n, a, b, _)| (*n, *a, *b)).collect();
-    assert_eq!(
-        got,
-        want,
-        "disagreements changed:\n{}",
-        found
-            .iter()
-            .map(|(n, _, _, d)| format!("{n}: {d}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_triaged(&found, TRIAGED);
 }
 
 /// Cases where the two disagree on the attestation vectors (real bundles
@@ -210,22 +218,5 @@ fn sigil_and_the_sigstore_projects_verifier_agree_on_every_real_attestation_bund
     // The upstream `-pass` cases, at least, verify in both (the harness
     // feeds both real inputs, not something both refuse).
     assert!(accepted >= 3, "{accepted} of {judged} accepted by both");
-    let got: Vec<(&str, bool, bool)> = found
-        .iter()
-        .map(|(n, a, b, _)| (n.as_str(), *a, *b))
-        .collect();
-    let want: Vec<(&str, bool, bool)> = TRIAGED_ATTESTATIONS
-        .iter()
-        .map(|(n, a, b, _)| (*n, *a, *b))
-        .collect();
-    assert_eq!(
-        got,
-        want,
-        "disagreements changed:\n{}",
-        found
-            .iter()
-            .map(|(n, _, _, d)| format!("{n}: {d}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_triaged(&found, TRIAGED_ATTESTATIONS);
 }
