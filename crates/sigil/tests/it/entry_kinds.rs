@@ -6,6 +6,8 @@
 //! `intoto` 0.0.2 and `dsse` 0.0.1. Each is admitted; an `intoto` 0.0.1
 //! entry of another envelope is refused, as Rekor's own verifier would.
 //! (Rekor v2's `hashedrekord`/`dsse` 0.0.2 are in bundles: `attest::`.)
+//! And an attachment form: a signature bundle kept in another repository
+//! (`COSIGN_REPOSITORY`).
 
 use crate::support::attestations::{self as att, SLSA_V1, push_att};
 use crate::support::entries::LogKind;
@@ -167,4 +169,60 @@ async fn every_rekor_entry_kind_cosign_has_written_is_verified_on_its_path() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains(says), "{image}: {says:?} not in\n{text}");
     }
+}
+
+/// `COSIGN_REPOSITORY`: a key-signed cosign v3 bundle (`cosign sign
+/// --new-bundle-format`) kept as a referrer in another repository, found
+/// there through the rule's `signatures.repository` (the referrers tag
+/// schema: the test registry has no referrers API) — and not counted when
+/// the rule looks beside the image.
+#[tokio::test]
+async fn a_signature_bundle_kept_in_another_repository_is_found_there() {
+    let w = KeylessWorld::start().await;
+    let reg = &w.registry;
+    let h = reg.host();
+    let key = crate::support::signing::Signer::p256();
+    let pem = w.dir.path().join("team.pub");
+    std::fs::write(&pem, key.public_pem()).unwrap();
+    let d = reg.push_image("apps/svc", "v1").await;
+    let size = reg.manifest_size("apps/svc", &d).await;
+    let signed = statement(
+        &d,
+        crate::support::intoto::COSIGN_SIGN,
+        serde_json::json!({}),
+    );
+    let bundle = att::keyed_bundle(&key, &signed);
+    crate::support::signing::push_referrers(
+        reg,
+        "signatures/svc",
+        &d,
+        size,
+        &[(att::BUNDLE_V03, att::BUNDLE_V03, bundle.as_slice())],
+    )
+    .await;
+    let rule = |name: &str, repo: Option<&str>| {
+        format!(
+            "    - name: {name}\n      match: [\"{h}/apps/svc\"]\n      verify:\n        - {{name: team, cosign: {{key: \"{}\"}}}}\n{}",
+            pem.display(),
+            repo.map(|r| format!("      signatures: {{repository: \"{h}/{r}\"}}\n"))
+                .unwrap_or_default()
+        )
+    };
+    let policy = |rules: String| {
+        format!(
+            "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {{name: sep}}\nspec:\n  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n{rules}"
+        )
+    };
+    let image = format!("{h}/apps/svc:v1");
+    let sigil = Sigil::start(
+        Some(&policy(rule("elsewhere", Some("signatures/svc")))),
+        &[],
+    )
+    .await;
+    let a = sigil.apiserver().create_pod("team", &[&image]).await;
+    assert!(a.allowed, "{}", a.message);
+    let sigil = Sigil::start(Some(&policy(rule("beside", None))), &[]).await;
+    let a = sigil.apiserver().create_pod("team", &[&image]).await;
+    assert!(!a.allowed, "no signature beside the image");
+    assert!(a.message.contains("no signature found"), "{}", a.message);
 }
