@@ -107,10 +107,13 @@ pub fn verify(args: &[String]) -> ExitCode {
 }
 
 fn decide_pull(args: &[String], started: Instant) -> Verdict {
+    // containerd writes the descriptor; a person at a terminal may not.
     let mut stdin = Vec::new();
-    let _ = std::io::stdin()
-        .take(MAX_STDIN as u64)
-        .read_to_end(&mut stdin);
+    if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        let _ = std::io::stdin()
+            .take(MAX_STDIN as u64)
+            .read_to_end(&mut stdin);
+    }
     let req = match Request::parse(args, &stdin) {
         Ok(r) => r,
         Err(e) => return Verdict::Deny(format!("sigil-containerd: {e}")),
