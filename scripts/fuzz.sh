@@ -2,6 +2,8 @@
 # Runs sigil's fuzz targets with cargo-fuzz (nightly).
 #   scripts/fuzz.sh smoke            # CI: a short run of every target
 #   scripts/fuzz.sh run TARGET RUNS  # e.g. scripts/fuzz.sh run admission 1000000
+#   scripts/fuzz.sh run bundle_oracle 1000000   # sigil vs sigstore-verify (feature
+#                                    # `oracle`; not in the smoke: it builds a second verifier)
 # The smoke builds unoptimized (`--dev`, still with AddressSanitizer): a
 # release build of the tree with cargo-fuzz's one codegen unit per crate took
 # 19 of CI's 34 minutes, the unoptimized one about 6. Each target then runs
@@ -14,6 +16,13 @@ targets=(reference policy admission manifest signature attest tuf crl)
 seeds() {
   case "$1" in
     admission) echo "fuzz/seeds/empty crates/sigil/tests/fixtures/admission_requests" ;;
+    # The conformance cases that use the suite's defaults (public-good
+    # root, a.txt, the default identity): what the target judges against.
+    bundle_oracle)
+      for d in crates/sigil-verify/tests/vectors/sigstore-conformance/*/; do
+        [ -e "$d/key.pub" ] || [ -e "$d/trusted_root.json" ] || [ -e "$d/artifact" ] \
+          || [ -e "$d/identity" ] || [ -e "$d/issuer" ] || printf '%s ' "$d"
+      done ;;
     *) echo "fuzz/seeds/$1" ;;
   esac
 }
@@ -39,6 +48,11 @@ case "${1:-smoke}" in
       echo "== fuzz $t"
       FUZZ_SECONDS="${SMOKE_SECONDS:-30}" run "$t" "${SMOKE_RUNS:-20000}" --dev
     done ;;
-  run) build; run "$2" "${3:-1000000}" ;;
+  run)
+    if [ "$2" = bundle_oracle ]; then
+      build "--features oracle"; run "$2" "${3:-1000000}" "--features oracle"
+    else
+      build; run "$2" "${3:-1000000}"
+    fi ;;
   *) echo "usage: $0 smoke | run TARGET [RUNS]" >&2; exit 2 ;;
 esac

@@ -220,3 +220,47 @@ fn sigil_and_the_sigstore_projects_verifier_agree_on_every_real_attestation_bund
     assert!(accepted >= 3, "{accepted} of {judged} accepted by both");
     assert_triaged(&found, TRIAGED_ATTESTATIONS);
 }
+
+/// Found by the differential fuzz target (`fuzz/fuzz_targets/bundle_oracle.rs`):
+/// a bundle whose `mediaType` is missing (or names no bundle version).
+/// sigstore-verify 0.15.1 accepts it; sigil refuses it. Triage: sigil is
+/// right — the bundle specification requires `mediaType` to name the
+/// version, and the version decides what the bundle must carry (v0.1 may
+/// rest on a SET alone, v0.2 and later need an inclusion proof), so an
+/// unversioned bundle has no defined rules to verify it by.
+#[test]
+fn a_bundle_that_names_no_version_is_refused_where_sigstore_verify_accepts_it() {
+    let dir = suite().join("happy-path-v0.3");
+    let root = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("trust/public-good-trusted_root.json"),
+    )
+    .unwrap();
+    let a_txt = std::fs::read(suite().join("a.txt")).unwrap();
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("bundle.sigstore.json")).unwrap()).unwrap();
+    assert!(ours(&dir, &serde_json::to_vec(&v).unwrap(), &a_txt, &root).is_ok());
+    for unversioned in [None, Some("application/json"), Some("")] {
+        match unversioned {
+            None => v.as_object_mut().unwrap().remove("mediaType"),
+            Some(m) => v
+                .as_object_mut()
+                .unwrap()
+                .insert("mediaType".into(), m.into()),
+        };
+        let bundle = serde_json::to_vec(&v).unwrap();
+        let mine = ours(&dir, &bundle, &a_txt, &root);
+        assert!(
+            mine.as_ref()
+                .is_err_and(|e| e.contains("not a supported Sigstore bundle")),
+            "{unversioned:?}: {mine:?}"
+        );
+        if unversioned.is_none() {
+            // The disagreement as found: if sigstore-verify changes its
+            // mind, this triage is no longer needed.
+            assert!(
+                theirs(&dir, &bundle, &a_txt, &root).is_ok(),
+                "sigstore-verify now refuses an unversioned bundle too"
+            );
+        }
+    }
+}
