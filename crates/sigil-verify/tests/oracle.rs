@@ -264,3 +264,35 @@ fn a_bundle_that_names_no_version_is_refused_where_sigstore_verify_accepts_it() 
         }
     }
 }
+
+/// Found by the differential fuzz target: a message signature whose
+/// `messageDigest` names no algorithm. sigil read it as SHA-256 and
+/// accepted; sigstore-verify refuses the bundle. Triage: sigstore-verify is
+/// right — a digest without its algorithm (the specification's
+/// `HASH_ALGORITHM_UNSPECIFIED`) means nothing. Fixed: sigil refuses it.
+#[test]
+fn a_message_digest_without_its_algorithm_is_refused_as_sigstore_verify_refuses_it() {
+    let root = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("trust/public-good-trusted_root.json"),
+    )
+    .unwrap();
+    let a_txt = std::fs::read(suite().join("a.txt")).unwrap();
+    for case in ["happy-path-v0.1", "happy-path-v0.3"] {
+        let dir = suite().join(case);
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("bundle.sigstore.json")).unwrap())
+                .unwrap();
+        let Some(d) = v.pointer_mut("/messageSignature/messageDigest") else {
+            continue;
+        };
+        d.as_object_mut().unwrap().remove("algorithm");
+        let bundle = serde_json::to_vec(&v).unwrap();
+        let mine = ours(&dir, &bundle, &a_txt, &root);
+        assert!(
+            mine.as_ref()
+                .is_err_and(|e| e.contains("names no algorithm")),
+            "{case}: {mine:?}"
+        );
+        assert!(theirs(&dir, &bundle, &a_txt, &root).is_err(), "{case}");
+    }
+}

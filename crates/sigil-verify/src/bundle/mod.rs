@@ -260,10 +260,12 @@ fn content(v: &Value, artifact: &Artifact) -> Result<Content, SignatureProblem> 
         let signature = b64(v, "/messageSignature/signature")?;
         let want = artifact.sha256()?;
         if let Some(d) = v.pointer("/messageSignature/messageDigest") {
+            // A digest that names no algorithm means nothing (the
+            // specification's UNSPECIFIED): refused, not read as SHA-256.
             let alg = d
                 .get("algorithm")
                 .and_then(Value::as_str)
-                .unwrap_or("SHA2_256");
+                .ok_or_else(|| malformed("the message digest names no algorithm"))?;
             if alg != "SHA2_256" {
                 return Err(
                     malformed(format!("message digest algorithm {alg} is not supported")).into(),
