@@ -106,7 +106,9 @@ pub enum Verdict {
 /// `None` for a string that is no image reference (the webhook refuses
 /// it; what the CEL makes of it is not specified).
 pub fn decide(policy: &Policy, image: &str) -> Option<Verdict> {
-    let plan = match policy.plan(image) {
+    // Shared with the decision that planned the same string (the audit
+    // decides every image first): no second parse or rule match.
+    let plan = match policy.plan_shared(image, None) {
         Ok(plan) => plan,
         Err(crate::denial::Denial::NoRule) => {
             return Some(Verdict::Refuse {

@@ -32,7 +32,9 @@ pub async fn cluster_policy_documents(client: &Client) -> Result<Vec<(String, St
     let gvk = GroupVersionKind::gvk("sigil.dev", "v1alpha1", "ClusterImagePolicy");
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
     let list = api
-        .list(&ListParams::default())
+        // Any resourceVersion: served from the API server's watch cache,
+        // not etcd (every node lists on every sync).
+        .list(&ListParams::default().match_any())
         .await
         .context("listing ClusterImagePolicies")?;
     let mut docs: Vec<(String, String)> = list

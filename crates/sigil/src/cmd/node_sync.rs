@@ -41,8 +41,9 @@ pub struct SyncArgs {
     /// linked there.
     #[arg(long, env = "SIGIL_NODE_VERIFIER_DIR")]
     verifier_dir: PathBuf,
-    /// How often the policy is read again.
-    #[arg(long, env = "SIGIL_NODE_SYNC_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    /// How often the policy is read again (two reads per node per interval,
+    /// the list from the API server's cache).
+    #[arg(long, env = "SIGIL_NODE_SYNC_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     interval: Duration,
 }
 
