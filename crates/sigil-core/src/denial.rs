@@ -189,6 +189,9 @@ impl Denial {
                 None if report.revoked() => {
                     "a certificate that signed this image is revoked by its CA: sign it again with a valid certificate; the revoked one no longer counts"
                 }
+                None if report.platforms_failed() => {
+                    "sign every platform's manifest of this index (cosign sign --recursive signs the index and each manifest in it), or ask the platform team to change the rule's signatures.signedAt"
+                }
                 None if report.only_attestations_failed() => {
                     "attach an attestation of that type about this exact digest, signed by one of the entry's attestors, whose statement satisfies the conditions (cosign attest, actions/attest with push-to-registry), or ask the platform team to change the rule"
                 }

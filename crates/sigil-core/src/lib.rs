@@ -173,15 +173,19 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The I/O edge that checks a digest's signatures against a rule's verifiers.
 pub trait SignatureVerifier: Send + Sync {
-    /// Verifies `digest`, pulled from `repository` with `creds`, under
-    /// `verification`. Always answers (a fetch failure is a report, not an
-    /// error).
+    /// Verifies `digest`, its signatures read from `repository` with
+    /// `creds`, under `verification`. `image` is where the image itself is
+    /// read (with its credentials) when that is another repository
+    /// (`signatures.repository`): a rule wanting signatures at each platform
+    /// reads the index there. Always answers (a fetch failure is a report,
+    /// not an error).
     fn verify<'a>(
         &'a self,
         repository: &'a Reference,
         digest: &'a Digest,
         verification: &'a Arc<Verification>,
         creds: &'a PullCredentials,
+        image: Option<(&'a Reference, &'a PullCredentials)>,
         deadline: Instant,
     ) -> BoxFuture<'a, Arc<VerificationReport>>;
 

@@ -146,6 +146,8 @@ pub struct VerifyJob<'a> {
     pub key: VerifyKey,
     /// Where signatures are read from.
     pub repository: &'a Reference,
+    /// Where the image itself is read from (its index, for `signedAt`).
+    pub image: &'a Reference,
     /// What the rule requires.
     pub verification: &'a Arc<Verification>,
 }
@@ -460,6 +462,7 @@ impl ObjectPlan {
             jobs.push(VerifyJob {
                 key,
                 repository: signature_repository(p, v),
+                image: &p.target,
                 verification: v,
             });
         }
@@ -479,6 +482,7 @@ impl ObjectPlan {
                 jobs.push(VerifyJob {
                     key,
                     repository: signature_repository(p, verification),
+                    image: &p.target,
                     verification,
                 });
             }

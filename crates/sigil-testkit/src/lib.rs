@@ -29,6 +29,7 @@ pub mod containerd;
 pub mod entries;
 pub mod fault;
 pub mod featured;
+pub mod github;
 pub mod image;
 pub mod intoto;
 pub mod kube;

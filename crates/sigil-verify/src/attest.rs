@@ -505,7 +505,7 @@ mod tests {
         let creds = PullCredentials::default();
         let deadline = Instant::now() + Duration::from_secs(5);
         let reports = futures_util::future::join_all(
-            (0..16).map(|_| verifier.verify(&repo, &d, &v, &creds, deadline)),
+            (0..16).map(|_| verifier.verify(&repo, &d, &v, &creds, None, deadline)),
         )
         .await;
         assert!(reports.iter().all(|r| r.satisfied()), "{}", reports[0]);

@@ -373,9 +373,16 @@ async fn referred<S: ArtifactSource>(
             continue; // listed but gone: nothing to check
         };
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| not_json(d.as_str(), e))?;
-        if v.pointer("/subject/digest").and_then(|s| s.as_str()) != Some(digest.as_str()) {
+        match v.get("subject") {
             // A referrer must point at the digest it is listed for.
-            continue;
+            Some(s) if s.get("digest").and_then(Value::as_str) != Some(digest.as_str()) => {
+                continue;
+            }
+            // No subject: listed in the tag-schema index of this digest,
+            // as sigstore-js (GitHub's `actions/attest`) writes it for
+            // Docker Hub and ECR, which refuse `subject`. The signed
+            // statement, not the listing, binds it to the digest.
+            _ => {}
         }
         for l in v
             .get("layers")
@@ -555,5 +562,43 @@ mod tests {
             !calls.iter().any(|c| c.contains(&sha(b"sbom"))),
             "other artifact types are not fetched"
         );
+    }
+
+    /// sigstore-js (GitHub's `actions/attest`) pushing to Docker Hub or ECR
+    /// deletes the manifest's `subject` and lists it in the tag-schema
+    /// index by hand: such a referrer was skipped, so those attestations
+    /// were never found.
+    #[tokio::test]
+    async fn regression_a_referrer_without_subject_listed_by_the_tag_schema_is_read() {
+        let subject = format!("sha256:{}", "ef".repeat(32));
+        let env = br#"{"payload":"e30","protected":"e30","signature":"AA"}"#.to_vec();
+        let m = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha(b"{}"), "size": 2},
+            "layers": [{"mediaType": notation::JWS_MEDIA_TYPE, "digest": sha(&env), "size": env.len()}]
+        }))
+        .unwrap();
+        let index = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": [
+            {"digest": sha(&m), "artifactType": notation::ARTIFACT_TYPE}
+        ]}))
+        .unwrap();
+        let tag = format!("sha256-{}", "ef".repeat(32));
+        let mem = MemorySource {
+            manifests: [(sha(&m), m.clone()), (tag, index)].into_iter().collect(),
+            blobs: [(sha(&env), env.clone())].into_iter().collect(),
+            referrers: None,
+            ..Default::default()
+        };
+        let a = gather(
+            &mem,
+            &Reference::parse("r.example/app").unwrap(),
+            &Digest::parse(&subject).unwrap(),
+            &PullCredentials::default(),
+            Wanted::SIGNATURES,
+            Instant::now() + std::time::Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        assert_eq!(a.notation.len(), 1, "{:?}", mem.calls());
     }
 }

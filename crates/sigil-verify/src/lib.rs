@@ -49,6 +49,7 @@ pub mod keys;
 mod material;
 pub mod merkle;
 pub mod notation;
+mod platforms;
 pub mod rekor;
 pub mod roots;
 pub mod sct;
@@ -234,6 +235,8 @@ pub fn evaluate(
         fetch_failure: None,
         threshold: verification.threshold,
         required: verification.required.clone(),
+        signed_at: verification.signed_at,
+        platforms: None,
         attestations: Vec::new(),
         found: artifacts
             .cosign
@@ -330,13 +333,15 @@ impl<S: ArtifactSource + 'static> Verifier<S> {
         }
     }
 
-    /// Verifies without the cache.
+    /// Verifies without the cache. `image` is where the image itself is
+    /// read, when not `repo` (see [`SignatureVerifier::verify`]).
     pub async fn verify_uncached(
         &self,
         repo: &Reference,
         digest: &Digest,
         v: &Verification,
         creds: &PullCredentials,
+        image: Option<(&Reference, &PullCredentials)>,
         deadline: Instant,
     ) -> VerificationReport {
         let Some(loaded) = self.material.get(v) else {
@@ -370,6 +375,22 @@ impl<S: ArtifactSource + 'static> Verifier<S> {
                         tokio::time::timeout_at(deadline.into(), crls.fetch_due(now)).await;
                     if fetched.is_ok_and(|n| n > 0) {
                         r = evaluate(v, &loaded.verifiers, &a, digest.as_str(), unix_now());
+                    }
+                }
+                if v.signed_at.reads_platforms() && !v.verifiers.is_empty() {
+                    let at = platforms::Places {
+                        signatures: (repo, creds),
+                        image: image.unwrap_or((repo, creds)),
+                    };
+                    let checked = tokio::time::timeout_at(
+                        deadline.into(),
+                        platforms::check(&self.source, at, digest, v, &loaded.verifiers, deadline),
+                    )
+                    .await
+                    .unwrap_or(Err(sigil_core::ResolveFailure::Timeout { budget }));
+                    match checked {
+                        Ok(p) => r.platforms = p,
+                        Err(f) => r.fetch_failure = Some(f),
                     }
                 }
                 match attest::entries_off_workers(
@@ -413,6 +434,7 @@ impl<S: ArtifactSource + 'static> SignatureVerifier for Verifier<S> {
         digest: &'a Digest,
         verification: &'a Arc<Verification>,
         creds: &'a PullCredentials,
+        image: Option<(&'a Reference, &'a PullCredentials)>,
         deadline: Instant,
     ) -> BoxFuture<'a, Arc<VerificationReport>> {
         // The hit is the common case: its future stays small, and the
@@ -424,7 +446,7 @@ impl<S: ArtifactSource + 'static> SignatureVerifier for Verifier<S> {
             if let Some(r) = self.hit(&key, repo, digest, verification, creds) {
                 return r;
             }
-            self.verify_miss(key, repo, digest, verification, creds, deadline)
+            self.verify_miss(repo, digest, verification, creds, image, deadline)
                 .await
         })
     }
@@ -459,20 +481,22 @@ impl<S: ArtifactSource + 'static> Verifier<S> {
     }
 
     /// A cache miss: one coalesced verification, bounded by the deadline.
+    /// Its key is made again (a hash, nothing next to the verification).
     fn verify_miss<'a>(
         &'a self,
-        key: Key,
         repo: &'a Reference,
         digest: &'a Digest,
         verification: &'a Arc<Verification>,
         creds: &'a PullCredentials,
+        image: Option<(&'a Reference, &'a PullCredentials)>,
         deadline: Instant,
     ) -> BoxFuture<'a, Arc<VerificationReport>> {
         Box::pin(async move {
+            let key = self.keys.key(repo, digest, verification, creds);
             let budget = deadline.saturating_duration_since(Instant::now());
             let load = || async {
                 let r = self
-                    .verify_uncached(repo, digest, verification, creds, deadline)
+                    .verify_uncached(repo, digest, verification, creds, image, deadline)
                     .await;
                 entry(repo, digest, verification, creds, r)
             };
@@ -491,7 +515,7 @@ impl<S: ArtifactSource + 'static> Verifier<S> {
                     // Another check under the same key (two 64-bit hashes
                     // met): verified here, not cached.
                     None => Arc::new(
-                        self.verify_uncached(repo, digest, verification, creds, deadline)
+                        self.verify_uncached(repo, digest, verification, creds, image, deadline)
                             .await,
                     ),
                 },

@@ -435,6 +435,7 @@ fn bench_sbom(c: &mut Criterion) {
                 &d,
                 &v,
                 &creds,
+                None,
                 Instant::now() + Duration::from_secs(30),
             ))
         };

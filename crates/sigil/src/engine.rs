@@ -236,8 +236,25 @@ impl<R: DigestResolver> Engine<R> {
         if misses.is_empty() {
             return reports;
         }
-        let verified = join_all(misses.iter().map(|(j, c)| {
-            verifier.verify(j.repository, &j.key.digest, j.verification, c, deadline)
+        // The image's own credentials, when its signatures live elsewhere
+        // and the rule reads its index (`signatures.signedAt`).
+        let image_creds: Vec<Option<PullCredentials>> = misses
+            .iter()
+            .map(|(j, _)| {
+                (j.verification.signed_at.reads_platforms() && j.image != j.repository)
+                    .then(|| creds.for_target(j.image))
+            })
+            .collect();
+        let verified = join_all(misses.iter().zip(&image_creds).map(|((j, c), ic)| {
+            let image = ic.as_ref().map(|ic| (j.image, ic));
+            verifier.verify(
+                j.repository,
+                &j.key.digest,
+                j.verification,
+                c,
+                image,
+                deadline,
+            )
         }))
         .await;
         reports.extend(misses.into_iter().map(|(j, _)| j.key).zip(verified));

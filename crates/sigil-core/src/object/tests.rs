@@ -317,6 +317,8 @@ fn a_team_key_is_checked_on_the_digest_that_will_run() {
         required: Vec::new(),
         attestations: Vec::new(),
         found: Vec::new(),
+        signed_at: Default::default(),
+        platforms: None,
     };
     a.reports.insert(jobs[0].key.clone(), Arc::new(report));
     let v = plan.decide(&a).fields.remove(0);

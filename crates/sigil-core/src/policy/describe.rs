@@ -143,6 +143,21 @@ impl Policy {
                         |r| r.to_string()
                     )
                 );
+                let at = match v.signed_at {
+                    crate::verify::SignedAt::Index => None,
+                    crate::verify::SignedAt::Platforms => {
+                        Some("on each platform's manifest (the index's own are not needed)")
+                    }
+                    crate::verify::SignedAt::Both => {
+                        Some("on the index and on each platform's manifest")
+                    }
+                    crate::verify::SignedAt::Either => {
+                        Some("on the index, or else on each platform's manifest")
+                    }
+                };
+                if let Some(at) = at {
+                    let _ = writeln!(s, "    for a multi-platform index, signed {at}");
+                }
             }
             for a in r.verification.iter().flat_map(|v| &v.attestations) {
                 let _ = writeln!(

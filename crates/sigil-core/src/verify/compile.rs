@@ -118,11 +118,19 @@ impl Verification {
                 Some(parsed)
             }
         };
+        let signed_at = signatures.and_then(|s| s.signed_at).unwrap_or_default();
+        if signed_at.reads_platforms() && verifiers.is_empty() {
+            return Err(format!(
+                "rule {rule:?}: signatures.signedAt: {} needs a verify list (attestations are checked on the digest pinned)",
+                signed_at.as_str()
+            ));
+        }
         Ok(Verification {
             verifiers: verifiers.to_vec(),
             threshold,
             required: required.to_vec(),
             signatures_repository,
+            signed_at,
             attestations: Vec::new(),
             fingerprint: 0,
         }
@@ -144,6 +152,7 @@ impl Verification {
             self.threshold,
             &self.required,
             &self.signatures_repository,
+            self.signed_at,
             &self.attestations,
         )
             .hash(&mut h);

@@ -17,6 +17,8 @@ pub mod attestations;
 mod compile;
 pub mod keyref;
 pub mod notation;
+pub mod platforms;
+mod problem;
 
 use crate::failure::ResolveFailure;
 pub use attestations::{AttestationRequirement, EntryOutcome};
@@ -26,6 +28,8 @@ pub use notation::{
     Action, NotationActions, NotationLevel, NotationOverride, NotationSpec, NotationStoreType,
     TrustedIdentity, VerifyTimestamp,
 };
+pub use platforms::{MAX_PLATFORMS, PlatformManifest, PlatformReport, SignedAt};
+pub use problem::SignatureProblem;
 
 /// One entry of a rule's `verify` list.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize)]
@@ -175,6 +179,10 @@ pub struct SignaturesSpec {
     /// Repository holding the signatures, instead of the one the image is pulled from.
     #[serde(default)]
     pub repository: Option<String>,
+    /// Where on a multi-platform image signatures must be: `index`
+    /// (default), `platforms`, `both` or `either`.
+    #[serde(default)]
+    pub signed_at: Option<SignedAt>,
 }
 
 /// A rule's compiled verification requirement.
@@ -195,6 +203,8 @@ pub struct Verification {
     /// in, if not the image's. Parsed once at compile: every verified image
     /// of every admission borrows it.
     pub signatures_repository: Option<crate::Reference>,
+    /// Where on an image index the signatures must be.
+    pub signed_at: SignedAt,
     /// Attestations that must be present, verified and satisfy their conditions.
     pub attestations: Vec<AttestationRequirement>,
     /// Hash of everything above, computed by [`Verification::seal`].
@@ -212,126 +222,6 @@ impl Verification {
 impl std::hash::Hash for Verification {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         state.write_u64(self.fingerprint);
-    }
-}
-
-/// Why one signature (or the lack of one) did not satisfy a verifier.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SignatureProblem {
-    /// No signature of this verifier's kind exists for the digest.
-    NoSignature,
-    /// A signature exists but the configured key did not make it.
-    WrongKey,
-    /// Validly signed, but over another image digest.
-    DigestMismatch {
-        /// The digest the signature names.
-        signed: String,
-    },
-    /// The certificate's identity is not the one the policy asks for.
-    IdentityMismatch {
-        /// Issuer and subject found in the certificate.
-        found: String,
-    },
-    /// The certificate chain does not lead to a trusted root (at the time checked).
-    ChainInvalid {
-        /// Why.
-        detail: String,
-    },
-    /// The transparency-log entry is missing, unsigned by a trusted log, or not about this signature.
-    LogEntryInvalid {
-        /// Why.
-        detail: String,
-    },
-    /// The signature or envelope could not be parsed or uses an unsupported form.
-    Malformed {
-        /// Why.
-        detail: String,
-    },
-    /// A check the verification level enforces failed (expiry, timestamp).
-    LevelCheck {
-        /// Which check and why.
-        detail: String,
-    },
-    /// The trust material the verifier names is not available (a
-    /// `TrustRoot` not in force yet, or failing): nothing could be checked.
-    TrustUnavailable {
-        /// Which material and why.
-        detail: String,
-    },
-    /// A certificate of the signing chain is revoked (its CA's CRL lists it).
-    Revoked {
-        /// Which certificate, by which CRL.
-        detail: String,
-    },
-    /// The signing chain's revocation status could not be determined (a
-    /// CRL not fetched yet, unreachable, stale or not the issuer's). It may
-    /// resolve by itself, so it is never cached.
-    RevocationUnknown {
-        /// Which certificate and CRL, and why.
-        detail: String,
-    },
-}
-
-impl SignatureProblem {
-    /// Short label for metrics and logs.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            SignatureProblem::NoSignature => "no_signature",
-            SignatureProblem::WrongKey => "wrong_key",
-            SignatureProblem::DigestMismatch { .. } => "digest_mismatch",
-            SignatureProblem::IdentityMismatch { .. } => "identity_mismatch",
-            SignatureProblem::ChainInvalid { .. } => "chain_invalid",
-            SignatureProblem::LogEntryInvalid { .. } => "log_entry_invalid",
-            SignatureProblem::Malformed { .. } => "malformed",
-            SignatureProblem::LevelCheck { .. } => "level_check",
-            SignatureProblem::TrustUnavailable { .. } => "trust_unavailable",
-            SignatureProblem::Revoked { .. } => "revoked",
-            SignatureProblem::RevocationUnknown { .. } => "revocation_unknown",
-        }
-    }
-
-    /// How bad the problem is, to pick the one worth reporting among many
-    /// signatures: a signature that got further is more telling.
-    fn rank(&self) -> u8 {
-        match self {
-            SignatureProblem::NoSignature | SignatureProblem::TrustUnavailable { .. } => 0,
-            SignatureProblem::Malformed { .. } => 1,
-            SignatureProblem::WrongKey => 2,
-            SignatureProblem::ChainInvalid { .. } => 3,
-            SignatureProblem::IdentityMismatch { .. } => 4,
-            SignatureProblem::LogEntryInvalid { .. } => 5,
-            SignatureProblem::LevelCheck { .. } | SignatureProblem::RevocationUnknown { .. } => 6,
-            SignatureProblem::Revoked { .. } => 7,
-            SignatureProblem::DigestMismatch { .. } => 8,
-        }
-    }
-}
-
-impl fmt::Display for SignatureProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SignatureProblem::NoSignature => write!(f, "no signature found"),
-            SignatureProblem::WrongKey => write!(f, "wrong key (signature does not verify)"),
-            SignatureProblem::DigestMismatch { signed } => {
-                write!(f, "digest mismatch (signature is for {signed})")
-            }
-            SignatureProblem::IdentityMismatch { found } => {
-                write!(f, "identity mismatch (certificate has {found})")
-            }
-            SignatureProblem::ChainInvalid { detail } => write!(f, "chain invalid: {detail}"),
-            SignatureProblem::LogEntryInvalid { detail } => {
-                write!(f, "log entry invalid: {detail}")
-            }
-            SignatureProblem::Malformed { detail } => write!(f, "malformed signature: {detail}"),
-            SignatureProblem::LevelCheck { detail } => write!(f, "{detail}"),
-            SignatureProblem::TrustUnavailable { detail } => {
-                write!(f, "trust material unavailable: {detail}")
-            }
-            SignatureProblem::Revoked { detail } => write!(f, "revoked: {detail}"),
-            SignatureProblem::RevocationUnknown { detail } => {
-                write!(f, "revocation status unknown: {detail}")
-            }
-        }
     }
 }
 
@@ -388,6 +278,11 @@ pub struct VerificationReport {
     /// entry kind (`cosign .sig layer, keyless, Rekor intoto/0.0.1`), so a
     /// user can see why one was or was not counted.
     pub found: Vec<String>,
+    /// Where the rule wants signatures on an index (`signatures.signedAt`).
+    pub signed_at: SignedAt,
+    /// What each platform manifest's signatures satisfied: `Some` only when
+    /// `signed_at` reads platforms and the digest is an index.
+    pub platforms: Option<Vec<PlatformReport>>,
 }
 
 impl VerificationReport {
@@ -400,6 +295,8 @@ impl VerificationReport {
             required: v.required.clone(),
             attestations: Vec::new(),
             found: Vec::new(),
+            signed_at: v.signed_at,
+            platforms: None,
         }
     }
 
@@ -409,18 +306,37 @@ impl VerificationReport {
         self.signatures_satisfied() && self.attestations.iter().all(EntryOutcome::passed)
     }
 
-    /// The signature part alone (threshold and required verifiers).
+    /// The signature part alone: the threshold and required verifiers met
+    /// where `signedAt` asks (the digest; for an index, the index and/or
+    /// each platform manifest).
     pub fn signatures_satisfied(&self) -> bool {
         if self.fetch_failure.is_some() {
             return false;
         }
-        let passed: Vec<&str> = self
-            .results
-            .iter()
-            .filter(|(_, o)| o.passed())
-            .map(|(n, _)| n.as_str())
-            .collect();
-        passed.len() >= self.threshold && self.required.iter().all(|r| passed.contains(&r.as_str()))
+        let at_digest = || platforms::meets(&self.results, self.threshold, &self.required);
+        let at_platforms = |ps: &[PlatformReport]| {
+            !ps.is_empty()
+                && ps
+                    .iter()
+                    .all(|p| p.satisfied(self.threshold, &self.required))
+        };
+        match (&self.platforms, self.signed_at) {
+            (None, _) | (Some(_), SignedAt::Index) => at_digest(),
+            (Some(ps), SignedAt::Platforms) => at_platforms(ps),
+            (Some(ps), SignedAt::Both) => at_digest() && at_platforms(ps),
+            (Some(ps), SignedAt::Either) => at_digest() || at_platforms(ps),
+        }
+    }
+
+    /// Whether the signatures failed only for want of them at the
+    /// platforms (the denial's hint names `cosign sign --recursive`).
+    pub fn platforms_failed(&self) -> bool {
+        self.platforms.as_ref().is_some_and(|ps| {
+            ps.is_empty()
+                || ps
+                    .iter()
+                    .any(|p| !p.satisfied(self.threshold, &self.required))
+        }) && !self.signatures_satisfied()
     }
 
     /// Whether the outcome may change by itself soon (a fetch failure), so it must not be cached.
@@ -428,28 +344,28 @@ impl VerificationReport {
         self.fetch_failure
             .as_ref()
             .is_some_and(|f| f.is_transient())
-            || self.results.iter().any(|(_, o)| {
-                matches!(
-                    o,
-                    VerifierOutcome::Failed {
-                        problem: SignatureProblem::RevocationUnknown { .. },
-                        ..
-                    }
-                )
-            })
+            || any_revocation_unknown(&self.results)
+            || self
+                .platforms
+                .iter()
+                .flatten()
+                .any(PlatformReport::is_transient)
     }
 
     /// Whether a verifier failed only because its signer was revoked.
     pub fn revoked(&self) -> bool {
-        self.results.iter().any(|(_, o)| {
-            matches!(
-                o,
-                VerifierOutcome::Failed {
-                    problem: SignatureProblem::Revoked { .. },
-                    ..
-                }
-            )
-        })
+        let revoked = |results: &[(String, VerifierOutcome)]| {
+            results.iter().any(|(_, o)| {
+                matches!(
+                    o,
+                    VerifierOutcome::Failed {
+                        problem: SignatureProblem::Revoked { .. },
+                        ..
+                    }
+                )
+            })
+        };
+        revoked(&self.results) || self.platforms.iter().flatten().any(|p| revoked(&p.results))
     }
 
     /// Names of the verifiers that passed.
@@ -461,10 +377,30 @@ impl VerificationReport {
             .collect()
     }
 
-    /// What vouched for the digest: the verifiers that passed, then each
-    /// attestation entry that passed (`attestation built-by-ci`).
+    /// The verifiers that vouched where the rule asks (`signedAt`): at the
+    /// digest; with platforms, at every platform (and the index, for `both`).
+    fn vouching(&self) -> impl Iterator<Item = &str> {
+        let everywhere = |n: &str| self.platforms.iter().flatten().all(|p| p.passed(n));
+        let (at_index, on_platforms) = match (&self.platforms, self.signed_at) {
+            (None, _) | (Some(_), SignedAt::Index) => (true, false),
+            (Some(_), SignedAt::Platforms) => (false, true),
+            (Some(_), SignedAt::Both) => (true, true),
+            (Some(_), SignedAt::Either) => {
+                let i = platforms::meets(&self.results, self.threshold, &self.required);
+                (i, !i)
+            }
+        };
+        self.results
+            .iter()
+            .filter(move |(n, o)| (!at_index || o.passed()) && (!on_platforms || everywhere(n)))
+            .map(|(n, _)| n.as_str())
+    }
+
+    /// What vouched for the digest: the verifiers that passed (where
+    /// `signedAt` asks), then each attestation entry that passed
+    /// (`attestation built-by-ci`).
     pub fn vouched(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.passed_names().into_iter().map(str::to_owned).collect();
+        let mut out: Vec<String> = self.vouching().map(str::to_owned).collect();
         out.extend(
             self.attestations
                 .iter()
@@ -477,8 +413,7 @@ impl VerificationReport {
     /// Appends [`Self::vouched`] to `out`, `, `-separated (the admission's
     /// `verified` annotation, written without a `String` per name).
     pub fn write_vouched(&self, out: &mut String) {
-        let passed = self.results.iter().filter(|(_, o)| o.passed());
-        let names = passed.map(|(n, _)| ("", n.as_str())).chain(
+        let names = self.vouching().map(|n| ("", n)).chain(
             self.attestations
                 .iter()
                 .filter(|a| a.passed())
@@ -500,6 +435,19 @@ impl VerificationReport {
     }
 }
 
+/// Whether any verifier failed only because a revocation status is unknown.
+fn any_revocation_unknown(results: &[(String, VerifierOutcome)]) -> bool {
+    results.iter().any(|(_, o)| {
+        matches!(
+            o,
+            VerifierOutcome::Failed {
+                problem: SignatureProblem::RevocationUnknown { .. },
+                ..
+            }
+        )
+    })
+}
+
 impl fmt::Display for VerificationReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(e) = &self.fetch_failure {
@@ -516,30 +464,23 @@ impl fmt::Display for VerificationReport {
             }
             return Ok(());
         }
-        let passed = self.passed_names();
-        write!(
-            f,
-            "{} of {} verifiers passed (need {}",
-            passed.len(),
-            self.results.len(),
-            self.threshold
-        )?;
-        if !self.required.is_empty() {
-            write!(f, ", including {}", self.required.join(", "))?;
-        }
-        write!(f, ")")?;
-        for (name, o) in &self.results {
-            match o {
-                VerifierOutcome::Passed { .. } => write!(f, "; {name}: ok")?,
-                VerifierOutcome::Failed {
-                    examined: 0,
-                    problem,
-                } => write!(f, "; {name}: {problem}")?,
-                VerifierOutcome::Failed { examined, problem } => write!(
+        match (&self.platforms, self.signed_at) {
+            (None, _) | (Some(_), SignedAt::Index) => {
+                platforms::write_results(f, &self.results, self.threshold, &self.required)?;
+            }
+            (Some(ps), SignedAt::Platforms) => {
+                write!(f, "signatures are required on every platform's manifest: ")?;
+                platforms::write_platforms(f, ps, self.threshold, &self.required)?;
+            }
+            (Some(ps), at) => {
+                write!(f, "at the index: ")?;
+                platforms::write_results(f, &self.results, self.threshold, &self.required)?;
+                write!(
                     f,
-                    "; {name}: {problem} ({examined} signature{} checked)",
-                    if *examined == 1 { "" } else { "s" }
-                )?,
+                    "; {} at every platform's manifest: ",
+                    if at == SignedAt::Both { "and" } else { "or" }
+                )?;
+                platforms::write_platforms(f, ps, self.threshold, &self.required)?;
             }
         }
         for a in &self.attestations {

@@ -29,6 +29,8 @@ fn report(results: &[(&str, bool)], threshold: usize, required: &[&str]) -> Veri
         required: required.iter().map(|s| s.to_string()).collect(),
         attestations: Vec::new(),
         found: Vec::new(),
+        signed_at: Default::default(),
+        platforms: None,
     }
 }
 
@@ -169,6 +171,7 @@ fn signatures_repository_is_normalized() {
         &[],
         Some(&SignaturesSpec {
             repository: Some("example.com/team/sigs".into()),
+            signed_at: None,
         }),
     )
     .unwrap();
@@ -187,6 +190,7 @@ fn signatures_repository_is_normalized() {
             &[],
             Some(&SignaturesSpec {
                 repository: Some("example.com/team/sigs:v1".into()),
+                signed_at: None,
             }),
         )
         .is_err()

@@ -79,8 +79,15 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
             } else if r.results.is_empty() {
                 say!("verify:  the rule checks no signatures, only attestations")?;
             } else {
+                let at = match (&r.platforms, r.signed_at) {
+                    (None, _) => "",
+                    (Some(_), sigil_core::verify::SignedAt::Platforms) => {
+                        "at the index (not required there): "
+                    }
+                    (Some(_), _) => "at the index: ",
+                };
                 say!(
-                    "verify:  {} of {} verifiers passed (need {}{})",
+                    "verify:  {at}{} of {} verifiers passed (need {}{})",
                     r.passed_names().len(),
                     r.results.len(),
                     r.threshold,
@@ -107,6 +114,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
                     }
                 }
             }
+            print_platforms(r)?;
             print_attestations(r)?;
         }
     }
@@ -121,6 +129,43 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// What each platform manifest of an index carried, when the rule's
+/// `signatures.signedAt` reads them: which verifiers passed there, and why
+/// the others did not.
+fn print_platforms(r: &sigil_core::VerificationReport) -> Result<()> {
+    use sigil_core::text::escape_controls as safe;
+    let Some(ps) = &r.platforms else {
+        return Ok(());
+    };
+    say!(
+        "platforms (signatures.signedAt: {}): {} manifest(s) in the index",
+        r.signed_at.as_str(),
+        ps.len()
+    )?;
+    for p in ps {
+        let verdict = match &p.fetch_failure {
+            Some(e) => format!("signatures could not be fetched: {e}"),
+            None if p.satisfied(r.threshold, &r.required) => "signed".into(),
+            None => "NOT SIGNED as the rule requires".into(),
+        };
+        say!(
+            "  {} {}: {verdict}",
+            safe(&p.manifest.platform),
+            p.manifest.digest
+        )?;
+        for found in &p.found {
+            say!("    found: {}", safe(found))?;
+        }
+        for (name, o) in &p.results {
+            match o {
+                VerifierOutcome::Passed { .. } => say!("    {name}: passed")?,
+                VerifierOutcome::Failed { problem, .. } => say!("    {name}: FAILED: {problem}")?,
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every attestation found for each entry: predicate type, who signed it,
