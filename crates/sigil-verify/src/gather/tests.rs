@@ -11,6 +11,20 @@ fn sha(b: &[u8]) -> String {
     format!("sha256:{}", crate::trust::hex(&crate::sha256(b)))
 }
 
+/// What gathering the signatures of `subject` from `mem` finds.
+async fn signatures_of(mem: &MemorySource, subject: &str) -> Artifacts {
+    gather(
+        mem,
+        &Reference::parse("r.example/app").unwrap(),
+        &Digest::parse(subject).unwrap(),
+        &PullCredentials::default(),
+        Wanted::SIGNATURES,
+        Instant::now() + std::time::Duration::from_secs(5),
+    )
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn referrers_api_answer_is_used_without_the_tag_schema() {
     let subject = format!("sha256:{}", "ab".repeat(32));
@@ -104,16 +118,7 @@ async fn regression_a_referrer_without_subject_listed_by_the_tag_schema_is_read(
         referrers: None,
         ..Default::default()
     };
-    let a = gather(
-        &mem,
-        &Reference::parse("r.example/app").unwrap(),
-        &Digest::parse(&subject).unwrap(),
-        &PullCredentials::default(),
-        Wanted::SIGNATURES,
-        Instant::now() + std::time::Duration::from_secs(5),
-    )
-    .await
-    .unwrap();
+    let a = signatures_of(&mem, &subject).await;
     assert_eq!(a.notation.len(), 1, "{:?}", mem.calls());
 }
 
@@ -144,16 +149,7 @@ async fn a_signature_bundle_is_found_through_the_referrers_api() {
         referrers: Some(index),
         ..Default::default()
     };
-    let a = gather(
-        &mem,
-        &Reference::parse("r.example/app").unwrap(),
-        &Digest::parse(&subject).unwrap(),
-        &PullCredentials::default(),
-        Wanted::SIGNATURES,
-        Instant::now() + std::time::Duration::from_secs(5),
-    )
-    .await
-    .unwrap();
+    let a = signatures_of(&mem, &subject).await;
     assert_eq!(a.cosign.len(), 1, "{:?}", mem.calls());
     let item = a.cosign[0].as_ref().unwrap();
     assert_eq!(item.describe(), "Sigstore bundle, key, no log entry");

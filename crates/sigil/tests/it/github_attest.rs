@@ -38,6 +38,18 @@ async fn github_attestations_pushed_to_the_registry_are_read_as_actions_attest_l
         ("sourceRepositoryRef", "refs/heads/main"),
     ];
     let created = "2026-11-27T09:41:07.318Z";
+    // Signed in the release workflow of acme/api, an hour ago.
+    let attest = |media_type: &str, s: &[u8]| {
+        ss.github_attestation(
+            media_type,
+            s,
+            GITHUB_WORKFLOW,
+            GITHUB_ISSUER,
+            &ext,
+            t - 3600,
+            t - 3500,
+        )
+    };
     let cases = [
         ("gh/oci-v03", BUNDLE_V03, Registry::Oci),
         ("gh/hub-v03", BUNDLE_V03, Registry::Downgraded),
@@ -52,16 +64,7 @@ async fn github_attestations_pushed_to_the_registry_are_read_as_actions_attest_l
                 &[("linux", "amd64", None), ("linux", "arm64", None)],
             )
             .await;
-        let s = statement(&format!("{h}/{repo}"), &d, t);
-        let bundle = ss.github_attestation(
-            media_type,
-            &s,
-            GITHUB_WORKFLOW,
-            GITHUB_ISSUER,
-            &ext,
-            t - 3600,
-            t - 3500,
-        );
+        let bundle = attest(media_type, &statement(&format!("{h}/{repo}"), &d, t));
         push_to_registry(reg, repo, &d, INDEX, &bundle, SLSA_V1, created, registry).await;
     }
     // An attestation about another image, attached here: the statement,
@@ -70,15 +73,9 @@ async fn github_attestations_pushed_to_the_registry_are_read_as_actions_attest_l
         .push_index("gh/other", "v1", &[("linux", "amd64", None)])
         .await;
     let other = reg.push_image("gh/elsewhere", "v1").await;
-    let s = statement(&format!("{h}/gh/elsewhere"), &other, t);
-    let bundle = ss.github_attestation(
+    let bundle = attest(
         BUNDLE_V03,
-        &s,
-        GITHUB_WORKFLOW,
-        GITHUB_ISSUER,
-        &ext,
-        t - 3600,
-        t - 3500,
+        &statement(&format!("{h}/gh/elsewhere"), &other, t),
     );
     push_to_registry(
         reg,
