@@ -377,7 +377,10 @@ impl<S: ArtifactSource + 'static> Verifier<S> {
                         r = evaluate(v, &loaded.verifiers, &a, digest.as_str(), unix_now());
                     }
                 }
-                if v.signed_at.reads_platforms() && !v.verifiers.is_empty() {
+                // `either` met at the index needs no platform read.
+                let settled =
+                    v.signed_at == sigil_core::verify::SignedAt::Either && r.signatures_satisfied();
+                if v.signed_at.reads_platforms() && !v.verifiers.is_empty() && !settled {
                     let at = platforms::Places {
                         signatures: (repo, creds),
                         image: image.unwrap_or((repo, creds)),
