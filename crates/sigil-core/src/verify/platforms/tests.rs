@@ -317,3 +317,28 @@ fn signed_at_is_part_of_the_requirement_and_needs_a_verify_list() {
     assert_eq!(parsed.signed_at, Some(SignedAt::Either));
     assert!(serde_json::from_str::<SignaturesSpec>(r#"{"signedAt":"all"}"#).is_err());
 }
+
+#[test]
+fn a_team_may_require_signatures_at_each_platform_of_its_own_images() {
+    let team = crate::policy::NamespacePolicy::from_yaml(
+        r#"apiVersion: sigil.dev/v1alpha1
+kind: ImagePolicy
+metadata: {name: per-platform, namespace: team-a}
+spec:
+  rules:
+    - name: team-keys
+      match: ["**"]
+      verify:
+        - {name: team, cosign: {key: "-----BEGIN PUBLIC KEY-----\nAA==\n-----END PUBLIC KEY-----"}}
+      signatures: {signedAt: platforms}
+"#,
+    )
+    .unwrap();
+    let origin = crate::Reference::parse("registry.example.com/team-a/app:v1").unwrap();
+    match team.judge(&origin) {
+        crate::policy::TeamVerdict::Verify { verification, .. } => {
+            assert_eq!(verification.signed_at, SignedAt::Platforms);
+        }
+        other => panic!("{other:?}"),
+    }
+}
