@@ -313,18 +313,32 @@ impl VerificationReport {
         if self.fetch_failure.is_some() {
             return false;
         }
-        let at_digest = || platforms::meets(&self.results, self.threshold, &self.required);
-        let at_platforms = |ps: &[PlatformReport]| {
-            !ps.is_empty()
-                && ps
-                    .iter()
-                    .all(|p| p.satisfied(self.threshold, &self.required))
-        };
-        match (&self.platforms, self.signed_at) {
-            (None, _) | (Some(_), SignedAt::Index) => at_digest(),
-            (Some(ps), SignedAt::Platforms) => at_platforms(ps),
-            (Some(ps), SignedAt::Both) => at_digest() && at_platforms(ps),
-            (Some(ps), SignedAt::Either) => at_digest() || at_platforms(ps),
+        let (at_digest, at_platforms) = self.counted();
+        (!at_digest || platforms::meets(&self.results, self.threshold, &self.required))
+            && at_platforms.is_none_or(|ps| {
+                !ps.is_empty()
+                    && ps
+                        .iter()
+                        .all(|p| p.satisfied(self.threshold, &self.required))
+            })
+    }
+
+    /// Where signatures count, as `signedAt` says: at the digest itself,
+    /// and at these platforms (`either` counts the index when it is met
+    /// there, else the platforms). The one answer the verdict and the
+    /// `verified` annotation both follow.
+    fn counted(&self) -> (bool, Option<&[PlatformReport]>) {
+        match (self.platforms.as_deref(), self.signed_at) {
+            (None, _) | (Some(_), SignedAt::Index) => (true, None),
+            (Some(ps), SignedAt::Platforms) => (false, Some(ps)),
+            (Some(ps), SignedAt::Both) => (true, Some(ps)),
+            (Some(ps), SignedAt::Either) => {
+                if platforms::meets(&self.results, self.threshold, &self.required) {
+                    (true, None)
+                } else {
+                    (false, Some(ps))
+                }
+            }
         }
     }
 
@@ -380,19 +394,13 @@ impl VerificationReport {
     /// The verifiers that vouched where the rule asks (`signedAt`): at the
     /// digest; with platforms, at every platform (and the index, for `both`).
     fn vouching(&self) -> impl Iterator<Item = &str> {
-        let everywhere = |n: &str| self.platforms.iter().flatten().all(|p| p.passed(n));
-        let (at_index, on_platforms) = match (&self.platforms, self.signed_at) {
-            (None, _) | (Some(_), SignedAt::Index) => (true, false),
-            (Some(_), SignedAt::Platforms) => (false, true),
-            (Some(_), SignedAt::Both) => (true, true),
-            (Some(_), SignedAt::Either) => {
-                let i = platforms::meets(&self.results, self.threshold, &self.required);
-                (i, !i)
-            }
-        };
+        let (at_digest, at_platforms) = self.counted();
         self.results
             .iter()
-            .filter(move |(n, o)| (!at_index || o.passed()) && (!on_platforms || everywhere(n)))
+            .filter(move |(n, o)| {
+                (!at_digest || o.passed())
+                    && at_platforms.is_none_or(|ps| ps.iter().all(|p| p.passed(n)))
+            })
             .map(|(n, _)| n.as_str())
     }
 
