@@ -56,33 +56,19 @@ pub(crate) fn failure_for(r: &Resp) -> ResolveFailure {
     }
 }
 
-/// Picks the platform's manifest from an index; a single-platform manifest is
-/// taken as is (its platform lives in a config blob sigil does not fetch).
+/// Picks the platform's manifest from an index (its runnable entries, as
+/// [`sigil_core::verify::platforms::runnable_entries`] reads them); a
+/// single-platform manifest is taken as is (its platform lives in a config
+/// blob sigil does not fetch).
 pub fn pick_platform(body: &[u8], p: &Platform, own: Digest) -> Result<Digest, ResolveFailure> {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Index {
-        media_type: Option<String>,
-        manifests: Option<Vec<Entry>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Entry {
-        digest: String,
-        platform: Option<EntryPlatform>,
-    }
-    #[derive(serde::Deserialize)]
-    struct EntryPlatform {
-        os: String,
-        architecture: String,
-        variant: Option<String>,
-    }
-    let idx: Index = serde_json::from_slice(body).map_err(|e| ResolveFailure::BadResponse {
-        detail: format!("manifest is not JSON: {e}"),
+    let entries = sigil_core::verify::platforms::runnable_entries(body).map_err(|e| {
+        ResolveFailure::BadResponse {
+            detail: format!("manifest is not JSON: {e}"),
+        }
     })?;
-    let Some(entries) = idx.manifests else {
+    let Some(entries) = entries else {
         return Ok(own);
     };
-    let _ = idx.media_type;
     let norm_variant = |arch: &str, v: Option<&str>| -> Option<String> {
         // containerd's normalization: arm64 defaults to v8, arm to v7.
         match (arch, v) {
@@ -96,13 +82,7 @@ pub fn pick_platform(body: &[u8], p: &Platform, own: Digest) -> Result<Digest, R
     let mut seen = Vec::new();
     for e in &entries {
         let Some(ep) = &e.platform else { continue };
-        if ep.os == "unknown" {
-            continue; // attestation manifests (buildx) are not runnable images
-        }
-        seen.push(match &ep.variant {
-            Some(v) => format!("{}/{}/{v}", ep.os, ep.architecture),
-            None => format!("{}/{}", ep.os, ep.architecture),
-        });
+        seen.push(ep.to_string());
         if ep.os == p.os
             && ep.architecture == p.architecture
             && norm_variant(&ep.architecture, ep.variant.as_deref()) == want_v

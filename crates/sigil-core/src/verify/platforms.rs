@@ -71,13 +71,44 @@ pub struct PlatformManifest {
     pub digest: Digest,
 }
 
-/// The runnable manifests of an index, in the index's order, each digest
-/// once: `Ok(None)` when `body` is not an index (an image manifest, whose
-/// only place for signatures is itself). BuildKit's attestation manifests
-/// (platform `unknown/unknown`, or annotated
+/// A platform as an index entry names it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct EntryPlatform {
+    /// `linux`, `windows`, …
+    pub os: String,
+    /// `amd64`, `arm64`, …
+    pub architecture: String,
+    /// `v8`, `v7`, … (absent or empty: none).
+    #[serde(default)]
+    pub variant: Option<String>,
+}
+
+impl fmt::Display for EntryPlatform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.variant.as_deref().filter(|v| !v.is_empty()) {
+            Some(v) => write!(f, "{}/{}/{v}", self.os, self.architecture),
+            None => write!(f, "{}/{}", self.os, self.architecture),
+        }
+    }
+}
+
+/// One entry of an image index that names a runnable image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// The digest as the index lists it (not yet checked).
+    pub digest: String,
+    /// Its platform, if the entry names one.
+    pub platform: Option<EntryPlatform>,
+}
+
+/// The runnable entries of an index, in the index's order: `Ok(None)` when
+/// `body` is not an index (an image manifest). BuildKit's attestation
+/// manifests (platform `unknown/unknown`, or annotated
 /// `vnd.docker.reference.type: attestation-manifest`) and artifacts
-/// (descriptors with an `artifactType`) are not platforms and are skipped.
-pub fn platform_manifests(body: &[u8]) -> Result<Option<Vec<PlatformManifest>>, String> {
+/// (descriptors with an `artifactType`) are not runnable and are left out.
+/// What verifying each platform reads, and what pinning by platform picks
+/// from (`sigil-registry`).
+pub fn runnable_entries(body: &[u8]) -> Result<Option<Vec<IndexEntry>>, serde_json::Error> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Index {
@@ -93,32 +124,46 @@ pub fn platform_manifests(body: &[u8]) -> Result<Option<Vec<PlatformManifest>>, 
         #[serde(default)]
         annotations: std::collections::BTreeMap<String, String>,
     }
-    #[derive(Deserialize)]
-    struct EntryPlatform {
-        os: String,
-        architecture: String,
-        variant: Option<String>,
-    }
-    let idx: Index = serde_json::from_slice(body)
-        .map_err(|e| format!("the manifest of the digest pinned is not JSON: {e}"))?;
+    let idx: Index = serde_json::from_slice(body)?;
     let is_index = matches!(
         idx.media_type.as_deref(),
-        Some("application/vnd.oci.image.index.v1+json")
+        None | Some("application/vnd.oci.image.index.v1+json")
             | Some("application/vnd.docker.distribution.manifest.list.v2+json")
-    ) || (idx.media_type.is_none() && idx.manifests.is_some());
+    );
     let Some(entries) = idx.manifests.filter(|_| is_index) else {
+        return Ok(None);
+    };
+    Ok(Some(
+        entries
+            .into_iter()
+            .filter(|e| {
+                let attestation = e
+                    .annotations
+                    .get("vnd.docker.reference.type")
+                    .is_some_and(|t| t == "attestation-manifest");
+                let unknown = e.platform.as_ref().is_some_and(|p| p.os == "unknown");
+                !(attestation || unknown || e.artifact_type.is_some())
+            })
+            .map(|e| IndexEntry {
+                digest: e.digest,
+                platform: e.platform,
+            })
+            .collect(),
+    ))
+}
+
+/// The runnable manifests of an index ([`runnable_entries`]), each digest
+/// once and checked, at most [`MAX_PLATFORMS`]: `Ok(None)` when `body` is
+/// not an index (an image manifest, whose only place for signatures is
+/// itself).
+pub fn platform_manifests(body: &[u8]) -> Result<Option<Vec<PlatformManifest>>, String> {
+    let Some(entries) = runnable_entries(body)
+        .map_err(|e| format!("the manifest of the digest pinned is not JSON: {e}"))?
+    else {
         return Ok(None);
     };
     let mut out: Vec<PlatformManifest> = Vec::new();
     for e in entries {
-        let attestation = e
-            .annotations
-            .get("vnd.docker.reference.type")
-            .is_some_and(|t| t == "attestation-manifest");
-        let unknown = e.platform.as_ref().is_some_and(|p| p.os == "unknown");
-        if attestation || unknown || e.artifact_type.is_some() {
-            continue;
-        }
         let digest = Digest::parse(&e.digest)
             .map_err(|err| format!("the index lists a manifest digest {:?}: {err}", e.digest))?;
         if out.iter().any(|m| m.digest == digest) {
@@ -129,13 +174,9 @@ pub fn platform_manifests(body: &[u8]) -> Result<Option<Vec<PlatformManifest>>, 
                 "the index lists more than {MAX_PLATFORMS} platform manifests; sigil verifies at most {MAX_PLATFORMS} (pin one platform with pin.platform, or require signatures at the index)"
             ));
         }
-        let platform = match e.platform {
-            Some(p) => match p.variant.filter(|v| !v.is_empty()) {
-                Some(v) => format!("{}/{}/{v}", p.os, p.architecture),
-                None => format!("{}/{}", p.os, p.architecture),
-            },
-            None => "unspecified platform".into(),
-        };
+        let platform = e
+            .platform
+            .map_or_else(|| "unspecified platform".into(), |p| p.to_string());
         out.push(PlatformManifest { platform, digest });
     }
     Ok(Some(out))
