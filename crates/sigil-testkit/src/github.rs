@@ -33,7 +33,7 @@ use crate::entries::{LogKind, attestation_body};
 use crate::intoto::{PAYLOAD_TYPE, pae};
 use crate::registry::{TestRegistry, sha256};
 use crate::signing::{b64, pem};
-use crate::sigstore::{Sigstore, hex, hex_sha, inclusion_proof, leaf_hash, tree_root};
+use crate::sigstore::{Sigstore, hex_sha, inclusion_proof, leaf_hash, tree_root};
 
 /// The bundle media type `actions/attest` v1.0 wrote.
 pub const BUNDLE_V02: &str = "application/vnd.dev.sigstore.bundle+json;version=0.2";
@@ -85,7 +85,7 @@ impl Sigstore {
             &pem("CERTIFICATE", &cert),
         );
         let global_index = 129_601_213u64;
-        let set = self.signed_entry_timestamp(&body, integrated_time, global_index);
+        let set = self.signed_entry_timestamp(&body, integrated_time, global_index, None);
         let mut leaves: Vec<[u8; 32]> = (0..5u8).map(|i| leaf_hash(&[i])).collect();
         leaves[3] = leaf_hash(&body);
         let root = tree_root(&leaves);
@@ -113,26 +113,6 @@ impl Sigstore {
             r#"{{"mediaType":"{media_type}","verificationMaterial":{{"tlogEntries":[{tlog}],"timestampVerificationData":{{}},{signer}}},"dsseEnvelope":{envelope}}}"#
         )
         .into_bytes()
-    }
-
-    /// The Rekor v1 log's SET over `body` at `integrated_time`, `log_index`.
-    fn signed_entry_timestamp(&self, body: &[u8], integrated_time: i64, log_index: u64) -> Vec<u8> {
-        let log_id = hex(&hex_sha(&self.log.spki()));
-        let msg = format!(
-            "{{\"body\":\"{}\",\"integratedTime\":{integrated_time},\"logID\":\"{log_id}\",\"logIndex\":{log_index}}}",
-            b64(body)
-        );
-        self.log.sign(msg.as_bytes())
-    }
-
-    /// A checkpoint of the Rekor v1 log (origin `rekor.test - <tree id>`,
-    /// as rekor.sigstore.dev names its shards), signed by it.
-    fn checkpoint_v1(&self, size: u64, root: &[u8; 32]) -> String {
-        let origin = "rekor.test - 1193050959916656506";
-        let note = format!("{origin}\n{size}\n{}\n", b64(root));
-        let mut sig = hex_sha(&self.log.spki())[..4].to_vec();
-        sig.extend(self.log.sign(note.as_bytes()));
-        format!("{note}\n\u{2014} rekor.test {}\n", b64(&sig))
     }
 }
 

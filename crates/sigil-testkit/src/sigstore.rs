@@ -325,18 +325,22 @@ impl Sigstore {
     /// (or by `forger`), with a witness cosignature line before it.
     pub fn checkpoint(&self, size: u64, root: &[u8; 32], forger: Option<&Signer>) -> String {
         let origin = "log2026.rekor.test";
-        let note = format!("{origin}\n{size}\n{}\n", b64(root));
         let key = forger.unwrap_or(&self.log_v2);
-        let hint = &hex_sha(&self.log_v2.spki())[..4];
-        let mut sig = hint.to_vec();
-        sig.extend(key.sign(note.as_bytes()));
-        let witness = Signer::ed25519();
-        let mut wsig = hex_sha(&witness.spki())[..4].to_vec();
-        wsig.extend(witness.sign(note.as_bytes()));
-        format!(
-            "{note}\n\u{2014} witness.test {}\n\u{2014} {origin} {}\n",
-            b64(&wsig),
-            b64(&sig)
+        signed_note(origin, origin, size, root, (key, &self.log_v2), true)
+    }
+
+    /// A checkpoint of the Rekor v1 log (origin `rekor.test - <tree id>`,
+    /// signed as `rekor.test`, as rekor.sigstore.dev names its shards and
+    /// itself).
+    pub(crate) fn checkpoint_v1(&self, size: u64, root: &[u8; 32]) -> String {
+        let origin = "rekor.test - 1193050959916656506";
+        signed_note(
+            origin,
+            "rekor.test",
+            size,
+            root,
+            (&self.log, &self.log),
+            false,
         )
     }
 
@@ -391,6 +395,31 @@ impl Sigstore {
             "dsseEnvelope": {"payload": b64(&statement), "payloadType": pt, "signatures": [{"sig": b64(&sig), "keyid": ""}]}
         })
     }
+}
+
+/// A signed note (`origin\nsize\nbase64(root)\n`) with `name`'s
+/// signature by `key` under the key hint of `hint` (the log's; a forger
+/// signs under it), after a witness's cosignature when `witness`.
+fn signed_note(
+    origin: &str,
+    name: &str,
+    size: u64,
+    root: &[u8; 32],
+    (key, hint): (&Signer, &Signer),
+    witness: bool,
+) -> String {
+    let note = format!("{origin}\n{size}\n{}\n", b64(root));
+    let mut sig = hex_sha(&hint.spki())[..4].to_vec();
+    sig.extend(key.sign(note.as_bytes()));
+    let mut out = format!("{note}\n");
+    if witness {
+        let w = Signer::ed25519();
+        let mut wsig = hex_sha(&w.spki())[..4].to_vec();
+        wsig.extend(w.sign(note.as_bytes()));
+        out.push_str(&format!("\u{2014} witness.test {}\n", b64(&wsig)));
+    }
+    out.push_str(&format!("\u{2014} {name} {}\n", b64(&sig)));
+    out
 }
 
 /// DER: `tag`, definite length, `content`.
@@ -506,6 +535,23 @@ pub(crate) fn hex(d: &[u8]) -> String {
 }
 
 impl Sigstore {
+    /// The Rekor v1 log's SET over `body` at `integrated_time`,
+    /// `log_index` (signed by `log` instead, to forge one).
+    pub(crate) fn signed_entry_timestamp(
+        &self,
+        body: &[u8],
+        integrated_time: i64,
+        log_index: u64,
+        log: Option<&Signer>,
+    ) -> Vec<u8> {
+        let log_id = hex(&hex_sha(&self.log.spki()));
+        let msg = format!(
+            "{{\"body\":\"{}\",\"integratedTime\":{integrated_time},\"logID\":\"{log_id}\",\"logIndex\":{log_index}}}",
+            b64(body)
+        );
+        log.unwrap_or(&self.log).sign(msg.as_bytes())
+    }
+
     /// cosign's bundle annotation for `body` logged at `integrated_time`
     /// (a SET by this log's key, or by `log` to forge one).
     pub fn set_annotation(
@@ -517,10 +563,7 @@ impl Sigstore {
     ) -> String {
         let log_id = hex(&hex_sha(&self.log.spki()));
         let body_b64 = b64(body);
-        let set_msg = format!(
-            "{{\"body\":\"{body_b64}\",\"integratedTime\":{integrated_time},\"logID\":\"{log_id}\",\"logIndex\":{log_index}}}"
-        );
-        let set = log.unwrap_or(&self.log).sign(set_msg.as_bytes());
+        let set = self.signed_entry_timestamp(body, integrated_time, log_index, log);
         serde_json::to_string(&json!({
             "SignedEntryTimestamp": b64(&set),
             "Payload": {"body": body_b64, "integratedTime": integrated_time, "logIndex": log_index, "logID": log_id}

@@ -36,6 +36,18 @@ async fn every_rekor_entry_kind_cosign_has_written_is_verified_on_its_path() {
     let keyless = format!(
         "{{keyless: {{issuer: \"{GITHUB_ISSUER}\", subjectRegex: \"^https://github\\\\.com/acme/\"}}, trustedRoot: \"{root}\"}}"
     );
+    // Attested in acme's release workflow an hour ago, logged as `kind`.
+    let attest = |kind, s: &[u8]| {
+        ss.attest_layer_as(
+            kind,
+            s,
+            GITHUB_WORKFLOW,
+            GITHUB_ISSUER,
+            &ext,
+            t - 3600,
+            t - 3500,
+        )
+    };
     let mut rules = String::new();
     // Attestations, one image per entry kind.
     let kinds = [
@@ -47,15 +59,7 @@ async fn every_rekor_entry_kind_cosign_has_written_is_verified_on_its_path() {
         let repo = format!("att/{name}");
         let d = reg.push_image(&repo, "v1").await;
         let s = statement(&d, SLSA_V1, att::predicate(SLSA_V1, API, t - 3600));
-        let layer = ss.attest_layer_as(
-            kind,
-            &s,
-            GITHUB_WORKFLOW,
-            GITHUB_ISSUER,
-            &ext,
-            t - 3600,
-            t - 3500,
-        );
+        let layer = attest(kind, &s);
         push_att(reg, &repo, &d, &[layer]).await;
         rules.push_str(&format!(
             "    - name: {name}\n      match: [\"{h}/{repo}\"]\n      attestations:\n        - {{name: provenance, predicateType: slsaprovenance1, attestors: [{{name: ci, cosign: {keyless}}}]}}\n"
@@ -66,15 +70,7 @@ async fn every_rekor_entry_kind_cosign_has_written_is_verified_on_its_path() {
     // The signature still verifies; the entry does not vouch for it.
     let d = reg.push_image("att/intoto-001-other", "v1").await;
     let s = statement(&d, SLSA_V1, att::predicate(SLSA_V1, API, t - 3600));
-    let mut layer = ss.attest_layer_as(
-        LogKind::Intoto001,
-        &s,
-        GITHUB_WORKFLOW,
-        GITHUB_ISSUER,
-        &ext,
-        t - 3600,
-        t - 3500,
-    );
+    let mut layer = attest(LogKind::Intoto001, &s);
     let v: serde_json::Value = serde_json::from_slice(&layer.envelope).unwrap();
     layer.envelope = serde_json::to_vec_pretty(&v).unwrap();
     push_att(reg, "att/intoto-001-other", &d, &[layer]).await;
