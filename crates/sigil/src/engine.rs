@@ -230,22 +230,20 @@ impl<R: DigestResolver> Engine<R> {
                 Some(r) => {
                     reports.insert(j.key, r);
                 }
-                None => misses.push((j, c)),
+                None => {
+                    // The image's own credentials, when its signatures live
+                    // elsewhere and the rule reads its index (`signedAt`).
+                    let ic = (j.verification.signed_at.reads_platforms()
+                        && j.image != j.repository)
+                        .then(|| creds.for_target(j.image));
+                    misses.push((j, c, ic));
+                }
             }
         }
         if misses.is_empty() {
             return reports;
         }
-        // The image's own credentials, when its signatures live elsewhere
-        // and the rule reads its index (`signatures.signedAt`).
-        let image_creds: Vec<Option<PullCredentials>> = misses
-            .iter()
-            .map(|(j, _)| {
-                (j.verification.signed_at.reads_platforms() && j.image != j.repository)
-                    .then(|| creds.for_target(j.image))
-            })
-            .collect();
-        let verified = join_all(misses.iter().zip(&image_creds).map(|((j, c), ic)| {
+        let verified = join_all(misses.iter().map(|(j, c, ic)| {
             let image = ic.as_ref().map(|ic| (j.image, ic));
             verifier.verify(
                 j.repository,
@@ -257,7 +255,7 @@ impl<R: DigestResolver> Engine<R> {
             )
         }))
         .await;
-        reports.extend(misses.into_iter().map(|(j, _)| j.key).zip(verified));
+        reports.extend(misses.into_iter().map(|(j, ..)| j.key).zip(verified));
         reports
     }
 
