@@ -35,6 +35,7 @@ pub mod intoto;
 pub mod kube;
 pub mod oci_layout;
 pub mod pki;
+pub mod ports;
 pub mod process;
 pub mod procstat;
 pub mod registry;

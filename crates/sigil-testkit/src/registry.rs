@@ -56,12 +56,7 @@ impl Drop for TestRegistry {
     }
 }
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
+pub use crate::ports::free_port;
 
 /// A CA and a leaf for 127.0.0.1/localhost, PEM.
 pub fn test_ca() -> (String, String, String) {

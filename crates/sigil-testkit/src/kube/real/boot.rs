@@ -20,13 +20,7 @@ use super::RealKube;
 /// Where kube-apiserver is in [`RealKube`]'s processes (etcd is first).
 const API: usize = 1;
 
-pub(super) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub(super) use crate::ports::free_port;
 
 /// A CA, and certificates it issues (PEM).
 struct Pki {
