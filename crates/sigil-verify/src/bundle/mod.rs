@@ -26,7 +26,10 @@ use crate::trust::TrustedRoot;
 use crate::x509::{self, Eku};
 use crate::{ArtifactError, sha256};
 
+mod content;
 mod tlog;
+use content::content;
+pub(crate) use content::{ContentKind, content_kind, subject_binds};
 use tlog::log_entry;
 
 /// What was signed.
@@ -217,146 +220,6 @@ fn version(v: &Value) -> Result<u8, ArtifactError> {
             "not a supported Sigstore bundle (mediaType {other:?})"
         ))),
     }
-}
-
-/// The signed content, reduced to what every later check needs.
-struct Content {
-    /// The bytes the signature covers (the artifact, or the DSSE PAE); `None`
-    /// when only the artifact's digest is known.
-    message: Option<Vec<u8>>,
-    /// SHA-256 of what the log records as the payload.
-    payload_sha256: [u8; 32],
-    /// SHA-256 of the DSSE PAE, for DSSE.
-    pae_sha256: Option<[u8; 32]>,
-    /// The DSSE payload (the in-toto statement), for DSSE.
-    payload: Option<Vec<u8>>,
-    signature: Vec<u8>,
-}
-
-/// Which content a bundle carries. `content` is a protobuf `oneof`: a bundle
-/// with both (or neither) is malformed — with both, a verifier that checks
-/// one signature and reads the other's statement trusts what nobody signed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ContentKind {
-    MessageSignature,
-    Dsse,
-}
-
-pub(crate) fn content_kind(v: &Value) -> Result<ContentKind, ArtifactError> {
-    match (v.get("messageSignature"), v.get("dsseEnvelope")) {
-        (Some(_), Some(_)) => Err(malformed(
-            "the bundle carries both messageSignature and dsseEnvelope; its content must be exactly one of them",
-        )),
-        (Some(_), None) => Ok(ContentKind::MessageSignature),
-        (None, Some(_)) => Ok(ContentKind::Dsse),
-        (None, None) => Err(malformed(
-            "bundle has neither messageSignature nor dsseEnvelope",
-        )),
-    }
-}
-
-fn content(v: &Value, artifact: &Artifact) -> Result<Content, SignatureProblem> {
-    if content_kind(v)? == ContentKind::MessageSignature {
-        let signature = b64(v, "/messageSignature/signature")?;
-        let want = artifact.sha256()?;
-        if let Some(d) = v.pointer("/messageSignature/messageDigest") {
-            // A digest that names no algorithm means nothing (the
-            // specification's UNSPECIFIED): refused, not read as SHA-256.
-            let alg = d
-                .get("algorithm")
-                .and_then(Value::as_str)
-                .ok_or_else(|| malformed("the message digest names no algorithm"))?;
-            if alg != "SHA2_256" {
-                return Err(
-                    malformed(format!("message digest algorithm {alg} is not supported")).into(),
-                );
-            }
-            let signed = b64(d, "/digest")?;
-            if signed != want {
-                return Err(SignatureProblem::DigestMismatch {
-                    signed: format!("sha256:{}", crate::trust::hex(&signed)),
-                });
-            }
-        }
-        return Ok(Content {
-            message: match artifact {
-                Artifact::Bytes(b) => Some(b.clone()),
-                Artifact::Digest(_) | Artifact::Sha512(_) => None,
-            },
-            payload: None,
-            payload_sha256: want,
-            pae_sha256: None,
-            signature,
-        });
-    }
-    let env = v
-        .get("dsseEnvelope")
-        .ok_or_else(|| malformed("bundle has no dsseEnvelope"))?;
-    let payload = b64(env, "/payload")?;
-    let payload_type = env
-        .get("payloadType")
-        .and_then(Value::as_str)
-        .ok_or_else(|| malformed("DSSE envelope has no payloadType"))?;
-    let sigs = env
-        .get("signatures")
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len);
-    if sigs != 1 {
-        return Err(malformed(format!(
-            "DSSE envelope has {sigs} signatures; exactly one is required"
-        ))
-        .into());
-    }
-    let signature = b64(env, "/signatures/0/sig")?;
-    subject_binds(&payload, artifact)?;
-    let pae = crate::pae(payload_type, &payload);
-    Ok(Content {
-        payload_sha256: sha256(&payload),
-        pae_sha256: Some(sha256(&pae)),
-        message: Some(pae),
-        payload: Some(payload),
-        signature,
-    })
-}
-
-/// The artifact must be a subject of the in-toto statement `payload`: a
-/// statement about another digest counts as none.
-pub(crate) fn subject_binds(payload: &[u8], artifact: &Artifact) -> Result<(), SignatureProblem> {
-    // Only the subjects are read: the predicate (an SBOM may be megabytes)
-    // is skipped, not built.
-    #[derive(serde::Deserialize)]
-    struct Subjects {
-        #[serde(default)]
-        subject: Option<Vec<Subject>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Subject {
-        #[serde(default)]
-        digest: std::collections::BTreeMap<String, Value>,
-    }
-    let stmt: Subjects = serde_json::from_slice(payload)
-        .map_err(|e| malformed(format!("DSSE payload is not an in-toto statement: {e}")))?;
-    let wants = artifact.subject_digests();
-    let subjects = stmt.subject.unwrap_or_default();
-    let bound = subjects.iter().any(|s| {
-        wants.iter().any(|(alg, want)| {
-            s.digest
-                .get(*alg)
-                .and_then(Value::as_str)
-                .is_some_and(|d| d.eq_ignore_ascii_case(want))
-        })
-    });
-    if bound {
-        return Ok(());
-    }
-    let signed = subjects
-        .first()
-        .and_then(|s| s.digest.iter().next())
-        .map_or_else(
-            || "(no subject digest)".to_owned(),
-            |(alg, d)| format!("{alg}:{}", d.as_str().unwrap_or_default()),
-        );
-    Err(SignatureProblem::DigestMismatch { signed })
 }
 
 /// A signing certificate (DER) and the chain the bundle carries with it.
