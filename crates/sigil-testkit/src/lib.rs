@@ -25,6 +25,7 @@
 
 pub mod artifacts;
 pub mod attestations;
+pub mod conformance;
 pub mod containerd;
 pub mod entries;
 pub mod fault;

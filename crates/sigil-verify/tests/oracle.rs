@@ -9,16 +9,14 @@
 //! It cannot judge cosign's legacy `.sig` layers or notation (it reads
 //! bundles only): those are held by their own vectors.
 
-use std::path::{Path, PathBuf};
+#![allow(clippy::unwrap_used)]
 
+use sigil_testkit::conformance::{self, Case};
 use sigil_verify::bundle::{Artifact, Matcher, Requirements, Signer};
 use sigil_verify::keys::PublicKey;
 use sigil_verify::trust::TrustedRoot;
 use sigstore_verify::types::{Bundle, DerPublicKey};
 use sigstore_verify::{PublicKeyVerificationPolicy, VerificationPolicy};
-
-const IDENTITY: &str = "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/.github/workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main";
-const ISSUER: &str = "https://token.actions.githubusercontent.com";
 
 /// Cases where the two verifiers disagree, with the triage: who is right
 /// and why. (case, sigil accepts, sigstore-verify accepts, why).
@@ -46,26 +44,29 @@ fn assert_triaged(found: &[Found], triaged: &[(&str, bool, bool, &str)]) {
     );
 }
 
-fn suite() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sigstore-conformance")
+/// The public-good root, the suite's default.
+fn public_good_root() -> String {
+    std::fs::read_to_string(conformance::public_good_root()).unwrap()
 }
 
-fn read_trimmed(p: &Path) -> Option<String> {
-    std::fs::read_to_string(p).ok().map(|s| s.trim().to_owned())
+/// The suite's default artifact, `a.txt`.
+fn a_txt() -> Vec<u8> {
+    std::fs::read(conformance::suite().join("a.txt")).unwrap()
 }
 
 /// sigil's verdict: `Ok(())` or why not.
-fn ours(dir: &Path, bundle: &[u8], artifact: &[u8], root: &str) -> Result<(), String> {
+fn ours(case: &Case, bundle: &[u8], artifact: &[u8], root: &str) -> Result<(), String> {
     let trust = TrustedRoot::from_json(root).map_err(|e| e.to_string())?;
     let artifact = Artifact::Bytes(artifact.to_vec());
-    let key = read_trimmed(&dir.join("key.pub"));
-    let key = key
+    let key = case
+        .key_pem()
         .map(|k| PublicKey::from_pem(&k))
         .transpose()
         .map_err(|e| e.to_string())?;
-    let san =
-        Matcher::Exact(read_trimmed(&dir.join("identity")).unwrap_or_else(|| IDENTITY.into()));
-    let issuer = Matcher::Exact(read_trimmed(&dir.join("issuer")).unwrap_or_else(|| ISSUER.into()));
+    let (san, issuer) = (
+        Matcher::Exact(case.identity()),
+        Matcher::Exact(case.issuer()),
+    );
     let signer = match &key {
         Some(k) => Signer::Key(k),
         None => Signer::Identity {
@@ -83,7 +84,7 @@ fn ours(dir: &Path, bundle: &[u8], artifact: &[u8], root: &str) -> Result<(), St
 /// CT log (the test kit's, like a private Fulcio's) asks for no SCT, as
 /// sigil reads it: sigstore-verify is told so (`skip_sct`), since it would
 /// otherwise want an SCT no log in the root could vouch for.
-fn theirs(dir: &Path, bundle: &[u8], artifact: &[u8], root: &str) -> Result<(), String> {
+fn theirs(case: &Case, bundle: &[u8], artifact: &[u8], root: &str) -> Result<(), String> {
     let no_ct_logs = serde_json::from_str::<serde_json::Value>(root)
         .ok()
         .and_then(|v| {
@@ -96,7 +97,7 @@ fn theirs(dir: &Path, bundle: &[u8], artifact: &[u8], root: &str) -> Result<(), 
         sigstore_verify::trust_root::TrustedRoot::from_json(root).map_err(|e| e.to_string())?;
     let bundle = std::str::from_utf8(bundle).map_err(|e| e.to_string())?;
     let bundle = Bundle::from_json(bundle).map_err(|e| e.to_string())?;
-    let r = match read_trimmed(&dir.join("key.pub")) {
+    let r = match case.key_pem() {
         Some(pem) => {
             let key = DerPublicKey::from_pem(&pem).map_err(|e| e.to_string())?;
             sigstore_verify::verify(
@@ -107,10 +108,7 @@ fn theirs(dir: &Path, bundle: &[u8], artifact: &[u8], root: &str) -> Result<(), 
             )
         }
         None => {
-            let mut policy = VerificationPolicy::new(
-                read_trimmed(&dir.join("identity")).unwrap_or_else(|| IDENTITY.into()),
-                read_trimmed(&dir.join("issuer")).unwrap_or_else(|| ISSUER.into()),
-            );
+            let mut policy = VerificationPolicy::new(case.identity(), case.issuer());
             if no_ct_logs {
                 policy = policy.skip_sct();
             }
@@ -122,31 +120,20 @@ fn theirs(dir: &Path, bundle: &[u8], artifact: &[u8], root: &str) -> Result<(), 
 
 #[test]
 fn sigil_and_the_sigstore_projects_verifier_agree_on_every_conformance_bundle() {
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(suite())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("bundle.sigstore.json").exists())
-        .collect();
-    cases.sort();
+    let cases = conformance::cases();
     assert!(cases.len() >= 35, "{} cases", cases.len());
-    let default_root = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("trust/public-good-trusted_root.json"),
-    )
-    .unwrap();
-    let a_txt = std::fs::read(suite().join("a.txt")).unwrap();
     let mut found = Vec::new();
     let mut wrong = Vec::new();
-    for dir in &cases {
-        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-        let bundle = std::fs::read(dir.join("bundle.sigstore.json")).unwrap();
-        let artifact = std::fs::read(dir.join("artifact")).unwrap_or_else(|_| a_txt.clone());
-        let root = std::fs::read_to_string(dir.join("trusted_root.json"))
-            .unwrap_or_else(|_| default_root.clone());
+    for case in &cases {
+        let name = case.name();
+        let bundle = std::fs::read(case.bundle()).unwrap();
+        let artifact = std::fs::read(case.artifact()).unwrap();
+        let root = std::fs::read_to_string(case.trusted_root()).unwrap();
         let (a, b) = (
-            ours(dir, &bundle, &artifact, &root),
-            theirs(dir, &bundle, &artifact, &root),
+            ours(case, &bundle, &artifact, &root),
+            theirs(case, &bundle, &artifact, &root),
         );
-        let must_fail = name.ends_with("_fail");
+        let must_fail = case.must_fail();
         if a.is_ok() == must_fail {
             wrong.push(format!(
                 "{name}: sigil {a:?} (must {})",
@@ -180,7 +167,8 @@ const TRIAGED_ATTESTATIONS: &[(&str, bool, bool, &str)] = &[];
 /// not compared: the upstream verdicts of the `_fail` cases rest on it.)
 #[test]
 fn sigil_and_the_sigstore_projects_verifier_agree_on_every_real_attestation_bundle() {
-    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sigil/tests/vectors/attestations");
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sigil/tests/vectors/attestations");
     let cases: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(base.join("cases.json")).unwrap()).unwrap();
     let mut found = Vec::new();
@@ -213,9 +201,10 @@ fn sigil_and_the_sigstore_projects_verifier_agree_on_every_real_attestation_bund
             c["signer"]["oidc_issuer"].as_str().unwrap(),
         )
         .unwrap();
+        let signer = Case::at(tmp.path());
         let (a, b) = (
-            ours(tmp.path(), &bundle, &artifact, &root),
-            theirs(tmp.path(), &bundle, &artifact, &root),
+            ours(&signer, &bundle, &artifact, &root),
+            theirs(&signer, &bundle, &artifact, &root),
         );
         judged += 1;
         accepted += usize::from(a.is_ok() && b.is_ok());
@@ -244,14 +233,10 @@ fn sigil_and_the_sigstore_projects_verifier_agree_on_every_real_attestation_bund
 /// unversioned bundle has no defined rules to verify it by.
 #[test]
 fn a_bundle_that_names_no_version_is_refused_where_sigstore_verify_accepts_it() {
-    let dir = suite().join("happy-path-v0.3");
-    let root = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("trust/public-good-trusted_root.json"),
-    )
-    .unwrap();
-    let a_txt = std::fs::read(suite().join("a.txt")).unwrap();
+    let dir = Case::named("happy-path-v0.3");
+    let (root, a_txt) = (public_good_root(), a_txt());
     let mut v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("bundle.sigstore.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(dir.bundle()).unwrap()).unwrap();
     assert!(ours(&dir, &serde_json::to_vec(&v).unwrap(), &a_txt, &root).is_ok());
     for unversioned in [None, Some("application/json"), Some("")] {
         match unversioned {
@@ -286,16 +271,11 @@ fn a_bundle_that_names_no_version_is_refused_where_sigstore_verify_accepts_it() 
 /// `HASH_ALGORITHM_UNSPECIFIED`) means nothing. Fixed: sigil refuses it.
 #[test]
 fn a_message_digest_without_its_algorithm_is_refused_as_sigstore_verify_refuses_it() {
-    let root = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("trust/public-good-trusted_root.json"),
-    )
-    .unwrap();
-    let a_txt = std::fs::read(suite().join("a.txt")).unwrap();
+    let (root, a_txt) = (public_good_root(), a_txt());
     for case in ["happy-path-v0.1", "happy-path-v0.3"] {
-        let dir = suite().join(case);
+        let dir = Case::named(case);
         let mut v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.join("bundle.sigstore.json")).unwrap())
-                .unwrap();
+            serde_json::from_slice(&std::fs::read(dir.bundle()).unwrap()).unwrap();
         let Some(d) = v.pointer_mut("/messageSignature/messageDigest") else {
             continue;
         };
@@ -343,8 +323,9 @@ fn sigil_and_the_sigstore_projects_verifier_both_accept_the_minted_github_attest
             t - 3600,
             t - 3500,
         );
-        let mine = ours(tmp.path(), &bundle, artifact, &root);
-        let other = theirs(tmp.path(), &bundle, artifact, &root);
+        let signer = Case::at(tmp.path());
+        let mine = ours(&signer, &bundle, artifact, &root);
+        let other = theirs(&signer, &bundle, artifact, &root);
         assert!(
             mine.is_ok() && other.is_ok(),
             "{media_type}: sigil {mine:?}; sigstore-verify {other:?}"

@@ -5,21 +5,11 @@
 //! directory per case, `_fail` = must fail, optional `artifact`, `identity`,
 //! `issuer`, `key.pub`, `trusted_root.json`, with the README's defaults.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use sigil_testkit::conformance::{self, Case, suite};
+
 use crate::support::sigil::bin;
-
-const IDENTITY: &str = "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/.github/workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main";
-const ISSUER: &str = "https://token.actions.githubusercontent.com";
-
-fn suite() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../sigil-verify/tests/vectors/sigstore-conformance")
-}
-
-fn read_trimmed(p: &Path) -> Option<String> {
-    std::fs::read_to_string(p).ok().map(|s| s.trim().to_owned())
-}
 
 /// Hex SHA-256 of the suite's default artifact `a.txt`.
 fn a_txt_sha256() -> String {
@@ -32,33 +22,24 @@ fn a_txt_sha256() -> String {
 }
 
 /// Runs one case; returns (passed as expected, what sigil said).
-fn run_case(dir: &Path, artifact_override: Option<&str>) -> (bool, String) {
-    let root = suite();
-    let trusted = if dir.join("trusted_root.json").exists() {
-        dir.join("trusted_root.json")
-    } else {
-        // The public-good production root the suite means by default.
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../sigil-verify/trust/public-good-trusted_root.json")
-    };
+fn run_case(case: &Case, artifact_override: Option<&str>) -> (bool, String) {
     let mut cmd = Command::new(bin());
     cmd.arg("verify-bundle")
         .arg("--bundle")
-        .arg(dir.join("bundle.sigstore.json"))
+        .arg(case.bundle())
         .arg("--trusted-root")
-        .arg(&trusted);
-    if dir.join("key.pub").exists() {
-        cmd.arg("--key").arg(dir.join("key.pub"));
-    } else {
-        cmd.arg("--certificate-identity")
-            .arg(read_trimmed(&dir.join("identity")).unwrap_or_else(|| IDENTITY.into()))
+        .arg(case.trusted_root());
+    match case.key() {
+        Some(key) => cmd.arg("--key").arg(key),
+        None => cmd
+            .arg("--certificate-identity")
+            .arg(case.identity())
             .arg("--certificate-oidc-issuer")
-            .arg(read_trimmed(&dir.join("issuer")).unwrap_or_else(|| ISSUER.into()));
-    }
+            .arg(case.issuer()),
+    };
     match artifact_override {
         Some(a) => cmd.arg(a),
-        None if dir.join("artifact").exists() => cmd.arg(dir.join("artifact")),
-        None => cmd.arg(root.join("a.txt")),
+        None => cmd.arg(case.artifact()),
     };
     let out = cmd.output().unwrap();
     let said = format!(
@@ -66,31 +47,22 @@ fn run_case(dir: &Path, artifact_override: Option<&str>) -> (bool, String) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let must_fail = dir.to_string_lossy().ends_with("_fail");
-    (out.status.success() != must_fail, said)
+    (out.status.success() != case.must_fail(), said)
 }
 
 #[test]
 fn every_conformance_case_in_the_repository_passes_through_sigil_verify_bundle() {
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(suite())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("bundle.sigstore.json").exists())
-        .collect();
-    cases.sort();
+    let cases = conformance::cases();
     assert!(
         cases.len() >= 35,
         "the suite here has {} cases",
         cases.len()
     );
     let mut wrong = Vec::new();
-    for dir in &cases {
-        let (ok, said) = run_case(dir, None);
+    for case in &cases {
+        let (ok, said) = run_case(case, None);
         if !ok {
-            wrong.push(format!(
-                "{}: {said}",
-                dir.file_name().unwrap().to_string_lossy()
-            ));
+            wrong.push(format!("{}: {said}", case.name()));
         }
     }
     assert!(
@@ -104,7 +76,7 @@ fn every_conformance_case_in_the_repository_passes_through_sigil_verify_bundle()
 /// verifies against the artifact's digest alone, and a wrong digest fails.
 #[test]
 fn a_digest_argument_stands_for_the_artifact() {
-    let dir = suite().join("happy-path-v0.3");
+    let dir = Case::named("happy-path-v0.3");
     let hex = a_txt_sha256();
     let (ok, said) = run_case(&dir, Some(&format!("sha256:{hex}")));
     assert!(ok, "{said}");
@@ -132,10 +104,10 @@ fn a_digest_argument_stands_for_the_artifact() {
 fn a_bundle_with_both_message_signature_and_dsse_envelope_fails_verify_bundle() {
     use base64::Engine as _;
     let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(d);
-    let case = suite().join("happy-path-v0.3");
+    let case = Case::named("happy-path-v0.3");
     let hex = a_txt_sha256();
     let mut bundle: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(case.join("bundle.sigstore.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(case.bundle()).unwrap()).unwrap();
     let statement = serde_json::json!({
         "_type": "https://in-toto.io/Statement/v1",
         "subject": [{"name": "a.txt", "digest": {"sha256": hex}}],
@@ -148,7 +120,7 @@ fn a_bundle_with_both_message_signature_and_dsse_envelope_fails_verify_bundle() 
         "signatures": [{"sig": b64(b"garbage"), "keyid": ""}]
     });
     let dir = tempfile::tempdir().unwrap();
-    for f in std::fs::read_dir(&case).unwrap() {
+    for f in std::fs::read_dir(&case.dir).unwrap() {
         let f = f.unwrap().path();
         std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
     }
@@ -157,7 +129,10 @@ fn a_bundle_with_both_message_signature_and_dsse_envelope_fails_verify_bundle() 
         serde_json::to_vec(&bundle).unwrap(),
     )
     .unwrap();
-    let (ok, said) = run_case(dir.path(), Some(suite().join("a.txt").to_str().unwrap()));
+    let (ok, said) = run_case(
+        &Case::at(dir.path()),
+        Some(suite().join("a.txt").to_str().unwrap()),
+    );
     assert!(!ok, "accepted: {said}");
     assert!(
         said.contains("both messageSignature and dsseEnvelope"),
