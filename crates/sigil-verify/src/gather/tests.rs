@@ -58,19 +58,7 @@ async fn referrers_api_answer_is_used_without_the_tag_schema() {
         referrers: Some(index),
         ..Default::default()
     };
-    let repo = Reference::parse("r.example/app").unwrap();
-    let d = Digest::parse(&subject).unwrap();
-    let deadline = Instant::now() + std::time::Duration::from_secs(5);
-    let a = gather(
-        &mem,
-        &repo,
-        &d,
-        &PullCredentials::default(),
-        Wanted::SIGNATURES,
-        deadline,
-    )
-    .await
-    .unwrap();
+    let a = signatures_of(&mem, &subject).await;
     assert_eq!(
         a.notation.len(),
         1,
