@@ -207,6 +207,11 @@ impl RealKube {
             format!("--service-account-signing-key-file={sa}"),
             "--service-account-issuer=https://kubernetes.default.svc".into(),
             "--endpoint-reconciler-type=none".into(),
+            // A webhook registered by Service (as the chart and the base ship
+            // it) is resolved through its Endpoints, never dialled at its
+            // ClusterIP: 10.0.0.x is off this machine, and with no Endpoints
+            // the API server answers at once "no endpoints available".
+            "--enable-aggregator-routing=true".into(),
             "--feature-gates=SizeBasedListCostEstimate=false".into(),
             "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,MutatingAdmissionPolicy,MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook".into(),
         ];
@@ -296,6 +301,11 @@ impl RealKube {
             procs[API] = spawn_watched(program, args, &self.dir.path().join("kube-apiserver.log"));
         }
         self.wait_ready().await;
+    }
+
+    /// kube-apiserver's process id (its sockets: [`crate::sockets`]).
+    pub fn apiserver_pid(&self) -> u32 {
+        self.procs.lock().unwrap()[API].id()
     }
 
     /// Waits until `/readyz` answers 200; panics with the logs if a process

@@ -117,6 +117,11 @@ impl RealKube {
         )
     }
 
+    /// The API server's whole log so far.
+    pub fn apiserver_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("kube-apiserver.log")).unwrap_or_default()
+    }
+
     /// GET `path` as admin, as text (`/metrics`): (status, body).
     pub async fn get_text(&self, path: &str) -> (u16, String) {
         let resp = self
