@@ -3,26 +3,41 @@
 //! evaluates on every Pod, so that while the webhook is down, failing open
 //! or timing out, what sigil would never admit is still refused.
 //!
-//! It owns turning rules, patterns and mirrors into CEL: image strings are
-//! normalized in CEL as `reference` normalizes them (Docker Hub shorthand,
-//! `index.docker.io`, tags and digests), mapped back from a mirror to their
-//! origin as `Policy::origin_of` does, and matched against each pattern as
-//! an RE2 expression (`Pattern::to_regex`), most specific first, as
-//! `Policy::rule_for` does. What the API server cannot do without a
-//! registry (resolve a tag, check a signature) is left to the webhook: the
-//! backstop refuses an image an `enforce` rule would pin that carries no
-//! digest, an image of a mirrored origin not named at one of its mirrors
-//! (unless the mirror falls back to the origin), what a `deny` rule
-//! refuses, and what no rule matches; `warn` rules become warnings. Only
-//! the images an object adds are checked (an UPDATE that keeps its images,
-//! a finalizer's removal, always passes). It does no I/O; registering the
-//! objects is the caller's.
+//! It owns the objects and their verdicts: what the backstop refuses is
+//! what `Policy::plan` refuses without a registry — an image an `enforce`
+//! rule would pin that carries no digest, an image of a mirrored origin
+//! not named at one of its mirrors (unless the mirror falls back to the
+//! origin), what a `deny` rule refuses, and what no rule matches; `warn`
+//! rules become warnings. What the API server cannot do without a
+//! registry (resolve a tag, check a signature) is left to the webhook, and
+//! so are rules it cannot see the inputs of (namespace labels,
+//! exceptions): there it admits. Only the images an object adds are
+//! checked (an UPDATE that keeps its images, a finalizer's removal, always
+//! passes). The CEL itself, and why it stays small and cheap for large
+//! policies, is [`expr`]'s. Whether the API server can take what it
+//! generates is said in [`Backstop::unfit`]. It does no I/O; registering
+//! the objects is the caller's.
+
+pub mod eval;
+mod expr;
 
 use serde_json::{Value, json};
 
 use crate::denial::Mode;
-use crate::policy::schema::Action;
-use crate::policy::{Policy, Rule};
+use crate::policy::Policy;
+
+pub use expr::{MAX_EXPRESSION, crowd};
+
+/// The envelope inside which the API server never refuses a Pod for the
+/// backstop's cost (measured on kube-apiserver v1.36, docs/benchmarks.md):
+/// at most this many patterns tested per image ([`crowd`]) …
+pub const MAX_CROWD: usize = 100;
+/// … for Pods of at most this many images, each at most
+/// [`MAX_IMAGE_CHARS`] characters long.
+pub const ENVELOPE_IMAGES: usize = 250;
+/// The longest image reference the envelope is measured with.
+pub const MAX_IMAGE_CHARS: usize = 128;
+use expr::{cel_string, word};
 
 /// The generated objects' name (the warn policy adds `-warn`).
 pub const NAME: &str = "sigil-backstop";
@@ -42,6 +57,9 @@ pub struct Backstop {
     pub objects: Vec<Value>,
     /// One line per rule or feature the API server cannot check.
     pub left_to_webhook: Vec<String>,
+    /// Why the API server would refuse to register these objects (a limit
+    /// it enforces, named with the figures); empty when it takes them.
+    pub unfit: Vec<String>,
 }
 
 /// Why the backstop refuses (or warns about) an image.
@@ -111,14 +129,26 @@ pub fn decide(policy: &Policy, image: &str) -> Option<Verdict> {
     let plan = match policy.plan_shared(image, None) {
         Ok(plan) => plan,
         Err(crate::denial::Denial::NoRule) => {
-            return Some(Verdict::Refuse {
-                why: Why::NoRule,
-                rule: "-".to_owned(),
+            // Unless a rule that selects namespaces matches: it admits here.
+            let reference = crate::reference::Reference::parse(image.trim()).ok()?;
+            let selected = policy
+                .rule_in_any_namespace(&policy.origin_of(&reference))
+                .is_some();
+            return Some(if selected {
+                Verdict::Ok
+            } else {
+                Verdict::Refuse {
+                    why: Why::NoRule,
+                    rule: "-".to_owned(),
+                }
             });
         }
         Err(_) => return None,
     };
-    let rule = policy.rules.iter().find(|r| *r.name == *plan.rule)?;
+    // The API server sees no labels or exceptions: the first pattern that
+    // matches decides, and a rule that selects namespaces or takes
+    // exceptions admits (where it applies, sigil may admit).
+    let rule = policy.rule_in_any_namespace(&plan.origin)?;
     if rule.namespace_selector.is_some() || rule.exceptions.is_some() {
         return Some(Verdict::Ok);
     }
@@ -181,7 +211,7 @@ pub fn generate(policy: &Policy, opts: &Options) -> Backstop {
             exempt.push(n.clone());
         }
     }
-    let variables = variables(policy);
+    let variables = expr::variables(policy);
     let has_warn = policy.rules.iter().any(|r| r.mode == Mode::Warn);
     let mut objects = vec![
         vap(NAME, &exempt, &variables, "refuse", "Forbidden"),
@@ -192,10 +222,46 @@ pub fn generate(policy: &Policy, opts: &Options) -> Backstop {
         objects.push(vap(&warn, &exempt, &variables, "warn", "Forbidden"));
         objects.push(binding(&warn, "Warn"));
     }
+    let mut unfit = unfit(&variables, &objects);
+    let crowd = crowd(policy);
+    if crowd > MAX_CROWD {
+        unfit.push(format!(
+            "an image can be tested against {crowd} patterns (patterns that begin with a glob, plus the most that share a literal start); the API server's cost budget holds at most {MAX_CROWD} for Pods of {ENVELOPE_IMAGES} images: start patterns with their registry (and path) where you can"
+        ));
+    }
     Backstop {
         objects,
         left_to_webhook: left,
+        unfit,
     }
+}
+
+/// The largest object etcd stores by default (`--max-request-bytes`,
+/// 1.5 MiB), less room for what the API server adds.
+pub const MAX_OBJECT_BYTES: usize = 1_400_000;
+
+/// Which limits of the API server the generated objects break.
+fn unfit(variables: &[(String, String)], objects: &[Value]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, e) in variables {
+        let n = e.chars().count();
+        if n > MAX_EXPRESSION {
+            out.push(format!(
+                "variable {name} is {n} code points long; the API server takes at most {MAX_EXPRESSION} in one expression"
+            ));
+        }
+    }
+    for o in objects {
+        let n = o.to_string().len();
+        if n > MAX_OBJECT_BYTES {
+            out.push(format!(
+                "{} {} is {n} bytes; the API server stores at most about {MAX_OBJECT_BYTES} in one object",
+                o["kind"].as_str().unwrap_or_default(),
+                o["metadata"]["name"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    out
 }
 
 fn labels() -> Value {
@@ -217,12 +283,12 @@ fn vap(
     let explain = "v[0] + (v[2] == 'nodigest' ? ' has no digest (rule ' + v[3] + ' pins it)' : v[2] == 'nomirror' ? ' is not pulled from its mirror (rule ' + v[3] + ')' : v[2] == 'deny' ? ' is denied by rule ' + v[3] : ' matches no rule of the policy')";
     let (what, fix) = if kind == "refuse" {
         (
-            "sigil's backstop refused this Pod (the webhook images.sigil.dev did not pin and check it: sigil is down or was bypassed): ",
-            ". Fix: pin the images at their mirrors in the manifests (sigil pin -w DIR), or bring sigil back (kubectl -n sigil-system get pods).",
+            "sigil's backstop refused this Pod: the API server itself checked its images against sigil's policy, without a registry (ValidatingAdmissionPolicy sigil-backstop, evaluated whether or not the webhook images.sigil.dev is healthy): ",
+            ". The webhook runs first and pins images at their mirrors, so either it did not see this Pod (sigil down, failing open or bypassed) or the two disagree (sigil policy check). Fix: pin the images at their mirrors in the manifests (sigil pin -w DIR), or check sigil (kubectl -n sigil-system get pods).",
         )
     } else {
         (
-            "sigil's backstop warns (the webhook images.sigil.dev did not pin and check this Pod): ",
+            "sigil's backstop warns: the API server itself checked this Pod's images against sigil's policy, without a registry (ValidatingAdmissionPolicy sigil-backstop-warn, whether or not the webhook images.sigil.dev is healthy): ",
             ". Pin the images at their mirrors (sigil pin -w DIR).",
         )
     };
@@ -264,168 +330,6 @@ fn binding(name: &str, action: &str) -> Value {
         "metadata": {"name": name, "labels": labels()},
         "spec": {"policyName": name, "validationActions": [action]},
     })
-}
-
-/// A CEL string literal (single-quoted, escaped).
-fn cel_string(s: &str) -> String {
-    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
-}
-
-/// A rule's name as one word of a verdict (names are DNS-like already).
-fn word(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "._-/".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
-/// The images of `obj` (`object` or `oldObject`): containers, init and
-/// ephemeral containers, image volumes.
-fn images_of(obj: &str) -> String {
-    let containers = |field: &str| {
-        format!(
-            "(has({obj}.spec.{field}) ? {obj}.spec.{field}.filter(c, has(c.image)).map(c, c.image) : [])"
-        )
-    };
-    format!(
-        "{} + {} + {} + (has({obj}.spec.volumes) ? {obj}.spec.volumes.filter(v, has(v.image) && has(v.image.reference)).map(v, v.image.reference) : [])",
-        containers("containers"),
-        containers("initContainers"),
-        containers("ephemeralContainers"),
-    )
-}
-
-/// The policy's variables: after the images, each a list with one entry
-/// per image the object adds, the entry a list of fields built up step by
-/// step (lists, not joined strings: indexing costs the API server less than
-/// splitting).
-fn variables(policy: &Policy) -> Vec<(String, String)> {
-    let mut vars = vec![
-        ("images".to_owned(), images_of("object")),
-        (
-            "previous".to_owned(),
-            format!("oldObject == null ? [] : {}", images_of("oldObject")),
-        ),
-        // [written, without its digest, whether it had one: d or n].
-        (
-            "refs".to_owned(),
-            "variables.images.filter(i, !(i in variables.previous)).map(i, [string(i), string(i).split('@')[0], string(i).contains('@') ? 'd' : 'n'])".to_owned(),
-        ),
-        // [written, name, tag, d|n]: the tag split off (`latest` when there
-        // is neither tag nor digest, `-` for a digest alone).
-        (
-            "named".to_owned(),
-            "variables.refs.map(r, r[1].lastIndexOf(':') > r[1].lastIndexOf('/') ? [r[0], r[1].substring(0, r[1].lastIndexOf(':')), r[1].substring(r[1].lastIndexOf(':') + 1), r[2]] : [r[0], r[1], r[2] == 'd' ? '-' : 'latest', r[2]])".to_owned(),
-        ),
-        // [written, name with its domain, tag, d|n] (Docker Hub shorthand
-        // expanded; `index.docker.io` is `docker.io`).
-        (
-            "expanded".to_owned(),
-            "variables.named.map(r, [r[0], (r[1].contains('/') && (r[1].split('/')[0].contains('.') || r[1].split('/')[0].contains(':') || r[1].split('/')[0] == 'localhost')) ? (r[1].startsWith('index.docker.io/') ? 'docker.io/' + r[1].substring(16) : r[1]) : (r[1].contains('/') ? 'docker.io/' + r[1] : 'docker.io/library/' + r[1]), r[2], r[3]])".to_owned(),
-        ),
-        // `docker.io/nginx` is `docker.io/library/nginx`.
-        (
-            "full".to_owned(),
-            "variables.expanded.map(r, [r[0], (r[1].startsWith('docker.io/') && r[1].split('/').size() == 2) ? 'docker.io/library/' + r[1].substring(10) : r[1], r[2], r[3]])".to_owned(),
-        ),
-    ];
-    // [written, full, tag, d|n, origin]: mapped back from a mirror
-    // (longest target first).
-    let mut targets: Vec<(String, String)> = policy
-        .mirrors
-        .iter()
-        .flat_map(|m| m.targets().map(move |t| (t.to_owned(), m.from.clone())))
-        .collect();
-    targets.sort_by_key(|(t, _)| std::cmp::Reverse(t.len()));
-    let mut origin = "r[1]".to_owned();
-    for (to, from) in targets.iter().rev() {
-        origin = format!(
-            "((r[1] == {to_s} || r[1].startsWith({to_slash})) ? {from_s} + r[1].substring({len}) : {origin})",
-            to_s = cel_string(to),
-            to_slash = cel_string(&format!("{to}/")),
-            from_s = cel_string(from),
-            len = to.chars().count(),
-        );
-    }
-    vars.push((
-        "origins".to_owned(),
-        format!("variables.full.map(r, r + [{origin}])"),
-    ));
-    // [written, ok|refuse|warn, why, rule].
-    vars.push((
-        "verdicts".to_owned(),
-        format!("variables.origins.map(r, [r[0]] + {})", verdict(policy)),
-    ));
-    vars
-}
-
-/// The verdict chain over an `origins` entry `r` ([written, full, tag,
-/// d|n, origin]): the first pattern, most specific first, that matches the
-/// origin decides.
-fn verdict(policy: &Policy) -> String {
-    let (full, tag, pinned, origin) = ("r[1]", "r[2]", "r[3]", "r[4]");
-    // Whether the origin is under a mirror that does not fall back to it
-    // (longest `from` decides, as `Policy::mirror_for`).
-    let mut froms: Vec<_> = policy.mirrors.iter().collect();
-    froms.sort_by_key(|m| std::cmp::Reverse(m.from.len()));
-    let mut no_fallback = "false".to_owned();
-    for m in froms.iter().rev() {
-        no_fallback = format!(
-            "(({origin} == {f} || {origin}.startsWith({fs})) ? {nf} : {no_fallback})",
-            f = cel_string(&m.from),
-            fs = cel_string(&format!("{}/", m.from)),
-            nf = !m.fallback_origin(),
-        );
-    }
-    let mut chain = "['refuse', 'norule', '-']".to_owned();
-    let patterns: Vec<_> = policy.patterns_in_order().collect();
-    for (rule, pattern) in patterns.into_iter().rev() {
-        let (name_re, tag_re) = pattern.to_regex();
-        let mut cond = format!("{origin}.matches({})", cel_string(&name_re));
-        if let Some(t) = tag_re {
-            cond = format!("({cond} && {tag}.matches({}))", cel_string(&t));
-        }
-        chain = format!(
-            "({cond} ? {} : {chain})",
-            outcome(rule, full, origin, pinned, &no_fallback)
-        );
-    }
-    chain
-}
-
-/// What a matching rule says of an image (a CEL list: [kind, why, rule]).
-fn outcome(rule: &Rule, full: &str, origin: &str, pinned: &str, no_fallback: &str) -> String {
-    if rule.namespace_selector.is_some() || rule.exceptions.is_some() {
-        return "['ok']".to_owned();
-    }
-    let kind = match rule.mode {
-        Mode::Enforce => "refuse",
-        Mode::Warn => "warn",
-    };
-    let name = word(&rule.name);
-    let say = |why: &str| {
-        format!(
-            "[{}, {}, {}]",
-            cel_string(kind),
-            cel_string(why),
-            cel_string(&name)
-        )
-    };
-    let mirrored = format!("({full} == {origin} && {no_fallback})");
-    match rule.action {
-        Action::Deny => say("deny"),
-        Action::Allow => format!("({mirrored} ? {} : ['ok'])", say("nomirror")),
-        Action::Pin => format!(
-            "({pinned} == 'n' ? {} : ({mirrored} ? {} : ['ok']))",
-            say("nodigest"),
-            say("nomirror")
-        ),
-    }
 }
 
 #[cfg(test)]

@@ -272,6 +272,33 @@ impl Pattern {
         out
     }
 
+    /// How the backstop's CEL tests a name against this pattern's name part,
+    /// as cheaply as [`Self::matches`] does: by comparison where it is
+    /// plain text, by regular expression only where it has a glob.
+    pub fn name_test(&self) -> NameTest {
+        match &self.literal {
+            Some(Literal::Under { domain: None, .. }) => NameTest::Any,
+            Some(Literal::Exact { domain, path }) => NameTest::Exact(format!("{domain}/{path}")),
+            Some(Literal::Under { .. }) => NameTest::Under(format!("{}/", self.literal_prefix())),
+            None => {
+                // Every run of literal text between globs appears in a
+                // matching name: the longest is a cheap test before the
+                // expression.
+                let name: Vec<&str> = self
+                    .segments
+                    .iter()
+                    .map(|s| match s {
+                        Segment::Any => "*",
+                        Segment::Glob(g) => g.text.as_str(),
+                    })
+                    .collect();
+                let name = name.join("/");
+                let literal = name.split('*').max_by_key(|p| p.len()).unwrap_or_default();
+                NameTest::Regex(self.to_regex().0, literal.to_owned())
+            }
+        }
+    }
+
     /// The pattern as RE2 regular expressions over a normalized name and,
     /// when it constrains one, its tag (anchored; `*` within a segment,
     /// `**` one or more segments): what an in-API-server policy evaluates
@@ -318,6 +345,20 @@ impl Pattern {
         };
         tags && segments_overlap(&self.segments, &other.segments)
     }
+}
+
+/// How a name is tested against a pattern's name part ([`Pattern::name_test`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameTest {
+    /// Every name (`**`).
+    Any,
+    /// Exactly this name.
+    Exact(String),
+    /// Names that start with this text (a literal prefix and `/`).
+    Under(String),
+    /// Names this anchored RE2 expression matches (each contains the text
+    /// that follows).
+    Regex(String, String),
 }
 
 /// A normalized name's segments: the domain, then each path component.

@@ -11,7 +11,8 @@
 //! ([`review`]), in-process digest resolvers ([`resolver`]) and signature
 //! sources ([`artifacts`]), `sigil` as a
 //! child process with a kube-apiserver-like webhook client ([`sigil`]), what
-//! benchmarks read from `/proc` ([`procstat`]), and
+//! benchmarks read from `/proc` ([`procstat`]), where a process's
+//! sockets point ([`sockets`]), policies of a chosen size ([`policies`]), and
 //! the kube-apiserver stand-in ([`kube`]) and the real one it starts
 //! (`kube::real`), and the shipped container image built and run with
 //! buildah and podman ([`image`]). It contains no test itself and
@@ -36,6 +37,7 @@ pub mod intoto;
 pub mod kube;
 pub mod oci_layout;
 pub mod pki;
+pub mod policies;
 pub mod ports;
 pub mod process;
 pub mod procstat;
@@ -45,6 +47,7 @@ pub mod review;
 pub mod sigil;
 pub mod signing;
 pub mod sigstore;
+pub mod sockets;
 pub mod token;
 pub mod tuf;
 

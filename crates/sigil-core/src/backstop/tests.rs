@@ -4,8 +4,6 @@
 //! what `Policy::plan` decides: the backstop must refuse exactly what an
 //! `enforce` rule would refuse without a registry, and nothing sigil admits.
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 
 use super::*;
@@ -29,7 +27,45 @@ spec:
     - {name: hub, match: ["docker.io/library/**"], mode: warn}
     - {name: local, match: ["127.0.0.1:*/**", "localhost:*/**"], mode: enforce}
     - {name: tagged, match: ["quay.io/acme/*:v*"], mode: enforce}
+    - {name: any-tag, match: ["ghcr.io/acme/*:*", "ghcr.io/acme/*:*-*"], action: deny}
+    - {name: acme, match: ["ghcr.io/acme/**"], mode: enforce}
+    - {name: hub-deny, match: ["docker.io/evil/**"], action: deny}
+    - {name: corp, match: ["*.corp.example.com/**"], mode: enforce}
+    - {name: exact, match: ["gcr.io/x/y"], action: allow}
 "#;
+
+/// The shape of `sigil_testkit::policies::large` (the test kit depends on
+/// this crate): `rules` rules over team prefixes, tags, path globs and
+/// wildcard registries, `mirrors` mirrors, some with failover.
+fn large(rules: usize, mirrors: usize) -> String {
+    let mut out = String::from(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: cluster}\nspec:\n  mirrors:\n",
+    );
+    for m in 0..mirrors {
+        let alt = if m % 5 == 4 {
+            format!(", \"backup.example.com/team{m}\"], fallback: origin")
+        } else {
+            "]".to_owned()
+        };
+        out.push_str(&format!("    - {{from: \"registry.example.com/team{m}\", to: [\"mirror{}.example.com/team{m}\"{alt}}}\n", m % 3));
+    }
+    out.push_str("  rules:\n");
+    for i in 0..rules {
+        let (pattern, how) = match i % 10 {
+            7 => (format!("quay.io/org{i}/app:v*"), "mode: enforce"),
+            8 => (format!("ghcr.io/org{i}/*-svc"), "mode: enforce"),
+            9 => (format!("*.ecr{i}.example.com/**"), "mode: enforce"),
+            3 => (format!("registry.example.com/team{i}/**"), "action: deny"),
+            5 => (format!("registry.example.com/team{i}/**"), "mode: warn"),
+            6 => (format!("registry.example.com/team{i}/**"), "action: allow"),
+            _ => (format!("registry.example.com/team{i}/**"), "mode: enforce"),
+        };
+        out.push_str(&format!(
+            "    - {{name: r-{i}, match: [\"{pattern}\"], {how}}}\n"
+        ));
+    }
+    out
+}
 
 fn pod(images: &[&str]) -> Value {
     let containers: Vec<Value> = images
@@ -41,45 +77,20 @@ fn pod(images: &[&str]) -> Value {
            "spec": {"containers": containers}})
 }
 
-/// The `verdicts` variable, evaluated as kube-apiserver would: each
-/// variable in order, with `object`, `oldObject` and the ones before it.
+/// The `verdicts` of the generated policy, evaluated as kube-apiserver
+/// would ([`eval::verdicts`]), each joined by spaces.
 fn verdicts(policy: &Policy, object: &Value, old: Option<&Value>) -> Vec<String> {
-    let mut env = cel::Env::stdlib();
-    env.add_extension(cel::extensions::strings).unwrap();
-    let env = Arc::new(env);
-    let mut computed = serde_json::Map::new();
-    for (name, expr) in variables(policy) {
-        let program = env
-            .compile(&expr)
-            .unwrap_or_else(|e| panic!("{name}: {e:?}\n{expr}"));
-        let mut ctx = cel::Context::with_env(env.clone());
-        ctx.add_variable_from_value("object", cel::to_value(object).unwrap());
-        ctx.add_variable_from_value(
-            "oldObject",
-            cel::to_value(old.unwrap_or(&Value::Null)).unwrap(),
-        );
-        ctx.add_variable_from_value(
-            "variables",
-            cel::to_value(Value::Object(computed.clone())).unwrap(),
-        );
-        let v = program
-            .execute(&ctx)
-            .unwrap_or_else(|e| panic!("{name}: {e:?}\n{expr}"));
-        computed.insert(name, json_of(&v));
-    }
-    let lists: Vec<Vec<String>> = serde_json::from_value(computed["verdicts"].clone()).unwrap();
-    lists.into_iter().map(|l| l.join(" ")).collect()
-}
-
-/// The variables' values (lists of strings) as JSON, to feed the next one.
-fn json_of(v: &cel::Value) -> Value {
-    match v {
-        cel::Value::List(l) => Value::Array(l.iter().map(json_of).collect()),
-        cel::Value::String(s) => Value::String(s.to_string()),
-        cel::Value::Bool(b) => Value::Bool(*b),
-        cel::Value::Null => Value::Null,
-        other => panic!("a variable of an unexpected type: {other:?}"),
-    }
+    let b = generate(
+        policy,
+        &Options {
+            namespace: "sigil".to_owned(),
+        },
+    );
+    eval::verdicts(&b.objects[0], object, old)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .map(|l| l.join(" "))
+        .collect()
 }
 
 /// What sigil decides of `image` without a registry, as a verdict.
@@ -149,6 +160,27 @@ fn the_cel_decides_each_image_as_the_policy_does() {
         "quay.io/acme/app@DIGEST",
         "quay.io/other/x:1",
         "gcr.io/a/b/c/d:1",
+        // Docker Hub's every spelling, any case, is docker.io (finding 2).
+        "registry-1.docker.io/library/nginx@DIGEST",
+        "registry.hub.docker.com/library/nginx:1",
+        "INDEX.DOCKER.IO/library/nginx:1@DIGEST",
+        "Registry-1.Docker.IO/nginx",
+        "registry-1.docker.io/evil/x@DIGEST",
+        "evil/x:1",
+        "docker.io/evil/x@DIGEST",
+        // Upper case elsewhere is a registry of its own (no rule).
+        "Registry.Example.com/team/app:1@DIGEST",
+        "Team/app:1",
+        // A digest alone has no tag for a tag pattern (finding 4).
+        "ghcr.io/acme/app@DIGEST",
+        "ghcr.io/acme/app:1@DIGEST",
+        "ghcr.io/acme/app:1-2@DIGEST",
+        "ghcr.io/acme/app",
+        "ghcr.io/acme/deep/app@DIGEST",
+        "a.corp.example.com/x/y:1@DIGEST",
+        "a.corp.example.com/x/y:1",
+        "gcr.io/x/y:7",
+        "gcr.io/x/y/z:7",
     ]
     .iter()
     .map(|i| i.replace("DIGEST", DIGEST))
@@ -229,4 +261,114 @@ fn exemptions_and_what_is_left_to_the_webhook_are_the_policys() {
         .map(|o| &o["spec"]["validationActions"])
         .collect();
     assert_eq!(actions, [&json!(["Deny"]), &json!(["Warn"])]);
+}
+
+#[test]
+fn regression_exempt_namespaces_the_api_server_would_refuse_are_refused_at_load() {
+    let long = "a".repeat(64);
+    for bad in [
+        "legacy-*",
+        "Team A",
+        "Kube-system",
+        "-x",
+        "x-",
+        "",
+        long.as_str(),
+    ] {
+        let text = format!("{POLICY}  exemptNamespaces: [{bad:?}]\n");
+        let e = Policy::from_documents_at(&text, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("exemptNamespaces") && e.contains("namespace's name"),
+            "{bad:?}: {e}"
+        );
+    }
+    let ok = format!(
+        "{POLICY}  exemptNamespaces: [kube-system, team-a, {:?}]\n",
+        "b".repeat(63)
+    );
+    Policy::from_documents_at(&ok, None).unwrap();
+}
+
+/// A policy grown to 500 rules and 50 mirrors: every expression stays far
+/// inside the API server's limits (the first backstop nested one level per
+/// pattern and copied the mirror check into every rule: 122 patterns hit
+/// the recursion limit, 50 rules × 20 mirrors the length limit), and the
+/// CEL still decides each image as the policy does.
+#[test]
+fn regression_a_large_policy_stays_inside_the_api_servers_limits_and_decides_as_sigil() {
+    let text = large(500, 50);
+    let policy = Policy::from_documents_at(&text, None).unwrap();
+    let b = generate(
+        &policy,
+        &Options {
+            namespace: "sigil".to_owned(),
+        },
+    );
+    assert!(b.unfit.is_empty(), "{:?}", b.unfit);
+    let longest = expr::variables(&policy)
+        .iter()
+        .map(|(_, e)| e.chars().count())
+        .max()
+        .unwrap();
+    assert!(longest < MAX_EXPRESSION * 3 / 4, "{longest}");
+    let mut images = Vec::new();
+    for i in [0usize, 1, 3, 4, 5, 6, 7, 8, 9, 49, 51, 123, 499] {
+        for form in [
+            format!("registry.example.com/team{i}/app:1"),
+            format!("registry.example.com/team{i}/app:1@{DIGEST}"),
+            format!("mirror{}.example.com/team{i}/app:1@{DIGEST}", i % 3),
+            format!("mirror{}.example.com/team{i}/app:1", i % 3),
+            format!("backup.example.com/team{i}/app@{DIGEST}"),
+            format!("quay.io/org{i}/app:v1@{DIGEST}"),
+            format!("quay.io/org{i}/app@{DIGEST}"),
+            format!("quay.io/org{i}/app:1"),
+            format!("ghcr.io/org{i}/a-svc@{DIGEST}"),
+            format!("ghcr.io/org{i}/a-svc/x@{DIGEST}"),
+            format!("x.ecr{i}.example.com/a/b:1@{DIGEST}"),
+            format!("x.ecr{i}.example.com/a/b:1"),
+        ] {
+            images.push(form);
+        }
+    }
+    let refs: Vec<&str> = images.iter().map(String::as_str).collect();
+    let got = verdicts(&policy, &pod(&refs), None);
+    for (image, verdict) in images.iter().zip(&got) {
+        let (_, decided) = verdict.split_once(' ').unwrap();
+        assert_eq!(decided, expected(&policy, image), "{image}");
+        assert_eq!(decided, self::decided(&policy, image), "{image}: decide()");
+    }
+}
+
+#[test]
+fn regression_a_policy_past_the_cost_envelope_is_unfit_and_says_why() {
+    let mut text = String::from(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: c}\nspec:\n  rules:\n",
+    );
+    for i in 0..=MAX_CROWD {
+        text.push_str(&format!(
+            "    - {{name: w{i}, match: [\"*.r{i}.example.com/**\"]}}\n"
+        ));
+    }
+    let policy = Policy::from_documents_at(&text, None).unwrap();
+    assert_eq!(crowd(&policy), MAX_CROWD + 1);
+    let b = generate(
+        &policy,
+        &Options {
+            namespace: "sigil".to_owned(),
+        },
+    );
+    assert!(
+        b.unfit
+            .iter()
+            .any(|u| u.contains("tested against 101 patterns")),
+        "{:?}",
+        b.unfit
+    );
+    // Patterns that start with their registry are looked up, not counted.
+    assert_eq!(
+        crowd(&Policy::from_documents_at(&large(500, 50), None).unwrap()),
+        51
+    );
 }

@@ -187,6 +187,16 @@ impl Policy {
             )
         })?;
         let index = super::plan::index_of(&rules, &order);
+        for n in &spec.exempt_namespaces {
+            if let Some(why) = not_a_namespace_name(n) {
+                return Err(PolicyError::Invalid {
+                    line: None,
+                    message: format!(
+                        "exemptNamespaces: {n:?} {why}; each entry is one namespace's name (a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters). Patterns are not supported: list each namespace, or label it sigil.dev/ignore"
+                    ),
+                });
+            }
+        }
         Ok(Policy {
             plans: Default::default(),
             index,
@@ -369,4 +379,22 @@ fn normalize_prefix(p: &str) -> Result<String, String> {
         return Ok(format!("{host}/{path}"));
     }
     Ok(host.to_owned())
+}
+
+/// Why `n` is no namespace name (RFC 1123 label, as the API server checks
+/// it, so the backstop's namespace selector is one it takes).
+fn not_a_namespace_name(n: &str) -> Option<&'static str> {
+    let b = n.as_bytes();
+    let ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if b.is_empty() {
+        Some("is empty")
+    } else if b.len() > 63 {
+        Some("is longer than 63 characters")
+    } else if !b.iter().all(|c| ok(c) || *c == b'-') {
+        Some("has a character a namespace name cannot have")
+    } else if !ok(&b[0]) || !ok(&b[b.len() - 1]) {
+        Some("must start and end with a letter or digit")
+    } else {
+        None
+    }
 }

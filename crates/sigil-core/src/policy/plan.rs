@@ -12,6 +12,23 @@ impl Policy {
     /// The rule governing a normalized origin name in a namespace with
     /// `labels` (`None`: no namespace; rules with a selector do not apply).
     pub fn rule_for(&self, origin: &Reference, labels: Option<&Labels>) -> Option<&Rule> {
+        self.first_rule(origin, |r| {
+            r.namespace_selector
+                .as_ref()
+                .is_none_or(|s| labels.is_some_and(|l| s.matches(l)))
+        })
+    }
+
+    /// The rule of the first (most specific) pattern that matches `origin`,
+    /// whether or not the rule selects namespaces: what the backstop, which
+    /// cannot see a namespace's labels, decides by (such a rule admits there).
+    pub fn rule_in_any_namespace(&self, origin: &Reference) -> Option<&Rule> {
+        self.first_rule(origin, |_| true)
+    }
+
+    /// The rule of the first pattern, most specific first, that matches
+    /// `origin` and whose rule `applies`.
+    fn first_rule(&self, origin: &Reference, applies: impl Fn(&Rule) -> bool) -> Option<&Rule> {
         let segs = crate::pattern::segments_of(origin);
         // Only patterns whose literal start the name shares can match.
         let mut candidates: Vec<usize> = self.index.get("").cloned().unwrap_or_default();
@@ -31,10 +48,7 @@ impl Policy {
             .map(|&at| &self.order[at])
             .find(|&&(ri, pi)| {
                 let r = &self.rules[ri];
-                r.patterns[pi].matches_segments(origin, &segs)
-                    && r.namespace_selector
-                        .as_ref()
-                        .is_none_or(|s| labels.is_some_and(|l| s.matches(l)))
+                r.patterns[pi].matches_segments(origin, &segs) && applies(r)
             })
             .map(|&(ri, _)| &self.rules[ri])
     }

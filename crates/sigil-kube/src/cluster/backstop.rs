@@ -9,7 +9,13 @@
 //! Written by server-side apply with one field manager: re-applying what is
 //! already there writes nothing (the API server defaults fields of these
 //! objects, so comparing specs ourselves would rewrite them every interval),
-//! and a hand edit of a field sigil owns is put back. A warn pair the policy
+//! and a hand edit of a field sigil owns is put back. A field sigil does
+//! not set but that changes what the backstop checks (`matchConditions`,
+//! `paramKind`, excluded resources, a binding's `matchResources` or
+//! `paramRef`: [`foreign_fields`]) is removed too, so the whole spec sigil
+//! owns is the policy's. A backstop the API server cannot take (too large:
+//! `Backstop::unfit`) is deleted rather than left stale, with a warning,
+//! an Event on sigil's Namespace and `sigil_backstop_in_sync` 0. A warn pair the policy
 //! no longer needs is deleted (binding first). Paused while
 //! `sigil break-glass --backstop` holds its annotation on the state
 //! ConfigMap; a write that raced with it is undone. It does not decide
@@ -57,6 +63,110 @@ fn owned(
     obj
 }
 
+/// The fields of a live backstop object (its `spec`) that sigil never
+/// sets and that change what it checks: a hand edit such as
+/// `matchConditions: [{expression: "false"}]` switches it off without
+/// touching a field sigil owns. Defaults the API server fills in are not
+/// listed (`matchPolicy: Equivalent`, empty selectors, `scope: "*"`).
+pub fn foreign_fields(live: &Value) -> Vec<String> {
+    let spec = &live["spec"];
+    let mut out = Vec::new();
+    let empty = |v: &Value| v.is_null() || v.as_object().is_some_and(|o| o.is_empty());
+    let ours = |allowed: &[&str], at: &Value, path: &str, out: &mut Vec<String>| {
+        for k in at.as_object().into_iter().flat_map(|o| o.keys()) {
+            if !allowed.contains(&k.as_str()) {
+                out.push(format!("{path}{k}"));
+            }
+        }
+    };
+    match live["kind"].as_str() {
+        Some("ValidatingAdmissionPolicy") => {
+            ours(
+                &[
+                    "failurePolicy",
+                    "matchConstraints",
+                    "variables",
+                    "validations",
+                ],
+                spec,
+                "",
+                &mut out,
+            );
+            let mc = &spec["matchConstraints"];
+            ours(
+                &[
+                    "resourceRules",
+                    "namespaceSelector",
+                    "objectSelector",
+                    "matchPolicy",
+                ],
+                mc,
+                "matchConstraints.",
+                &mut out,
+            );
+            if !empty(&mc["objectSelector"]) {
+                out.push("matchConstraints.objectSelector".into());
+            }
+            if !(mc["matchPolicy"].is_null() || mc["matchPolicy"] == "Equivalent") {
+                out.push("matchConstraints.matchPolicy".into());
+            }
+        }
+        Some("ValidatingAdmissionPolicyBinding") => {
+            ours(
+                &["policyName", "validationActions", "matchResources"],
+                spec,
+                "",
+                &mut out,
+            );
+            let mr = &spec["matchResources"];
+            let defaulted = mr.as_object().is_none_or(|o| {
+                o.iter().all(|(k, v)| match k.as_str() {
+                    "namespaceSelector" | "objectSelector" => empty(v),
+                    "matchPolicy" => v == "Equivalent",
+                    _ => false,
+                })
+            });
+            if !defaulted {
+                out.push("matchResources".into());
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Removes [`foreign_fields`] from `live` (the object as the apply left
+/// it) by a merge patch setting each to null (a changed `matchResources`
+/// or selector is dropped whole and the API server defaults it again).
+/// True if it removed any.
+async fn remove_foreign<K>(api: &Api<K>, name: &str, live: &K) -> Result<bool>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + serde::Serialize,
+{
+    let kind = K::kind(&());
+    let live = serde_json::to_value(live).unwrap_or_default();
+    let foreign = foreign_fields(&serde_json::json!({"kind": kind, "spec": live["spec"]}));
+    if foreign.is_empty() {
+        return Ok(false);
+    }
+    let mut patch = serde_json::json!({"spec": {}});
+    for f in &foreign {
+        match f.split_once('.') {
+            Some((a, b)) => patch["spec"][a][b] = Value::Null,
+            None => patch["spec"][f.as_str()] = Value::Null,
+        }
+    }
+    tracing::warn!(object = %format!("{kind}/{name}"), fields = ?foreign, "removing fields sigil does not set from the backstop (a hand edit would change what it checks)");
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("removing {foreign:?} from {kind} {name}"))?;
+    Ok(true)
+}
+
 /// Applies one object; what it did, by its resourceVersion before and after.
 async fn apply<K>(api: &Api<K>, name: &str, obj: &Value) -> Result<Reconciled>
 where
@@ -80,6 +190,9 @@ where
         )
         .await
         .with_context(|| format!("applying {kind} {name}"))?;
+    if remove_foreign(api, name, &after).await? {
+        return Ok(Reconciled::Updated);
+    }
     Ok(match before {
         None => Reconciled::Created,
         Some(rv) if Some(&rv) == after.meta().resource_version.as_ref() => Reconciled::Unchanged,
@@ -192,6 +305,15 @@ pub async fn run(
     loop {
         let policy = in_force.policy();
         let backstop = sigil_core::backstop::generate(&policy, &opts);
+        if !backstop.unfit.is_empty() {
+            let pause = unfit(&client, &s, &backstop.unfit, &metrics, last.is_none()).await;
+            last = None;
+            let until = tokio::time::Instant::now() + pause;
+            while tokio::time::Instant::now() < until && Arc::ptr_eq(&in_force.policy(), &policy) {
+                tokio::time::sleep(Duration::from_secs(1).min(pause)).await;
+            }
+            continue;
+        }
         let pause = match reconcile(&client, &s, &backstop).await {
             Ok(r) => {
                 failures = 0;
@@ -232,9 +354,98 @@ pub async fn run(
     }
 }
 
+/// The policy in force makes a backstop the API server would refuse: the
+/// registered one (an older policy's) is deleted, never left stale, and it
+/// is said (log, an Event on sigil's Namespace, `sigil_backstop_in_sync`
+/// 0). Returns how long to wait before looking again.
+async fn unfit(
+    client: &Client,
+    s: &Settings,
+    why: &[String],
+    metrics: &Metrics,
+    first: bool,
+) -> Duration {
+    metrics.set_backstop_in_sync(false);
+    metrics.cluster("backstop", "unfit");
+    let removed = match super::break_glass::delete_backstop(client).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, "deleting the backstop the policy in force no longer fits failed; retrying");
+            return Duration::from_secs(5).min(s.interval);
+        }
+    };
+    if first || !removed.is_empty() {
+        let note = format!(
+            "the policy in force makes a backstop the API server cannot take, so it is not registered ({}); removed: {}. Make the policy smaller (sigil policy check says the limit)",
+            why.join("; "),
+            if removed.is_empty() {
+                "nothing".to_owned()
+            } else {
+                removed.join(", ")
+            }
+        );
+        tracing::warn!(reason = %note, "backstop not registered");
+        let recorder = kube::runtime::events::Recorder::new(
+            client.clone(),
+            kube::runtime::events::Reporter {
+                controller: "sigil.dev/backstop".into(),
+                instance: None,
+            },
+        );
+        let ns = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Namespace".into()),
+            name: Some(s.namespace.clone()),
+            ..Default::default()
+        };
+        let ev = kube::runtime::events::Event {
+            type_: kube::runtime::events::EventType::Warning,
+            reason: "BackstopUnfit".into(),
+            note: Some(super::event_note(&note)),
+            action: "Register".into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&ev, &ns).await {
+            tracing::warn!(error = %e, "publishing the backstop's Event failed");
+        }
+    }
+    s.interval
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn regression_a_hand_edit_that_switches_the_backstop_off_is_foreign() {
+        use serde_json::json;
+        let vap = json!({"kind": "ValidatingAdmissionPolicy", "spec": {
+            "failurePolicy": "Fail", "variables": [], "validations": [],
+            "matchConstraints": {"resourceRules": [], "namespaceSelector": {}, "objectSelector": {}, "matchPolicy": "Equivalent"}}});
+        assert!(foreign_fields(&vap).is_empty(), "defaults are not edits");
+        let mut edited = vap.clone();
+        edited["spec"]["matchConditions"] = json!([{"name": "off", "expression": "false"}]);
+        edited["spec"]["matchConstraints"]["excludeResourceRules"] =
+            json!([{"resources": ["pods"]}]);
+        edited["spec"]["matchConstraints"]["objectSelector"] = json!({"matchLabels": {"x": "y"}});
+        assert_eq!(
+            foreign_fields(&edited),
+            [
+                "matchConditions",
+                "matchConstraints.excludeResourceRules",
+                "matchConstraints.objectSelector"
+            ]
+        );
+        let binding = json!({"kind": "ValidatingAdmissionPolicyBinding", "spec": {
+            "policyName": "sigil-backstop", "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {}, "objectSelector": {}, "matchPolicy": "Equivalent"}}});
+        assert!(foreign_fields(&binding).is_empty());
+        let mut edited = binding.clone();
+        edited["spec"]["matchResources"]["namespaceSelector"] =
+            json!({"matchLabels": {"none": "x"}});
+        edited["spec"]["paramRef"] = json!({"name": "x"});
+        assert_eq!(foreign_fields(&edited), ["paramRef", "matchResources"]);
+    }
 
     #[test]
     fn every_applied_object_carries_the_label_and_the_namespace_owner() {

@@ -31,6 +31,12 @@ pub fn run(args: BackstopArgs) -> Result<ExitCode> {
             namespace: args.namespace,
         },
     );
+    if !b.unfit.is_empty() {
+        anyhow::bail!(
+            "the backstop for this policy would be refused by the API server: {}; make the policy smaller (nothing was printed)",
+            b.unfit.join("; ")
+        );
+    }
     super::write_out(&render(&b)?)?;
     Ok(ExitCode::SUCCESS)
 }

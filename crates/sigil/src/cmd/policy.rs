@@ -1,6 +1,8 @@
 //! `sigil policy check`: load a policy file as `sigil serve` would (including
 //! the key, certificate and trusted-root files its `verify` rules name) and
-//! print what it means, or the exact line that is wrong.
+//! print what it means, or the exact line that is wrong; a policy whose
+//! in-API-server backstop the API server would refuse (a limit it names)
+//! fails too.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,5 +44,20 @@ fn check(file: &Path, schema_only: bool) -> Result<ExitCode> {
         );
     }
     super::write_out(&p.describe())?;
+    // The backstop the policy makes (`sigil backstop`, --register-backstop)
+    // must be one the API server takes; sigil would otherwise remove it.
+    let b = sigil_core::backstop::generate(
+        &p,
+        &sigil_core::backstop::Options {
+            namespace: "sigil-system".to_owned(),
+        },
+    );
+    if !b.unfit.is_empty() {
+        bail!(
+            "{}: its backstop would be refused by the API server: {} (the webhook can still serve it; make the policy smaller, or do not register the backstop)",
+            file.display(),
+            b.unfit.join("; ")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -45,3 +45,41 @@ fn a_policy_it_cannot_load_is_an_error_and_prints_nothing() {
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad.yaml"));
 }
+
+/// A policy whose backstop the API server would refuse or could not keep
+/// inside its cost budget (here: more patterns per image than the
+/// envelope) is refused by `sigil policy check` and `sigil backstop`,
+/// naming the limit, nothing printed — both said "ok" before, and the
+/// apply then failed in the cluster, leaving the older backstop in force.
+#[test]
+fn regression_a_policy_past_the_backstops_limits_fails_policy_check_and_backstop() {
+    let dir = tempfile::tempdir().unwrap();
+    let wide = dir.path().join("wide.yaml");
+    let patterns: Vec<String> = (0..=sigil_core::backstop::MAX_CROWD)
+        .map(|i| format!("\"*.r{i}.example.com/**\""))
+        .collect();
+    std::fs::write(
+        &wide,
+        format!(
+            "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {{name: wide}}\nspec:\n  rules: [{{name: wide, match: [{}]}}]\n",
+            patterns.join(", ")
+        ),
+    )
+    .unwrap();
+    let file = wide.to_str().unwrap();
+    for args in [
+        &["backstop", "--policy", file][..],
+        &["policy", "check", file],
+    ] {
+        let out = run_sigil(args, None);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("tested against 101 patterns") && err.contains("at most 100"),
+            "{args:?}: {err}"
+        );
+        if args[0] == "backstop" {
+            assert!(out.stdout.is_empty());
+        }
+    }
+}

@@ -66,6 +66,21 @@ async fn metrics(launched: &crate::kubelet::Launched) -> String {
         .unwrap()
 }
 
+/// `overlays/backstop` installed as shipped with [`POLICY`] and sigil
+/// running it; a short reconcile interval (2 s), so that what it puts back
+/// or keeps away is seen within the test.
+async fn keeping(kube: &RealKube) -> crate::kubelet::Launched {
+    let mut objects = crate::deploy::render("overlays/backstop");
+    crate::shipped::find_mut(&mut objects, "ConfigMap", "sigil-policy")["data"]["policy.yaml"] =
+        json!(POLICY);
+    crate::shipped::find_mut(&mut objects, "Deployment", "sigil")["spec"]["template"]["spec"]
+        ["containers"][0]["env"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "SIGIL_RECONCILE_INTERVAL", "value": "2s"}));
+    install_with_sigil(kube, objects, Runtime::Process).await.0
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigil_keeps_the_backstop_equal_to_the_policy_in_force_and_the_audit_names_what_it_would_refuse()
  {
@@ -86,16 +101,7 @@ async fn sigil_keeps_the_backstop_equal_to_the_policy_in_force_and_the_audit_nam
         .await;
     assert_eq!(status, 201, "{v}");
 
-    let mut objects = crate::deploy::render("overlays/backstop");
-    crate::shipped::find_mut(&mut objects, "ConfigMap", "sigil-policy")["data"]["policy.yaml"] =
-        json!(POLICY);
-    // A short reconcile interval, so a paused backstop is seen to stay paused.
-    crate::shipped::find_mut(&mut objects, "Deployment", "sigil")["spec"]["template"]["spec"]
-        ["containers"][0]["env"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"name": "SIGIL_RECONCILE_INTERVAL", "value": "2s"}));
-    let (launched, _) = install_with_sigil(&kube, objects, Runtime::Process).await;
+    let launched = keeping(&kube).await;
 
     // Registered once Ready, owned as the webhook configuration is.
     for (path, name) in [
@@ -210,4 +216,100 @@ async fn sigil_keeps_the_backstop_equal_to_the_policy_in_force_and_the_audit_nam
         field["backstop"], "has no digest (rule team pins it)",
         "{report}"
     );
+}
+
+/// Hand edits that switch the registered backstop off without touching a
+/// field sigil owns (`matchConditions: [{expression: "false"}]` on the
+/// policy, a binding's `matchResources` narrowed to no namespace) are put
+/// back within a reconcile interval; a policy in force whose backstop the
+/// API server could not take (past the cost envelope) gets its stale
+/// backstop removed, said by `sigil_backstop_in_sync` 0 and an Event, and
+/// registered again once the policy fits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_hand_edits_are_put_back_and_a_backstop_that_cannot_match_the_policy_is_removed()
+{
+    let Some(assets) = assets_or_skip(
+        "regression_hand_edits_are_put_back_and_a_backstop_that_cannot_match_the_policy_is_removed",
+    ) else {
+        return;
+    };
+    let kube = RealKube::start(&assets).await;
+    let launched = keeping(&kube).await;
+    let vap = format!("{VAPS}/sigil-backstop");
+    let binding = format!("{BINDINGS}/sigil-backstop");
+    until(&kube, &binding, "registered", |o| o.is_some()).await;
+
+    let (status, v) = kube
+        .request(
+            "PATCH",
+            &vap,
+            Some(&json!({"spec": {"matchConditions": [{"name": "off", "expression": "false"}]}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = kube
+        .request(
+            "PATCH",
+            &binding,
+            Some(&json!({"spec": {"matchResources": {"namespaceSelector": {"matchLabels": {"nowhere": "x"}}}}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    until(&kube, &vap, "matchConditions removed", |o| {
+        o.is_some_and(|o| o["spec"]["matchConditions"].is_null())
+    })
+    .await;
+    until(&kube, &binding, "matchResources put back", |o| {
+        o.is_some_and(|o| {
+            o["spec"]["matchResources"]["namespaceSelector"]
+                .as_object()
+                .is_none_or(|s| s.is_empty())
+        })
+    })
+    .await;
+
+    // Past the envelope: removed, never left stale.
+    let patterns: Vec<String> = (0..=sigil_core::backstop::MAX_CROWD)
+        .map(|i| format!("*.r{i}.example.com/**"))
+        .collect();
+    kube.apply(&[
+        json!({"apiVersion": "sigil.dev/v1alpha1", "kind": "ClusterImagePolicy",
+        "metadata": {"name": "wide"},
+        "spec": {"rules": [{"name": "wide", "match": patterns, "mode": "enforce"}]}}),
+    ])
+    .await;
+    until(&kube, &vap, "the stale backstop removed", |o| o.is_none()).await;
+    until(&kube, &binding, "its binding removed", |o| o.is_none()).await;
+    let m = metrics(&launched).await;
+    assert!(
+        m.contains("sigil_backstop_in_sync{policy=\"sigil-backstop\"} 0"),
+        "{m}"
+    );
+    let events = kube
+        .get("/apis/events.k8s.io/v1/events")
+        .await
+        .unwrap_or_default();
+    assert!(
+        events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["reason"] == "BackstopUnfit"
+                && e["note"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("tested against")),
+        "{events}\n{}",
+        launched.sigil.logs()
+    );
+    // The policy fits again: registered again.
+    let (status, v) = kube
+        .request(
+            "DELETE",
+            "/apis/sigil.dev/v1alpha1/clusterimagepolicies/wide",
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    until(&kube, &vap, "registered again", |o| o.is_some()).await;
 }

@@ -9,9 +9,11 @@ use std::collections::BTreeSet;
 use crate::support::kube::real::{RealKube, assets_or_skip};
 
 mod backstop;
+mod backstop_agree;
 mod backstop_kept;
 mod everyday;
 mod image;
+mod loopback;
 mod monitoring;
 mod node;
 
