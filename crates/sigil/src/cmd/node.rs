@@ -118,6 +118,12 @@ fn decide_pull(args: &[String], started: Instant) -> Verdict {
         Ok(r) => r,
         Err(e) => return Verdict::Deny(format!("sigil-containerd: {e}")),
     };
+    if !req.ignored.is_empty() {
+        eprintln!(
+            "sigil-containerd: ignoring arguments this version does not know: {:?}",
+            req.ignored
+        );
+    }
     let env = match NodeEnv::try_parse_from(Vec::<String>::new()) {
         Ok(e) => e,
         Err(e) => {
@@ -168,8 +174,13 @@ fn decide_pull(args: &[String], started: Instant) -> Verdict {
             .map_err(|e| eprintln!("sigil-containerd: cache {}: {e}", dir.display()))
             .ok()
     });
-    let _held = cache.as_ref().map(|c| c.lock(&req.digest, deadline));
-    if cache.as_ref().is_some_and(|c| c.admitted(&req.digest)) {
+    let _held = cache
+        .as_ref()
+        .map(|c| c.lock(&image, &req.digest, deadline));
+    if cache
+        .as_ref()
+        .is_some_and(|c| c.admitted(&image, &req.digest))
+    {
         eprintln!("sigil-containerd: {image} admitted (cached)");
         return Verdict::Allow(None);
     }
@@ -178,7 +189,7 @@ fn decide_pull(args: &[String], started: Instant) -> Verdict {
         Err(e) => Verdict::Deny(format!("sigil refused {image} at pull: {e:#}")),
     };
     if let (Verdict::Allow(_), Some(c)) = (&verdict, &cache) {
-        c.remember(&req.digest, &image);
+        c.remember(&image, &req.digest);
     }
     verdict
 }

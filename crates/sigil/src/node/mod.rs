@@ -33,6 +33,9 @@ pub struct Request {
     pub digest: String,
     /// The descriptor's media type, from stdin when it parses.
     pub media_type: Option<String>,
+    /// Arguments this protocol does not know (containerd's newer ones,
+    /// such as `-operation pull`): logged and ignored, never a refusal.
+    pub ignored: Vec<String>,
 }
 
 /// Why a request cannot be read.
@@ -41,8 +44,8 @@ pub enum RequestError {
     /// A flag containerd always passes is missing.
     #[error("containerd did not pass {0} (is this sigil-containerd in containerd's bin_dir?)")]
     Missing(&'static str),
-    /// A flag without its value, or one this protocol does not have.
-    #[error("unexpected argument {0:?}")]
+    /// A flag this protocol has, without its value.
+    #[error("argument {0:?} has no value")]
     Unexpected(String),
     /// The digest is not `sha256:` and 64 hex digits.
     #[error("-digest {0:?} is not a sha256 digest")]
@@ -61,10 +64,13 @@ impl Request {
     /// Reads containerd's arguments (`-name`, `-digest`,
     /// `-stdin-media-type`, single or double dash) and the descriptor it
     /// wrote to stdin (at most [`MAX_STDIN`] bytes; an unreadable one is
-    /// ignored, a contradicting one refused).
+    /// ignored, a contradicting one refused). An argument it does not know
+    /// is kept in `ignored` (with the value that follows an unknown flag),
+    /// so a containerd that passes more than today's protocol still pulls.
     pub fn parse(args: &[String], stdin: &[u8]) -> Result<Request, RequestError> {
         let (mut name, mut digest) = (None, None);
-        let mut it = args.iter();
+        let mut ignored = Vec::new();
+        let mut it = args.iter().peekable();
         while let Some(a) = it.next() {
             let flag = a.trim_start_matches('-');
             let (key, inline) = match flag.split_once('=') {
@@ -83,7 +89,13 @@ impl Request {
                 "stdin-media-type" if a.starts_with('-') => {
                     value()?;
                 }
-                _ => return Err(RequestError::Unexpected(a.clone())),
+                _ => {
+                    ignored.push(a.clone());
+                    let takes_value = a.starts_with('-') && inline.is_none();
+                    if takes_value && it.peek().is_some_and(|v| !v.starts_with('-')) {
+                        ignored.extend(it.next().cloned());
+                    }
+                }
             }
         }
         let name = name.ok_or(RequestError::Missing("-name"))?;
@@ -113,6 +125,7 @@ impl Request {
                 .as_ref()
                 .and_then(|d| d["mediaType"].as_str().map(str::to_owned)),
             digest,
+            ignored,
         })
     }
 
@@ -227,8 +240,7 @@ mod tests {
             (&["-digest", D][..], "-name"),
             (&["-name", "x"][..], "-digest"),
             (&["-name", "x", "-digest", "sha256:zz"][..], "sha256"),
-            (&["-name", "x", "-digest", D, "extra"][..], "extra"),
-            (&["-name"][..], "unexpected"),
+            (&["-name"][..], "no value"),
         ] {
             let e = Request::parse(&args(a), b"").unwrap_err().to_string();
             assert!(e.contains(want), "{a:?}: {e}");
@@ -240,6 +252,31 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, RequestError::Mismatch { .. }), "{e}");
+    }
+
+    #[test]
+    fn regression_arguments_a_newer_containerd_passes_are_ignored_not_refused() {
+        let r = Request::parse(
+            &args(&[
+                "-operation",
+                "pull",
+                "-name",
+                "r.example.com/a:1",
+                "--future=1",
+                "-digest",
+                D,
+                "-flag-alone",
+                "extra",
+            ]),
+            b"",
+        )
+        .unwrap();
+        assert_eq!(r.name, "r.example.com/a:1");
+        assert_eq!(r.digest, D);
+        assert_eq!(
+            r.ignored,
+            ["-operation", "pull", "--future=1", "-flag-alone", "extra"]
+        );
     }
 
     #[test]

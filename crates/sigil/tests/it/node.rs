@@ -37,6 +37,32 @@ fn policy(reg: &TestRegistry, dark: u16, key: &Signer) -> String {
     )
 }
 
+/// containerd with sigil as its verifier (`sigil-containerd` in its
+/// bin_dir), on `policy_file`, caching in `cache`, a 3 s lookup deadline.
+fn verifying(
+    assets: &std::path::Path,
+    host: &str,
+    policy_file: &std::path::Path,
+    cache: &std::path::Path,
+) -> Containerd {
+    let c = Containerd::start(
+        assets,
+        host,
+        &[
+            ("SIGIL_NODE_POLICY", policy_file.display().to_string()),
+            ("SIGIL_NODE_CACHE", cache.display().to_string()),
+            ("SIGIL_NODE_TIMEOUT", "3s".to_owned()),
+        ],
+        "5s",
+        "",
+    );
+    c.install_verifier(
+        std::path::Path::new(crate::support::sigil::bin()),
+        "sigil-containerd",
+    );
+    c
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn containerd_pulls_what_the_policy_admits_and_refuses_the_rest_with_sigils_reason() {
     let Some(assets) = assets_or_skip(
@@ -67,21 +93,7 @@ async fn containerd_pulls_what_the_policy_admits_and_refuses_the_rest_with_sigil
     let policy_file = files.path().join("node-policy.yaml");
     std::fs::write(&policy_file, policy(&reg, dark_port, &key)).unwrap();
     let cache = files.path().join("cache");
-    let c = Containerd::start(
-        &assets,
-        &h,
-        &[
-            ("SIGIL_NODE_POLICY", policy_file.display().to_string()),
-            ("SIGIL_NODE_CACHE", cache.display().to_string()),
-            ("SIGIL_NODE_TIMEOUT", "3s".to_owned()),
-        ],
-        "5s",
-        "",
-    );
-    c.install_verifier(
-        std::path::Path::new(crate::support::sigil::bin()),
-        "sigil-containerd",
-    );
+    let c = verifying(&assets, &h, &policy_file, &cache);
 
     // Admitted: signed by the key, through ctr and through CRI; the index
     // of a multi-platform image (containerd passes the index's digest).
@@ -298,4 +310,66 @@ async fn the_verifier_reads_a_private_registry_with_the_nodes_docker_config() {
             );
         }
     }
+}
+
+/// An admission cached for one name never stands for another: the same
+/// bytes pulled as `tools/app` (a rule without signatures) and then as
+/// `signed/copy` (a rule that requires one; the copy is unsigned) — the
+/// second pull is decided again and refused. The cache was keyed by
+/// (policy, digest) and admitted it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_the_same_bytes_under_another_name_are_decided_again_at_the_node() {
+    let Some(assets) = assets_or_skip(
+        "regression_the_same_bytes_under_another_name_are_decided_again_at_the_node",
+    ) else {
+        return;
+    };
+    let reg = TestRegistry::start(Mode::Plain).await;
+    let h = reg.host();
+    let key = Signer::p256();
+    let dark = TcpListener::bind("127.0.0.1:0").unwrap();
+    let digest = push_tar_image(&reg, "tools/app", "1.0").await;
+    // The same manifest and blobs under a name whose rule wants a signature.
+    let manifest = reqwest::Client::new()
+        .get(format!("{}/v2/tools/app/manifests/{digest}", reg.base()))
+        .header("accept", "application/vnd.oci.image.manifest.v1+json")
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(
+        reg.push_exact("signed/copy", "1.0", &manifest).await,
+        digest
+    );
+
+    let files = tempfile::tempdir().unwrap();
+    let policy_file = files.path().join("node-policy.yaml");
+    std::fs::write(
+        &policy_file,
+        policy(&reg, dark.local_addr().unwrap().port(), &key),
+    )
+    .unwrap();
+    let c = verifying(&assets, &h, &policy_file, &files.path().join("cache"));
+    let o = c.ctr_pull(&format!("{h}/tools/app:1.0"));
+    assert!(o.status.success(), "{}\n{}", text(&o), c.logs());
+    let copy = format!("{h}/signed/copy:1.0");
+    let o = c.ctr_pull(&copy);
+    let said = text(&o);
+    assert!(
+        !o.status.success(),
+        "the unsigned copy was pulled:\n{}",
+        c.logs()
+    );
+    assert!(
+        said.contains("sigil refused") && said.contains("no signature"),
+        "{said}"
+    );
+    assert!(
+        !c.logs()
+            .contains(&format!("{copy}@{digest} admitted (cached)")),
+        "{}",
+        c.logs()
+    );
 }
