@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-targets=(reference policy admission manifest signature attest tuf crl)
+targets=(reference policy admission manifest signature attest tuf crl backstop)
 seeds() {
   case "$1" in
     admission) echo "fuzz/seeds/empty crates/sigil/tests/fixtures/admission_requests" ;;
