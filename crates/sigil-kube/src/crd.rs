@@ -205,6 +205,10 @@ pub struct ClusterImagePolicySpec {
     /// Namespaces whose requests pass untouched.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exempt_namespaces: Vec<String>,
+    /// Images every node admits at pull without a check (the sandbox
+    /// image, CNI's, kube-proxy's): a pull has no namespace to exempt.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_admits: Vec<String>,
 }
 
 /// A team's policy for its namespace: it may only tighten.

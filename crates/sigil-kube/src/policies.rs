@@ -29,6 +29,7 @@ use sigil_core::policy::NamespacePolicy;
 use crate::InForce;
 use crate::crd::{ClusterImagePolicy, Condition, ImagePolicy, ImagePolicyException, PolicyStatus};
 
+pub mod compose;
 mod exceptions;
 use crate::metrics::Metrics;
 
@@ -45,10 +46,9 @@ struct Desired {
     rules: i64,
 }
 
-/// The last generation of an object that compiled.
+/// The last generation of a team's ImagePolicy that compiled.
 #[derive(Debug, Clone)]
 enum Good {
-    Cluster(i64, Box<Policy>),
     Team(i64, NamespacePolicy),
 }
 
@@ -58,6 +58,7 @@ pub struct Combiner {
     metrics: Arc<Metrics>,
     file: Mutex<Option<Policy>>,
     good: Mutex<HashMap<String, Good>>,
+    good_cluster: Mutex<HashMap<String, compose::GoodCluster>>,
     desired: Mutex<HashMap<Key, Desired>>,
     cluster: Store<ClusterImagePolicy>,
     teams: Store<ImagePolicy>,
@@ -118,6 +119,7 @@ impl Combiner {
             metrics,
             file: Mutex::new(file),
             good: Mutex::default(),
+            good_cluster: Mutex::default(),
             desired: Mutex::default(),
             cluster: cluster.clone(),
             teams: teams.clone(),
@@ -178,66 +180,17 @@ impl Combiner {
     /// Recombines everything and puts it in force.
     pub fn recompute(&self) {
         let mut desired = HashMap::new();
-        let mut good = self.good.lock().unwrap_or_else(|e| e.into_inner());
-        let mut merged = self.file.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut cips = self.cluster.state();
-        cips.sort_by(|a, b| {
-            (
-                a.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                a.name_any(),
-            )
-                .cmp(&(
-                    b.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                    b.name_any(),
-                ))
-        });
-        for c in &cips {
-            let (uid, generation) = (c.uid().unwrap_or_default(), c.metadata.generation);
-            let doc = json!({"apiVersion": "sigil.dev/v1alpha1", "kind": "ClusterImagePolicy",
-                "metadata": {"name": c.name_any()}, "spec": c.spec});
-            let (policy, mut state) = match Policy::from_json_value(doc) {
-                Ok(p) => {
-                    good.insert(
-                        uid.clone(),
-                        Good::Cluster(generation.unwrap_or(0), Box::new(p.clone())),
-                    );
-                    let n = p.rules.len();
-                    (Some(p), ready(n, generation))
-                }
-                Err(e) => match good.get(&uid) {
-                    Some(Good::Cluster(g, p)) => (
-                        Some(p.as_ref().clone()),
-                        not_ready(
-                            "InvalidSpec",
-                            format!("{e}; generation {g} stays in force"),
-                            generation,
-                            p.rules.len(),
-                        ),
-                    ),
-                    _ => (None, not_ready("InvalidSpec", e.to_string(), generation, 0)),
-                },
-            };
-            if let Some(p) = policy {
-                merged = Some(match merged.take() {
-                    None => p,
-                    Some(m) => match m.clone().merge(p) {
-                        Ok(x) => x,
-                        Err(e) => {
-                            state = not_ready(
-                                "Conflict",
-                                format!(
-                                    "{e}; this policy is newer, so it is not in force (the others are)"
-                                ),
-                                generation,
-                                0,
-                            );
-                            m
-                        }
-                    },
-                });
-            }
-            desired.insert(("ClusterImagePolicy", String::new(), c.name_any()), state);
+        let file = self.file.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let composed = compose::cluster(
+            file,
+            &self.cluster.state(),
+            &mut self.good_cluster.lock().unwrap_or_else(|e| e.into_inner()),
+        );
+        for (name, state) in composed.states {
+            desired.insert(("ClusterImagePolicy", String::new(), name), state);
         }
+        let merged = composed.policy;
+        let mut good = self.good.lock().unwrap_or_else(|e| e.into_inner());
         // No file and no ClusterImagePolicy yet: the embedded default.
         let mut policy = merged.unwrap_or_else(Policy::embedded_default);
         for t in self.teams.state().iter() {

@@ -77,7 +77,7 @@ impl Containerd {
         timeout: &str,
         images: &str,
     ) -> Containerd {
-        Self::start_in(assets, registry, env, timeout, images, None)
+        Self::start_in(assets, registry, env, timeout, images, None, None)
     }
 
     /// [`Self::start`] with the verifiers' `bin_dir` at `verifiers` (where
@@ -88,7 +88,29 @@ impl Containerd {
         env: &[(&str, String)],
         verifiers: &Path,
     ) -> Containerd {
-        Self::start_in(assets, registry, env, "10s", "", Some(verifiers))
+        Self::start_in(assets, registry, env, "10s", "", Some(verifiers), None)
+    }
+
+    /// [`Self::start_with_verifiers`] in a mount namespace of its own where
+    /// `/etc/sigil` is `etc_sigil` (an overlay on `/etc`, so the host's
+    /// `/etc` is untouched): a node whose well-known paths are the test's,
+    /// as a verifier started by containerd sees them.
+    pub fn start_as_node(
+        assets: &Path,
+        registry: &str,
+        env: &[(&str, String)],
+        verifiers: &Path,
+        etc_sigil: &Path,
+    ) -> Containerd {
+        Self::start_in(
+            assets,
+            registry,
+            env,
+            "10s",
+            "",
+            Some(verifiers),
+            Some(etc_sigil),
+        )
     }
 
     fn start_in(
@@ -98,6 +120,7 @@ impl Containerd {
         timeout: &str,
         images: &str,
         verifiers: Option<&Path>,
+        etc_sigil: Option<&Path>,
     ) -> Containerd {
         let dir = tempfile::Builder::new()
             .prefix("sigil-containerd")
@@ -136,7 +159,26 @@ impl Containerd {
         .unwrap();
         std::fs::create_dir_all(d.join("tmp")).unwrap();
         let log = std::fs::File::create(d.join("containerd.log")).unwrap();
-        let child = Command::new(assets.join("containerd"))
+        let mut cmd = match etc_sigil {
+            None => Command::new(assets.join("containerd")),
+            Some(dir) => {
+                let (upper, work) = (d.join("etc-upper"), d.join("etc-work"));
+                std::fs::create_dir_all(&upper).unwrap();
+                std::fs::create_dir_all(&work).unwrap();
+                let mut c = Command::new("unshare");
+                c.args(["--mount", "--propagation", "private", "sh", "-c"])
+                    .arg(format!(
+                        "set -e; mount -t overlay overlay -o lowerdir=/etc,upperdir={},workdir={} /etc; mkdir -p /etc/sigil; mount --bind {} /etc/sigil; exec \"$@\"",
+                        upper.display(),
+                        work.display(),
+                        dir.display()
+                    ))
+                    .arg("sh")
+                    .arg(assets.join("containerd"));
+                c
+            }
+        };
+        let child = cmd
             .arg("--config")
             .arg(&config)
             .arg("--log-level")
@@ -208,6 +250,12 @@ impl Containerd {
     /// containerd's log (debug: the verifiers' stderr is there).
     pub fn logs(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
+    }
+
+    /// containerd's process id (in a node's mount namespace, `nsenter -t
+    /// PID -m` runs a command as its verifiers see the files).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// A directory beside it for the test's files.

@@ -123,8 +123,11 @@ async fn run(n: usize) {
         );
         assert!(backstop.unfit.is_empty(), "{:?}", backstop.unfit);
         kube.apply(&backstop.objects).await;
-        // In force once this policy's refusal names one of its rules.
-        let probe = policies::admitted_images(rules, mirrors, 1);
+        // In force once an unpinned image is refused and the largest Pod of
+        // this policy's images (most of which the previous policy lacks) is
+        // admitted: the API server swaps a policy in a moment after it is
+        // applied, and a row measured before that is measured on the old one.
+        let probe = policies::admitted_images(rules, mirrors, *sizes.last().unwrap_or(&1));
         let until = Instant::now() + Duration::from_secs(30);
         loop {
             let unpinned = vec![probe[0].split('@').next().unwrap_or_default().to_owned()];

@@ -197,9 +197,17 @@ impl Policy {
                 });
             }
         }
+        let mut node_admits = Vec::with_capacity(spec.node_admits.len());
+        for p in &spec.node_admits {
+            node_admits.push(
+                Pattern::parse(&p.value)
+                    .map_err(|e: PatternError| invalid(p, format!("nodeAdmits: {e}")))?,
+            );
+        }
         Ok(Policy {
             plans: Default::default(),
             index,
+            node_admits,
             name: doc.metadata.name,
             mirrors,
             registries,

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use super::{Action, Policy, Scope};
 use crate::denial::Mode;
+use crate::pattern::Pattern;
 
 impl Policy {
     /// Plain-words rendering: one line per mirror and registry, one per rule
@@ -185,6 +186,17 @@ impl Policy {
                 s,
                 "exempt namespaces (requests pass untouched): {}",
                 p.exempt_namespaces.join(", ")
+            );
+        }
+        if !p.node_admits.is_empty() {
+            let _ = writeln!(
+                s,
+                "admitted at every node's pull without a check (nodeAdmits; admission still applies the rules): {}",
+                p.node_admits
+                    .iter()
+                    .map(Pattern::source)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
         for t in p.namespaced.values().flatten() {

@@ -304,6 +304,12 @@ impl Policy {
                 exempt.push(n);
             }
         }
+        let mut node_admits = self.node_admits;
+        for p in other.node_admits {
+            if !node_admits.contains(&p) {
+                node_admits.push(p);
+            }
+        }
         let mut namespaced = self.namespaced;
         for (ns, list) in other.namespaced {
             namespaced.entry(ns).or_default().extend(list);
@@ -326,6 +332,7 @@ impl Policy {
             rules,
             order,
             exempt_namespaces: exempt,
+            node_admits,
             namespaced,
         })
     }

@@ -303,6 +303,10 @@ pub struct Policy {
     index: std::collections::HashMap<String, Vec<usize>>,
     /// Namespaces that pass untouched.
     pub exempt_namespaces: Vec<String>,
+    /// Images a node admits at pull without a check (`nodeAdmits`): the
+    /// sandbox image, CNI's, kube-proxy's, static Pods'. A node has no
+    /// namespace, so `exemptNamespaces` cannot say this for it.
+    pub node_admits: Vec<Pattern>,
     /// Teams' namespaced ImagePolicies, by namespace (tighten only).
     pub namespaced: std::collections::BTreeMap<String, Vec<Arc<NamespacePolicy>>>,
     /// Accepted `ImagePolicyException`s, by namespace (expired ones too:
@@ -467,6 +471,12 @@ impl Policy {
     /// Whether requests in this namespace pass untouched.
     pub fn is_exempt(&self, namespace: &str) -> bool {
         self.exempt_namespaces.iter().any(|n| n == namespace)
+    }
+
+    /// The `nodeAdmits` pattern a node admits `image` by at pull, if any
+    /// (matched on the normalized name, as rules are).
+    pub fn node_admits(&self, image: &Reference) -> Option<&Pattern> {
+        self.node_admits.iter().find(|p| p.matches(image))
     }
 }
 

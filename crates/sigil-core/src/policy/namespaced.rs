@@ -29,6 +29,10 @@ const PLATFORM_ONLY: &[(&str, &str)] = &[
     ),
     ("pin", "pinning scope and platform are the platform's"),
     ("exemptNamespaces", "exemptions switch the policy off"),
+    (
+        "nodeAdmits",
+        "what every node admits unchecked is the platform's",
+    ),
 ];
 
 /// What an image no rule of the policy matches gets.

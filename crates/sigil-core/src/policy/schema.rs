@@ -52,6 +52,11 @@ pub struct Spec {
     /// Namespaces whose requests pass untouched.
     #[serde(default)]
     pub exempt_namespaces: Vec<String>,
+    /// Images a node always admits at pull (docs/node.md): what a node
+    /// pulls for itself, which no namespace can exempt. Ignored by
+    /// admission.
+    #[serde(default)]
+    pub node_admits: Vec<Spanned<String>>,
 }
 
 /// One origin → mirror mapping.

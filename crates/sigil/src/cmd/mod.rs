@@ -33,6 +33,7 @@ pub mod crds;
 pub mod krm;
 pub mod mirror;
 pub mod node;
+pub mod node_check;
 pub mod node_sync;
 pub mod pin;
 pub mod policy;

@@ -6,7 +6,7 @@
 //! decision is the engine's, on a Pod holding the pulled image.
 
 use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -14,10 +14,9 @@ use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use serde_json::json;
 use sigil::node::cache::{self, Cache};
-use sigil::node::check::{self, Entry};
 use sigil::node::{MAX_STDIN, Request, Verdict};
 use sigil_core::walker::summarize_value;
-use sigil_core::{ObjectFacts, Operation, Source};
+use sigil_core::{ObjectFacts, Operation, Policy, Source};
 
 use super::{CredentialArgs, EXIT_FINDINGS};
 
@@ -34,13 +33,20 @@ pub enum NodeCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Whether containerd will call sigil-containerd on every pull: its
-    /// verifier directory, limits and the CRI settings that bypass it.
-    /// Exit 0 yes; 1 no (each reason printed); 2 unreadable config.
+    /// Whether containerd will call sigil-containerd on every pull (its
+    /// configuration with its imports, verifier directory, limits, the CRI
+    /// settings that bypass it) and what it will answer: the policy named
+    /// by containerd's running environment, and the images the node pulls
+    /// for itself. Exit 0 yes; 1 no (each reason printed); 2 unreadable
+    /// config.
     Check {
         /// containerd's configuration.
         #[arg(long, default_value = "/etc/containerd/config.toml")]
         config: PathBuf,
+        /// Another image the node pulls for itself (a static Pod's, CNI's,
+        /// kube-proxy's): checked as the sandbox image is. Repeatable.
+        #[arg(long = "image")]
+        images: Vec<String>,
     },
     /// What the node DaemonSet runs: keeps the node policy file equal to
     /// the cluster's policy and installs sigil-containerd (docs/node.md).
@@ -51,38 +57,40 @@ pub enum NodeCommand {
 /// it its own whole environment; set these in its service's unit).
 #[derive(Parser, Debug)]
 #[command(name = "sigil-containerd", no_binary_name = true)]
-pub struct NodeEnv {
+pub(super) struct NodeEnv {
     /// The policy file (the same schema as `sigil serve --policy`), written
-    /// on the node from the cluster's policy (docs/node.md).
+    /// on the node from the cluster's policy (docs/node.md); unset, the
+    /// file `sigil node sync` writes (`/etc/sigil/node-policy.yaml`).
     #[arg(long, env = "SIGIL_NODE_POLICY")]
-    policy: Option<PathBuf>,
-    /// What a pull gets while there is no readable policy file: deny
-    /// (default: fail closed, as containerd does at the verifier's timeout)
-    /// or allow. An invalid policy always refuses.
+    pub(super) policy: Option<PathBuf>,
+    /// What a pull gets while there is no policy file: deny (default: fail
+    /// closed, as containerd does at the verifier's timeout) or allow. A
+    /// file that is there but unreadable, too large or invalid always
+    /// refuses.
     #[arg(long, env = "SIGIL_NODE_ON_MISSING_POLICY", default_value = "deny", value_parser = ["deny", "allow"])]
-    on_missing_policy: String,
+    pub(super) on_missing_policy: String,
     /// The verification cache's directory; none without.
     #[arg(long, env = "SIGIL_NODE_CACHE")]
-    cache: Option<PathBuf>,
+    pub(super) cache: Option<PathBuf>,
     /// How long an admission stays in the cache.
     #[arg(long, env = "SIGIL_NODE_CACHE_TTL", default_value = "10m", value_parser = humantime::parse_duration)]
-    cache_ttl: Duration,
+    pub(super) cache_ttl: Duration,
     /// Answers kept in the cache at most.
     #[arg(long, env = "SIGIL_NODE_CACHE_ENTRIES", default_value_t = cache::DEFAULT_MAX_ENTRIES)]
-    cache_entries: usize,
+    pub(super) cache_entries: usize,
     /// The time sigil gives its lookups; keep it below containerd's
     /// per_verifier_timeout, so a dark registry is refused with a reason.
     #[arg(long, env = "SIGIL_NODE_TIMEOUT", default_value = "4s", value_parser = humantime::parse_duration)]
-    timeout: Duration,
+    pub(super) timeout: Duration,
     #[command(flatten)]
-    creds: CredentialArgs,
+    pub(super) creds: CredentialArgs,
 }
 
 /// Runs `sigil node …`.
 pub fn run(command: NodeCommand) -> Result<ExitCode> {
     match command {
         NodeCommand::Verify { args } => Ok(verify(&args)),
-        NodeCommand::Check { config } => node_check(&config),
+        NodeCommand::Check { config, images } => super::node_check::run(&config, &images),
         NodeCommand::Sync(args) => super::node_sync::run(*args),
     }
 }
@@ -135,39 +143,13 @@ fn decide_pull(args: &[String], started: Instant) -> Verdict {
     };
     let deadline = started + env.timeout;
     let image = req.image();
-    let Some(path) = env.policy.as_deref() else {
-        return missing(
-            &env,
-            &image,
-            "SIGIL_NODE_POLICY is not set in containerd's environment",
-        );
-    };
-    let bytes = match sigil_registry::file::read(path, sigil_registry::file::MAX_CONFIG_BYTES) {
-        Ok(b) => b,
-        Err(e) if is_not_found(&e) => {
-            return missing(
-                &env,
-                &image,
-                &format!("no node policy at {}", path.display()),
-            );
-        }
-        Err(e) => {
-            return missing(
-                &env,
-                &image,
-                &format!("the node policy cannot be read: {e}"),
-            );
-        }
-    };
-    let policy = match super::load_policy(Some(path)) {
+    let (policy, bytes) = match load(&env, &image) {
         Ok(p) => p,
-        Err(e) => {
-            return Verdict::Deny(format!(
-                "sigil refused {image} at pull: the node policy {} is invalid: {e:#}",
-                path.display()
-            ));
-        }
+        Err(v) => return v,
     };
+    if let Some(v) = node_admits(&policy, &image) {
+        return v;
+    }
     let cache = env.cache.as_deref().and_then(|dir| {
         let fp = cache::fingerprint(&bytes, &sigil_verify::Material::files(&policy));
         Cache::open(dir, fp, env.cache_ttl, env.cache_entries)
@@ -194,6 +176,58 @@ fn decide_pull(args: &[String], started: Instant) -> Verdict {
     verdict
 }
 
+/// The node policy the verifier decides by, as containerd's environment
+/// names it (or the file sync writes), or the verdict every pull gets
+/// without one.
+pub(super) fn load(env: &NodeEnv, image: &str) -> Result<(Policy, Vec<u8>), Verdict> {
+    let (path, named) = match env.policy.as_deref() {
+        Some(p) => (p.to_owned(), "SIGIL_NODE_POLICY"),
+        None => (
+            PathBuf::from(sigil::node::DEFAULT_POLICY),
+            "SIGIL_NODE_POLICY is unset: the file sigil node sync writes",
+        ),
+    };
+    let bytes = match sigil_registry::file::read(&path, sigil_registry::file::MAX_CONFIG_BYTES) {
+        Ok(b) => b,
+        Err(e) if is_not_found(&e) => {
+            return Err(missing(
+                env,
+                image,
+                &format!("no node policy at {} ({named})", path.display()),
+            ));
+        }
+        // Not "missing": a file that is there and cannot be used refuses,
+        // whatever SIGIL_NODE_ON_MISSING_POLICY says.
+        Err(e) => {
+            return Err(Verdict::Deny(format!(
+                "sigil refused {image} at pull: the node policy {} cannot be read: {e}; to fix: see sigil node sync's log and /readyz (docs/node.md)",
+                path.display()
+            )));
+        }
+    };
+    match std::str::from_utf8(&bytes)
+        .map_err(|e| e.to_string())
+        .and_then(|t| {
+            Policy::from_documents_at(t, Some(sigil::engine::unix_now())).map_err(|e| e.to_string())
+        }) {
+        Ok(p) => Ok((p, bytes)),
+        Err(e) => Err(Verdict::Deny(format!(
+            "sigil refused {image} at pull: the node policy {} is invalid: {e}",
+            path.display()
+        ))),
+    }
+}
+
+/// What a node pulls for itself (`nodeAdmits`): no namespace can exempt it.
+pub(super) fn node_admits(policy: &Policy, image: &str) -> Option<Verdict> {
+    let p = sigil_core::Reference::parse(image)
+        .ok()
+        .and_then(|r| policy.node_admits(&r).map(|p| p.source().to_owned()))?;
+    Some(Verdict::Allow(Some(format!(
+        "sigil-containerd: {image} admitted by nodeAdmits {p:?}"
+    ))))
+}
+
 fn is_not_found(e: &sigil_registry::file::FileError) -> bool {
     matches!(e, sigil_registry::file::FileError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }
@@ -213,7 +247,7 @@ fn missing(env: &NodeEnv, image: &str, why: &str) -> Verdict {
 
 /// The one decision, on a Pod holding the image (no namespace: rules that
 /// select namespaces cannot apply at the node).
-fn decide(
+pub(super) fn decide(
     policy: sigil_core::Policy,
     creds: &CredentialArgs,
     image: &str,
@@ -240,53 +274,4 @@ fn decide(
         deadline,
     ));
     Ok(Verdict::of(image, &verdict))
-}
-
-/// `sigil node check`.
-fn node_check(config: &Path) -> Result<ExitCode> {
-    let text = std::fs::read_to_string(config)
-        .with_context(|| format!("reading containerd's configuration {}", config.display()))?;
-    let dir = check::bin_dir(&text).map_err(anyhow::Error::msg)?;
-    let entries = list(Path::new(&dir));
-    let deadline = NodeEnv::try_parse_from(Vec::<String>::new())
-        .map(|e| e.timeout)
-        .unwrap_or(Duration::from_secs(4));
-    let report = check::check(&text, entries.as_deref(), deadline).map_err(anyhow::Error::msg)?;
-    for s in &report.settings {
-        say!("{s}")?;
-    }
-    for n in &report.notes {
-        say!("note: {n}")?;
-    }
-    for p in &report.problems {
-        say!("problem: {p}")?;
-    }
-    if report.will_verify() {
-        say!(
-            "ok: containerd calls {} on every pull it makes through its transfer service, CRI pulls included (not: ctr --local, ctr import, images already on the node)",
-            check::VERIFIER
-        )?;
-        Ok(ExitCode::SUCCESS)
-    } else {
-        say!("NOT verified: see the problems above (docs/node.md)")?;
-        Ok(ExitCode::from(EXIT_FINDINGS))
-    }
-}
-
-/// The verifier directory's entries, `None` when it does not exist.
-fn list(dir: &Path) -> Option<Vec<Entry>> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let rd = std::fs::read_dir(dir).ok()?;
-    Some(
-        rd.flatten()
-            .map(|e| {
-                let meta = std::fs::metadata(e.path()).ok();
-                Entry {
-                    name: e.file_name().to_string_lossy().into_owned(),
-                    executable: meta
-                        .is_some_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0),
-                }
-            })
-            .collect(),
-    )
 }

@@ -1,17 +1,25 @@
 //! `sigil node sync`: what the node DaemonSet runs (docs/node.md). It keeps
-//! the node's policy file equal to the platform's policy — the policy
-//! ConfigMap's file plus every ClusterImagePolicy that loads with it, read
-//! through the API, written atomically when it changes — and installs the
-//! verifier: sigil's own binary copied to the host and `sigil-containerd`
-//! linked to it in containerd's `bin_dir`, the policy always first (so the
-//! verifier never runs without one). The pull path never calls the
-//! network for the policy: containerd's verifier reads the file.
+//! the node's policy file equal to the cluster-wide policy the webhook has
+//! in force — the policy ConfigMap's file plus the ClusterImagePolicies,
+//! composed by the webhook's own composition (`sigil_kube::node`), checked
+//! to load on the node as written, written atomically when it changes — and
+//! installs the verifier: sigil's own binary copied to the host, run once,
+//! and `sigil-containerd` linked to it in containerd's `bin_dir` last (so
+//! the verifier never runs without the policy). A policy a node could not
+//! load is never written: the node keeps the one it has, and `/readyz` and
+//! `sigil_node_sync_healthy` say so. The pull path never calls the network
+//! for the policy: containerd's verifier reads the file.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+
 use anyhow::{Context as _, Result};
+use sigil::node::sync::{MAX_POLICY_BYTES, Status};
 use sigil_core::Policy;
+use sigil_kube::node::{NodeComposer, NodePolicy};
 
 /// Flags of `sigil node sync`.
 #[derive(clap::Args, Debug)]
@@ -45,6 +53,10 @@ pub struct SyncArgs {
     /// the list from the API server's cache).
     #[arg(long, env = "SIGIL_NODE_SYNC_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     interval: Duration,
+    /// Where `/readyz` (false while the node lacks the cluster's policy or
+    /// the verifier), `/livez` and `/metrics` are served; none without.
+    #[arg(long, env = "SIGIL_NODE_SYNC_LISTEN")]
+    listen: Option<SocketAddr>,
 }
 
 /// Runs `sigil node sync` until killed.
@@ -64,25 +76,40 @@ pub fn run(args: SyncArgs) -> Result<std::process::ExitCode> {
         .with_writer(std::io::stderr)
         .init();
     super::runtime()?.block_on(async move {
+        let status = Arc::new(Status::default());
+        if let Some(addr) = args.listen {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listening on {addr}"))?;
+            tracing::info!(addr = %l.local_addr()?, "probes and metrics listening (HTTP, /livez /readyz /metrics)");
+            tokio::spawn(sigil::node::status::serve(l, status.clone()));
+        }
         let client = sigil_kube::cluster::connect("sigil node sync").await?;
+        let mut composer = NodeComposer::default();
         let mut installed = false;
-        let mut failures = 0u32;
         loop {
-            match compose(&client, &ns, &name, args.watch_policies).await {
-                Ok(text) => {
-                    failures = 0;
-                    write_if_changed(&args.out, text.as_bytes())?;
+            match sync_once(&args, &client, &mut composer, (&ns, &name)).await {
+                Ok(policy) => {
+                    status.synced(policy.text.len(), policy.left_out.len(), now());
                     if !installed {
-                        install(&args)?;
-                        installed = true;
-                        tracing::info!(policy = %args.out.display(), verifier = %args.verifier_dir.join(sigil::node::check::VERIFIER).display(), "node verifier installed");
+                        match install(&args) {
+                            Ok(()) => {
+                                installed = true;
+                                status.installed();
+                                tracing::info!(policy = %args.out.display(), verifier = %args.verifier_dir.join(sigil::node::check::VERIFIER).display(), "node verifier installed");
+                            }
+                            Err(e) => {
+                                let why = format!("{e:#}");
+                                tracing::error!(error = %why, "the verifier is not installed: containerd keeps pulling without it");
+                                status.failed(why);
+                            }
+                        }
                     }
                 }
                 Err(e) => {
-                    failures += 1;
-                    if failures == 1 || failures.is_multiple_of(30) {
-                        tracing::warn!(error = %format!("{e:#}"), "reading the cluster's policy failed; the node keeps the policy it has");
-                    }
+                    let why = format!("{e:#}");
+                    tracing::warn!(error = %why, "the node keeps the policy it has");
+                    status.failed(why);
                 }
             }
             tokio::time::sleep(args.interval).await;
@@ -90,27 +117,61 @@ pub fn run(args: SyncArgs) -> Result<std::process::ExitCode> {
     })
 }
 
-/// The node policy: the ConfigMap's file, then each ClusterImagePolicy that
-/// loads with it (one that does not is left out and logged, as the webhook
-/// leaves it out of the policy in force).
-async fn compose(client: &kube::Client, ns: &str, name: &str, objects: bool) -> Result<String> {
-    let file = sigil_kube::node::configmap_file(client, ns, name, "policy.yaml")
-        .await?
-        .with_context(|| format!("ConfigMap {ns}/{name} has no policy.yaml"))?;
-    Policy::from_documents_at(&file, None)
-        .with_context(|| format!("the policy in ConfigMap {ns}/{name} is invalid"))?;
-    let mut text = file;
-    if objects {
-        for (cip, doc) in sigil_kube::node::cluster_policy_documents(client).await? {
-            let with = format!("{text}\n---\n{doc}\n");
-            match Policy::from_documents_at(&with, None) {
-                Ok(_) => text = with,
-                Err(e) => {
-                    tracing::warn!(policy = %cip, error = %e, "ClusterImagePolicy left out of the node policy")
-                }
-            }
-        }
+fn now() -> u64 {
+    u64::try_from(sigil::engine::unix_now()).unwrap_or(0)
+}
+
+/// One sync: the policy the webhook has in force, checked as the node will
+/// load it, written when it changed. An error leaves the node's file as it
+/// was.
+async fn sync_once(
+    args: &SyncArgs,
+    client: &kube::Client,
+    composer: &mut NodeComposer,
+    configmap: (&str, &str),
+) -> Result<NodePolicy> {
+    let policy = composer
+        .read(
+            client,
+            configmap,
+            args.watch_policies,
+            sigil::engine::unix_now(),
+        )
+        .await?;
+    for (cip, why) in &policy.left_out {
+        tracing::warn!(policy = %cip, error = %why, "ClusterImagePolicy not in force as it is (the webhook leaves it out too)");
     }
+    let node = node_policy_problems(&policy)?;
+    write_if_changed(&args.out, node.as_bytes())?;
+    Ok(policy)
+}
+
+/// The node policy's text, or why a node cannot be given it: too large for
+/// the verifier to read, trust material only the webhook's Pod has, or
+/// text that does not load back as the policy composed.
+fn node_policy_problems(policy: &NodePolicy) -> Result<&str> {
+    let text = policy.text.as_str();
+    if text.len() > MAX_POLICY_BYTES {
+        anyhow::bail!(
+            "the composed policy is {} bytes; a node reads at most {MAX_POLICY_BYTES}: it is not given to nodes (split rules over fewer, broader patterns)",
+            text.len()
+        );
+    }
+    let elsewhere = sigil::node::sync::elsewhere(&policy.policy);
+    if !elsewhere.is_empty() {
+        anyhow::bail!(
+            "the policy names trust material nodes do not have, so nodes keep the policy they have: {}",
+            elsewhere.join("; ")
+        );
+    }
+    let loaded = Policy::from_documents_at(text, Some(sigil::engine::unix_now()))
+        .context("the node policy does not load as written")?;
+    anyhow::ensure!(
+        loaded.rules.len() == policy.policy.rules.len(),
+        "the node policy loads to {} rules, not the {} in force",
+        loaded.rules.len(),
+        policy.policy.rules.len()
+    );
     Ok(text)
 }
 
@@ -137,6 +198,9 @@ fn install(args: &SyncArgs) -> Result<()> {
     }
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
         .with_context(|| format!("making {} executable", target.display()))?;
+    // containerd refuses every pull whose verifier fails to start: run the
+    // copy once, as containerd will, before it is linked.
+    runs(&target)?;
     let link = args.verifier_dir.join(sigil::node::check::VERIFIER);
     // A link left by a sync that died between its two steps (containerd
     // would run it as one more verifier).
@@ -158,5 +222,38 @@ fn install(args: &SyncArgs) -> Result<()> {
     std::os::unix::fs::symlink(&args.binary_host_path, &tmp)
         .with_context(|| format!("linking {}", tmp.display()))?;
     std::fs::rename(&tmp, &link).with_context(|| format!("placing {}", link.display()))?;
+    Ok(())
+}
+
+/// Runs `binary node verify` with no arguments (it must answer, on stdout,
+/// that containerd passed no `-name`) within 10 s.
+fn runs(binary: &Path) -> Result<()> {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(binary)
+        .args(["node", "verify"])
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("{} does not start on this node", binary.display()))?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while child.try_wait()?.is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            anyhow::bail!("{} did not answer within 10 s", binary.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output()?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    anyhow::ensure!(
+        said.contains("did not pass -name"),
+        "{} does not run on this node (exit {:?}): {}{}",
+        binary.display(),
+        out.status.code(),
+        said.trim(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
     Ok(())
 }

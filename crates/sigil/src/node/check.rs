@@ -121,7 +121,7 @@ pub fn check(
                 None => r.problems.push(format!(
                     "{VERIFIER} is not in bin_dir {dir}: sigil is never called"
                 )),
-                Some(i) if i as i64 >= max => r.problems.push(format!(
+                Some(i) if max >= 0 && i as i64 >= max => r.problems.push(format!(
                     "{VERIFIER} is verifier {} in name order but max_verifiers is {max}: containerd does not call it",
                     i + 1
                 )),
@@ -146,9 +146,18 @@ pub fn check(
             }
         }
     }
-    if max < 1 {
+    // containerd: a negative max_verifiers is no limit; 0 calls none.
+    if max == 0 {
+        r.problems
+            .push("max_verifiers is 0: containerd calls no verifier".to_owned());
+    }
+    let disabled = doc
+        .get("disabled_plugins")
+        .and_then(Item::as_array)
+        .is_some_and(|a| a.iter().any(|v| v.as_str() == Some(BINDIR)));
+    if disabled {
         r.problems.push(format!(
-            "max_verifiers is {max}: containerd calls no verifier"
+            "disabled_plugins lists {BINDIR}: containerd calls no verifier and allows every pull"
         ));
     }
     if timeout <= deadline {
@@ -161,6 +170,101 @@ pub fn check(
     local_pull(&doc, version, &mut r);
     Ok(r)
 }
+
+/// The file patterns containerd's `imports` names (globs, relative to the
+/// configuration's directory), in order.
+pub fn imports(config: &str) -> Result<Vec<String>, String> {
+    let doc: DocumentMut = config
+        .parse()
+        .map_err(|e| format!("containerd's configuration is not TOML: {e}"))?;
+    Ok(doc
+        .get("imports")
+        .and_then(Item::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// `main` with `imported` (each file's text, in the order containerd reads
+/// them) merged in as containerd merges them: an imported top-level key
+/// replaces the main file's, a plugin's whole table replaces that plugin's
+/// (containerd merges sections, not keys), and `disabled_plugins` and
+/// `required_plugins` accumulate.
+pub fn merge(main: &str, imported: &[String]) -> Result<String, String> {
+    let mut doc: DocumentMut = main
+        .parse()
+        .map_err(|e| format!("containerd's configuration is not TOML: {e}"))?;
+    for text in imported {
+        let other: DocumentMut = text
+            .parse()
+            .map_err(|e| format!("an imported configuration is not TOML: {e}"))?;
+        for (k, v) in other.iter() {
+            match k {
+                "imports" | "version" => {}
+                "plugins" => {
+                    let Some(from) = v.as_table_like() else {
+                        continue;
+                    };
+                    if doc.get("plugins").and_then(Item::as_table_like).is_none() {
+                        doc.insert("plugins", toml_edit::table());
+                    }
+                    if let Some(to) = doc["plugins"].as_table_like_mut() {
+                        for (id, t) in from.iter() {
+                            to.insert(id, t.clone());
+                        }
+                    }
+                }
+                "disabled_plugins" | "required_plugins" => {
+                    let mut all: Vec<String> = doc
+                        .get(k)
+                        .and_then(Item::as_array)
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|x| x.as_str().map(str::to_owned))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    for x in v.as_array().into_iter().flatten() {
+                        if let Some(x) = x.as_str()
+                            && !all.iter().any(|a| a == x)
+                        {
+                            all.push(x.to_owned());
+                        }
+                    }
+                    doc[k] = toml_edit::value(toml_edit::Array::from_iter(all));
+                }
+                _ => {
+                    doc.insert(k, v.clone());
+                }
+            }
+        }
+    }
+    Ok(doc.to_string())
+}
+
+/// The sandbox (pause) image containerd's CRI runs every Pod with: a
+/// node pulls it for itself, with no namespace a policy could exempt.
+pub fn sandbox_image(config: &str) -> String {
+    let doc: Option<DocumentMut> = config.parse().ok();
+    let v3 = [
+        "plugins",
+        "io.containerd.cri.v1.images",
+        "pinned_images",
+        "sandbox",
+    ];
+    let v2 = ["plugins", "io.containerd.grpc.v1.cri", "sandbox_image"];
+    doc.as_ref()
+        .and_then(|d| table(d, &v3).or_else(|| table(d, &v2)))
+        .and_then(Item::as_str)
+        .unwrap_or(DEFAULT_SANDBOX_IMAGE)
+        .to_owned()
+}
+
+/// containerd v2.3's default sandbox image.
+pub const DEFAULT_SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.10.2";
 
 /// The CRI settings under which CRI pulls bypass the transfer service (and
 /// so every verifier).
@@ -293,6 +397,64 @@ mod tests {
                 .any(|p| p.contains("discard_unpacked_layers")),
             "{r:?}"
         );
+    }
+
+    #[test]
+    fn regression_imports_and_disabled_plugins_are_read_as_containerd_reads_them() {
+        let main = format!("imports = [\"/etc/containerd/conf.d/*.toml\"]\n{GOOD}");
+        assert_eq!(imports(&main).unwrap(), ["/etc/containerd/conf.d/*.toml"]);
+        let d = Duration::from_secs(4);
+        // A drop-in that turns CRI pulls local.
+        let drop_in = "version = 3\n[plugins.\"io.containerd.cri.v1.images\"]\n  use_local_image_pull = true\n".to_owned();
+        let merged = merge(&main, &[drop_in]).unwrap();
+        let r = check(&merged, Some(&sigil()), d).unwrap();
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.contains("use_local_image_pull")),
+            "{r:?}"
+        );
+        // A drop-in that disables the verifier plugin.
+        let off = "disabled_plugins = [\"io.containerd.image-verifier.v1.bindir\"]\n".to_owned();
+        let r = check(&merge(&main, &[off]).unwrap(), Some(&sigil()), d).unwrap();
+        assert!(
+            r.problems.iter().any(|p| p.contains("disabled_plugins")),
+            "{r:?}"
+        );
+        // A drop-in's plugin table replaces the main file's whole table.
+        let other_dir =
+            "[plugins.\"io.containerd.image-verifier.v1.bindir\"]\n  bin_dir = \"/elsewhere\"\n"
+                .to_owned();
+        let merged = merge(&main, &[other_dir]).unwrap();
+        assert_eq!(bin_dir(&merged).unwrap(), "/elsewhere");
+        let r = check(&merged, Some(&sigil()), d).unwrap();
+        assert!(r.settings[1].contains("max_verifiers 10"), "{r:?}");
+    }
+
+    #[test]
+    fn regression_max_verifiers_minus_one_is_no_limit() {
+        let d = Duration::from_secs(4);
+        let unlimited = GOOD.replace("max_verifiers = 10", "max_verifiers = -1");
+        let mut entries = sigil();
+        entries.push(Entry {
+            name: "a-first".into(),
+            executable: true,
+        });
+        let r = check(&unlimited, Some(&entries), d).unwrap();
+        assert!(r.will_verify(), "{r:?}");
+        let none = GOOD.replace("max_verifiers = 10", "max_verifiers = 0");
+        assert!(!check(&none, Some(&entries), d).unwrap().will_verify());
+    }
+
+    #[test]
+    fn the_sandbox_image_is_read_from_either_version() {
+        assert_eq!(sandbox_image(GOOD), DEFAULT_SANDBOX_IMAGE);
+        let v3 = format!(
+            "{GOOD}[plugins.\"io.containerd.cri.v1.images\".pinned_images]\n  sandbox = \"r.example.com/pause:1\"\n"
+        );
+        assert_eq!(sandbox_image(&v3), "r.example.com/pause:1");
+        let v2 = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"r.example.com/pause:2\"\n";
+        assert_eq!(sandbox_image(v2), "r.example.com/pause:2");
     }
 
     #[test]

@@ -14,8 +14,16 @@
 
 pub mod cache;
 pub mod check;
+pub mod status;
+pub mod sync;
 
 use sigil_core::{Mode, ObjectVerdict, Outcome};
+
+/// Where `sigil node sync` writes the node policy on the host, and what the
+/// verifier reads when containerd's environment names no other
+/// (`SIGIL_NODE_POLICY` unset): the verifier is armed only once sync has
+/// written the file and then linked it.
+pub const DEFAULT_POLICY: &str = "/etc/sigil/node-policy.yaml";
 
 /// The most stdin the verifier reads: one descriptor (containerd sends a
 /// line of about 200 bytes).

@@ -213,14 +213,26 @@ async fn without_a_node_policy_pulls_are_refused_unless_told_and_node_check_read
         if !pulled {
             assert!(text(&o).contains("no node policy at"), "{}", text(&o));
         }
-        // `sigil node check` on this containerd's own config: verified.
+        // `sigil node check` on this containerd's own config: containerd
+        // calls sigil, and the check says what sigil will answer there
+        // without a policy (it said "ok").
         let check = std::process::Command::new(crate::support::sigil::bin())
             .args(["node", "check", "--config"])
             .arg(&c.config)
             .output()
             .unwrap();
-        assert!(check.status.success(), "{}", text(&check));
-        assert!(text(&check).contains("ok: containerd calls sigil-containerd"));
+        let said = text(&check);
+        assert_eq!(check.status.code(), Some(1), "{said}");
+        let answer = if pulled {
+            "every pull is allowed unverified"
+        } else {
+            "every pull is refused"
+        };
+        assert!(said.contains(answer), "{said}");
+        assert!(
+            !said.contains("sigil-containerd is not in bin_dir"),
+            "{said}"
+        );
     }
     // A config that silently turns CRI pulls into local pulls: CRI pulls
     // bypass the verifier, and `sigil node check` says so.
@@ -372,4 +384,143 @@ async fn regression_the_same_bytes_under_another_name_are_decided_again_at_the_n
         "{}",
         c.logs()
     );
+}
+
+/// A node policy that is there but cannot be used is not "missing": too
+/// large, not a regular file or unreadable, every pull is refused with the
+/// reason, even under `SIGIL_NODE_ON_MISSING_POLICY=allow` (which admitted
+/// every pull, denied images included). Only a file that does not exist
+/// is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_an_oversize_or_unreadable_node_policy_refuses_even_when_a_missing_one_is_allowed()
+ {
+    let Some(assets) = assets_or_skip(
+        "regression_an_oversize_or_unreadable_node_policy_refuses_even_when_a_missing_one_is_allowed",
+    ) else {
+        return;
+    };
+    let reg = TestRegistry::start(Mode::Plain).await;
+    let h = reg.host();
+    push_tar_image(&reg, "banned/app", "1.0").await;
+    let files = tempfile::tempdir().unwrap();
+    let big = files.path().join("big.yaml");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(17 << 20)
+        .unwrap();
+    let dir = files.path().join("a-directory");
+    std::fs::create_dir(&dir).unwrap();
+    for (path, why) in [(&big, "larger than"), (&dir, "not a regular file")] {
+        let c = Containerd::start(
+            &assets,
+            &h,
+            &[
+                ("SIGIL_NODE_POLICY", path.display().to_string()),
+                ("SIGIL_NODE_ON_MISSING_POLICY", "allow".to_owned()),
+            ],
+            "5s",
+            "",
+        );
+        c.install_verifier(
+            std::path::Path::new(crate::support::sigil::bin()),
+            "sigil-containerd",
+        );
+        let o = c.ctr_pull(&format!("{h}/banned/app:1.0"));
+        let said = text(&o);
+        assert!(!o.status.success(), "{why}: pulled\n{}", c.logs());
+        assert!(
+            said.contains("cannot be read") && said.contains(why),
+            "{said}"
+        );
+    }
+}
+
+/// A node has no namespace, so `exemptNamespaces: [kube-system]` cannot
+/// admit what a node pulls for itself: a policy that requires signatures
+/// everywhere refused containerd's own sandbox image while `sigil node
+/// check` said ok. The check now decides the sandbox image (from
+/// containerd's config) and each `--image` as the verifier would, reading
+/// the policy containerd's running environment names, and fails; the
+/// policy's `nodeAdmits` admits them at pull.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_node_check_fails_when_the_node_policy_refuses_the_sandbox_image() {
+    let Some(assets) = assets_or_skip(
+        "regression_node_check_fails_when_the_node_policy_refuses_the_sandbox_image",
+    ) else {
+        return;
+    };
+    let reg = TestRegistry::start(Mode::Plain).await;
+    let h = reg.host();
+    let key = Signer::p256();
+    push_tar_image(&reg, "k8s/pause", "3.10").await;
+    push_tar_image(&reg, "k8s/kube-proxy", "1.36").await;
+    let files = tempfile::tempdir().unwrap();
+    let policy_file = files.path().join("node-policy.yaml");
+    let signed_everywhere = format!(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {{name: node}}\nspec:\n  registries: [{{host: \"{h}\", insecure: true}}]\n  exemptNamespaces: [kube-system]\n  rules:\n    - name: signed\n      match: [\"{h}/**\"]\n      verify: [{{name: team, cosign: {{key: {k:?}}}}}]\n",
+        k = key.public_pem()
+    );
+    std::fs::write(&policy_file, &signed_everywhere).unwrap();
+    let c = Containerd::start(
+        &assets,
+        &h,
+        &[
+            ("SIGIL_NODE_POLICY", policy_file.display().to_string()),
+            ("SIGIL_NODE_TIMEOUT", "3s".to_owned()),
+        ],
+        "5s",
+        &format!(
+            "  [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n    sandbox = \"{h}/k8s/pause:3.10\""
+        ),
+    );
+    c.install_verifier(
+        std::path::Path::new(crate::support::sigil::bin()),
+        "sigil-containerd",
+    );
+    let check = |extra: &[&str]| {
+        // Run from a shell without the verifier's variables: the check
+        // reads them from the running containerd.
+        std::process::Command::new(crate::support::sigil::bin())
+            .args(["node", "check", "--config"])
+            .arg(&c.config)
+            .args(extra)
+            .env_remove("SIGIL_NODE_POLICY")
+            .output()
+            .unwrap()
+    };
+    let proxy = format!("{h}/k8s/kube-proxy:1.36");
+    let o = check(&["--image", &proxy]);
+    let said = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{said}");
+    assert!(said.contains("containerd (pid"), "{said}");
+    assert!(
+        said.contains(&format!(
+            "{h}/k8s/pause:3.10, which this node pulls for itself, would be refused"
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("{proxy}, which this node pulls")),
+        "{said}"
+    );
+    assert!(!c.cri_pull(&format!("{h}/k8s/pause:3.10")).status.success());
+
+    // The platform lists what nodes pull for themselves.
+    std::fs::write(
+        &policy_file,
+        signed_everywhere.replace(
+            "  exemptNamespaces: [kube-system]\n",
+            &format!("  exemptNamespaces: [kube-system]\n  nodeAdmits: [\"{h}/k8s/pause\", \"{h}/k8s/kube-proxy\"]\n"),
+        ),
+    )
+    .unwrap();
+    let o = check(&["--image", &proxy]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("nodeAdmits ["), "{}", text(&o));
+    let o = c.cri_pull(&format!("{h}/k8s/pause:3.10"));
+    assert!(o.status.success(), "{}\n{}", text(&o), c.logs());
+    assert!(c.logs().contains("admitted by nodeAdmits"), "{}", c.logs());
+    // Everything else is still checked.
+    push_tar_image(&reg, "team/app", "1.0").await;
+    assert!(!c.ctr_pull(&format!("{h}/team/app:1.0")).status.success());
 }

@@ -17,14 +17,16 @@ use crate::support::kube::real::{RealKube, assets_or_skip};
 use crate::support::registry::{Mode, TestRegistry};
 
 /// A host path under the test's host root.
-fn on_host(root: &Path, host_path: &str) -> PathBuf {
+pub(super) fn on_host(root: &Path, host_path: &str) -> PathBuf {
     root.join(host_path.trim_start_matches('/'))
 }
 
 /// Starts the DaemonSet's container as a kubelet would: hostPath volumes
 /// under `root`, env values inside a mount (or naming a host path) placed
-/// there, its ServiceAccount's kubeconfig.
-fn launch(ds: &Value, root: &Path, kubeconfig: &Path) -> Child {
+/// there, its ServiceAccount's kubeconfig. Its probe port (the Pod's own
+/// network namespace in a cluster) is moved to a free loopback port,
+/// returned with it.
+pub(super) fn launch(ds: &Value, root: &Path, kubeconfig: &Path) -> (Child, u16) {
     let pod = &ds["spec"]["template"]["spec"];
     let c = &pod["containers"][0];
     let mut mounts: Vec<(String, PathBuf)> = Vec::new();
@@ -75,16 +77,36 @@ fn launch(ds: &Value, root: &Path, kubeconfig: &Path) -> Child {
         .env("SIGIL_NODE_SYNC_INTERVAL", "1s")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
+    let port = crate::support::ports::free_port();
     for e in c["env"].as_array().unwrap() {
-        cmd.env(
-            e["name"].as_str().unwrap(),
-            place(e["value"].as_str().unwrap()),
-        );
+        let name = e["name"].as_str().unwrap();
+        let value = if name == "SIGIL_NODE_SYNC_LISTEN" {
+            // The probes the manifest declares are served on this port.
+            let probe = &c["readinessProbe"]["httpGet"];
+            assert_eq!(probe["path"], "/readyz");
+            let named = c["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["name"] == probe["port"])
+                .expect("the readiness probe names a container port");
+            assert!(
+                e["value"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with(&format!(":{}", named["containerPort"])),
+                "{e}"
+            );
+            format!("127.0.0.1:{port}")
+        } else {
+            place(e["value"].as_str().unwrap())
+        };
+        cmd.env(name, value);
     }
-    cmd.spawn().unwrap()
+    (cmd.spawn().unwrap(), port)
 }
 
-fn until(what: &str, mut done: impl FnMut() -> bool) {
+pub(super) fn until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !done() {
         assert!(Instant::now() < deadline, "{what}");
@@ -127,7 +149,7 @@ async fn the_node_daemonset_as_shipped_installs_the_verifier_and_keeps_its_polic
         .service_account_kubeconfig("sigil-node", "sigil-node")
         .await;
     let root = tempfile::tempdir().unwrap();
-    let mut sync = launch(&ds, root.path(), &kubeconfig);
+    let (mut sync, _) = launch(&ds, root.path(), &kubeconfig);
 
     let policy = on_host(root.path(), "/etc/sigil/node-policy.yaml");
     let verifiers = on_host(root.path(), "/opt/containerd/image-verifier/bin");
