@@ -26,6 +26,7 @@ mod mirrors;
 mod monitoring;
 mod multiplatform;
 mod node;
+mod node_agree;
 mod notation_trust;
 mod pin;
 mod pin_files;
