@@ -6,12 +6,16 @@
 # is linked statically), the host's CA certificates, /etc/passwd and
 # /etc/group with the distroless `nonroot` user (uid/gid 65532), a
 # world-writable /tmp; user 65532, entrypoint `sigil`, command `serve`,
-# ports 8443 (webhook) and 8080 (admin). The Dockerfile stays for users with
+# ports 8443 (webhook) and 8080 (admin); and `sigil-static`, the same
+# program linked statically against musl (scripts/dist.sh --static), which
+# the node DaemonSet copies onto hosts as containerd's verifier: it runs on
+# any Linux host of its architecture, whatever its libc. The Dockerfile stays for users with
 # Docker: it builds the same binary (scripts/dist.sh) onto distroless
 # cc-debian12:nonroot, which holds the same libraries, certificates and user.
 #
 #   scripts/image.sh                          # builds target/dist/sigil first
-#   scripts/image.sh --binary PATH --tag REF  # an already built binary
+#   scripts/image.sh --binary PATH --static-binary PATH --tag REF
+#                                             # already built binaries
 #
 # The image lands in local container storage as REF (default
 # localhost/sigil:dev); the last line printed is REF. Push it with
@@ -19,18 +23,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-binary= tag=localhost/sigil:dev
+binary= static= tag=localhost/sigil:dev
 while [ $# -gt 0 ]; do
   case "$1" in
     --binary) binary=${2:?--binary needs a path}; shift 2 ;;
     --binary=*) binary=${1#*=}; shift ;;
+    --static-binary) static=${2:?--static-binary needs a path}; shift 2 ;;
+    --static-binary=*) static=${1#*=}; shift ;;
     --tag) tag=${2:?--tag needs an image reference}; shift 2 ;;
     --tag=*) tag=${1#*=}; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "image.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-for tool in buildah ldd; do
+for tool in buildah ldd readelf; do
   command -v "$tool" >/dev/null || { echo "image.sh: $tool is not installed (Debian: apt-get install buildah)" >&2; exit 1; }
 done
 if [ -z "$binary" ]; then
@@ -38,6 +44,14 @@ if [ -z "$binary" ]; then
   binary=$(realpath -m "${CARGO_TARGET_DIR:-target}")/dist/sigil
 fi
 [ -x "$binary" ] || { echo "image.sh: $binary is not an executable" >&2; exit 1; }
+if [ -z "$static" ]; then
+  scripts/dist.sh --static >&2
+  static=$(realpath -m "${CARGO_TARGET_DIR:-target}")/dist/sigil-static
+fi
+[ -x "$static" ] || { echo "image.sh: $static is not an executable" >&2; exit 1; }
+if readelf -l "$static" | grep -q 'program interpreter'; then
+  echo "image.sh: $static is dynamically linked; build it with scripts/dist.sh --static" >&2; exit 1
+fi
 certs=/etc/ssl/certs/ca-certificates.crt
 [ -f "$certs" ] || { echo "image.sh: $certs is missing (Debian: apt-get install ca-certificates)" >&2; exit 1; }
 
@@ -55,6 +69,9 @@ objcopy --strip-all "$binary" "$root/usr/local/bin/sigil" 2>/dev/null \
   || cp "$binary" "$root/usr/local/bin/sigil"
 chmod 0755 "$root/usr/local/bin/sigil"
 ln -s sigil "$root/usr/local/bin/sigil-krm"
+objcopy --strip-all "$static" "$root/usr/local/bin/sigil-static" 2>/dev/null \
+  || cp "$static" "$root/usr/local/bin/sigil-static"
+chmod 0755 "$root/usr/local/bin/sigil-static"
 # Exactly what the dynamic linker will load, at the paths it will look.
 ldd "$binary" | awk '/=> \//{print $3} /^\t\//{print $1}' | while read -r lib; do
   mkdir -p "$root$(dirname "$lib")"

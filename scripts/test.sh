@@ -14,6 +14,9 @@ command -v etcd >/dev/null || need_apt+=(etcd-server)
 # promtool (Debian's prometheus ships it) checks and unit-tests the alert
 # rules and the dashboard's queries.
 command -v promtool >/dev/null || need_apt+=(prometheus)
+# musl-gcc: the static node verifier (scripts/dist.sh --static) is built for
+# musl, C parts (aws-lc) included.
+command -v musl-gcc >/dev/null || need_apt+=(musl-tools)
 # buildah, podman and runc build and run the shipped image (scripts/image.sh;
 # the real-API tier's image test). Rootless podman cannot set the limits
 # sigil needs here, so only as root (CI runs as root).
@@ -62,6 +65,18 @@ echo "   (tools ready after $SECONDS s)"
 phase "== self-contained"; scripts/check-self-contained.sh
 phase "== fmt";    cargo fmt --all --check
 phase "== clippy"; cargo clippy --workspace --all-targets -- -D warnings
+phase "== static node verifier (musl)"
+# What the node DaemonSet copies onto hosts, built as scripts/dist.sh
+# --static builds it but unoptimized: the node tests run it in a root
+# without glibc and under containerd (SIGIL_STATIC_BIN).
+musl="$(uname -m)-unknown-linux-musl"
+if rustup target list --installed | grep -qx "$musl" || rustup target add "$musl"; then
+  cargo build --locked -p sigil --bin sigil --target "$musl"
+  SIGIL_STATIC_BIN=$(realpath -m "${CARGO_TARGET_DIR:-target}")/$musl/debug/sigil
+  export SIGIL_STATIC_BIN
+else
+  echo "warning: could not add the $musl target; the static verifier's tests are skipped" >&2
+fi
 phase "== tests"
 summary=$(mktemp)
 cargo nextest run --workspace --no-fail-fast 2>&1 | tee "$summary"

@@ -52,13 +52,17 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Builds the image from `binary` with `scripts/image.sh` as `tag`; the
-/// reference the script printed on its last line.
+/// Builds the image from `binary` (and the static node verifier
+/// [`crate::process::static_bin`], else the one `scripts/dist.sh --static`
+/// builds) with `scripts/image.sh` as `tag`; the reference the script
+/// printed on its last line.
 pub fn build(binary: &str, tag: &str) -> Result<String, String> {
-    let out = run_bounded(
-        Command::new(workspace().join("scripts/image.sh")).args(["--binary", binary, "--tag", tag]),
-        None,
-    );
+    let mut cmd = Command::new(workspace().join("scripts/image.sh"));
+    cmd.args(["--binary", binary, "--tag", tag]);
+    if let Some(s) = crate::process::static_bin() {
+        cmd.args(["--static-binary", &s]);
+    }
+    let out = run_bounded(&mut cmd, None);
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         return Err(format!(

@@ -9,6 +9,15 @@ use std::io::Write as _;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// sigil linked statically (`SIGIL_STATIC_BIN`: scripts/test.sh builds it
+/// for musl, as `scripts/dist.sh --static` does for the image): what the
+/// node DaemonSet copies onto hosts. `None` when the variable names no file.
+pub fn static_bin() -> Option<String> {
+    std::env::var("SIGIL_STATIC_BIN")
+        .ok()
+        .filter(|p| std::path::Path::new(p).is_file())
+}
+
 /// The `sigil` binary under test: what cargo or nextest name for the
 /// running test or bench (`CARGO_BIN_EXE_sigil`, `NEXTEST_BIN_EXE_sigil`),
 /// else the `sigil` beside the test executable's `deps/` directory (where

@@ -14,7 +14,8 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 pub use crate::process::{
-    KillOnDrop, audit_command, bin, into_closed_pipe, run_bounded, run_ok, run_sigil, wait_http,
+    KillOnDrop, audit_command, bin, into_closed_pipe, run_bounded, run_ok, run_sigil, static_bin,
+    wait_http,
 };
 use crate::review::{assert_decodes, decodes, pod, review};
 

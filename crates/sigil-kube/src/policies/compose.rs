@@ -76,9 +76,17 @@ pub fn cluster(
     let mut states = Vec::new();
     for c in cips {
         let (uid, generation) = (c.uid().unwrap_or_default(), c.metadata.generation);
+        // The generation in force already compiled: not again (a sync or a
+        // recompute costs the objects that changed, not all of them).
+        if let Some(g) = good.get(&uid).filter(|g| generation == Some(g.generation)) {
+            let state = ready(g.policy.rules.len(), generation);
+            let g = g.clone();
+            merge_into(&mut merged, &mut documents, g, state, &mut states, c);
+            continue;
+        }
         let doc = json!({"apiVersion": "sigil.dev/v1alpha1", "kind": "ClusterImagePolicy",
             "metadata": {"name": c.name_any()}, "spec": c.spec});
-        let (current, mut state) = match Policy::from_json_value(doc.clone()) {
+        let (current, state) = match Policy::from_json_value(doc.clone()) {
             Ok(p) => {
                 let g = GoodCluster {
                     generation: generation.unwrap_or(0),
@@ -102,36 +110,48 @@ pub fn cluster(
                 None => (None, not_ready("InvalidSpec", e.to_string(), generation, 0)),
             },
         };
-        if let Some(g) = current {
-            merged = Some(match merged.take() {
-                None => {
-                    documents.push(g.document);
-                    *g.policy
-                }
-                Some(m) => match m.clone().merge(*g.policy) {
-                    Ok(x) => {
-                        documents.push(g.document);
-                        x
-                    }
-                    Err(e) => {
-                        state = not_ready(
-                            "Conflict",
-                            format!(
-                                "{e}; this policy is newer, so it is not in force (the others are)"
-                            ),
-                            generation,
-                            0,
-                        );
-                        m
-                    }
-                },
-            });
+        match current {
+            Some(g) => merge_into(&mut merged, &mut documents, g, state, &mut states, c),
+            None => states.push((c.name_any(), state)),
         }
-        states.push((c.name_any(), state));
     }
     Composed {
         policy: merged,
         documents,
         states,
     }
+}
+
+/// Merges one object's good generation into what is in force so far; on a
+/// conflict the object (the newer: objects come oldest first) is left out.
+fn merge_into(
+    merged: &mut Option<Policy>,
+    documents: &mut Vec<String>,
+    g: GoodCluster,
+    mut state: Desired,
+    states: &mut Vec<(String, Desired)>,
+    c: &ClusterImagePolicy,
+) {
+    *merged = Some(match merged.take() {
+        None => {
+            documents.push(g.document);
+            *g.policy
+        }
+        Some(m) => match m.clone().merge(*g.policy) {
+            Ok(x) => {
+                documents.push(g.document);
+                x
+            }
+            Err(e) => {
+                state = not_ready(
+                    "Conflict",
+                    format!("{e}; this policy is newer, so it is not in force (the others are)"),
+                    c.metadata.generation,
+                    0,
+                );
+                m
+            }
+        },
+    });
+    states.push((c.name_any(), state));
 }

@@ -3,7 +3,7 @@
 //! in force — the policy ConfigMap's file plus the ClusterImagePolicies,
 //! composed by the webhook's own composition (`sigil_kube::node`), checked
 //! to load on the node as written, written atomically when it changes — and
-//! installs the verifier: sigil's own binary copied to the host, run once,
+//! installs the verifier: the static build copied to the host, run once,
 //! and `sigil-containerd` linked to it in containerd's `bin_dir` last (so
 //! the verifier never runs without the policy). A policy a node could not
 //! load is never written: the node keeps the one it has, and `/readyz` and
@@ -53,6 +53,11 @@ pub struct SyncArgs {
     /// the list from the API server's cache).
     #[arg(long, env = "SIGIL_NODE_SYNC_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     interval: Duration,
+    /// The binary copied to the host as the verifier: the image's static
+    /// build (`/usr/local/bin/sigil-static`, which runs on any Linux host
+    /// of its architecture); without, this process's own binary.
+    #[arg(long, env = "SIGIL_NODE_VERIFIER_BINARY")]
+    verifier_binary: Option<PathBuf>,
     /// Where `/readyz` (false while the node lacks the cluster's policy or
     /// the verifier), `/livez` and `/metrics` are served; none without.
     #[arg(long, env = "SIGIL_NODE_SYNC_LISTEN")]
@@ -101,7 +106,7 @@ pub fn run(args: SyncArgs) -> Result<std::process::ExitCode> {
                             Err(e) => {
                                 let why = format!("{e:#}");
                                 tracing::error!(error = %why, "the verifier is not installed: containerd keeps pulling without it");
-                                status.failed(why);
+                                status.install_failed(why);
                             }
                         }
                     }
@@ -140,6 +145,10 @@ async fn sync_once(
         .await?;
     for (cip, why) in &policy.left_out {
         tracing::warn!(policy = %cip, error = %why, "ClusterImagePolicy not in force as it is (the webhook leaves it out too)");
+    }
+    // What the node has already passed these checks.
+    if std::fs::read(&args.out).is_ok_and(|b| b == policy.text.as_bytes()) {
+        return Ok(policy);
     }
     let node = node_policy_problems(&policy)?;
     write_if_changed(&args.out, node.as_bytes())?;
@@ -190,7 +199,17 @@ fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<()> {
 /// to it (replacing the link atomically).
 fn install(args: &SyncArgs) -> Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
-    let me = std::fs::read("/proc/self/exe").context("reading sigil's own binary")?;
+    let source = args
+        .verifier_binary
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/proc/self/exe"));
+    let me = std::fs::read(&source)
+        .with_context(|| format!("reading the verifier's binary {}", source.display()))?;
+    // containerd runs the copy with the host's libraries: only a static
+    // binary runs on any host (Debian 12's glibc 2.36 is newer than many).
+    if let Some(loader) = sigil::node::sync::interpreter(&me) {
+        tracing::warn!(binary = %source.display(), %loader, "the verifier is dynamically linked: it runs only on hosts with the libraries it was built against (set SIGIL_NODE_VERIFIER_BINARY to the image's static /usr/local/bin/sigil-static)");
+    }
     let target = args.install_dir.join("sigil");
     if !std::fs::read(&target).is_ok_and(|b| b == me) {
         sigil::files::write_atomic(&target, &me, sigil::files::Durability::Synced)
@@ -256,4 +275,38 @@ fn runs(binary: &Path) -> Result<()> {
         String::from_utf8_lossy(&out.stderr).trim()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(text: String) -> NodePolicy {
+        NodePolicy {
+            policy: Policy::from_documents_at(&text, None)
+                .unwrap_or_else(|_| Policy::embedded_default()),
+            text,
+            left_out: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn regression_a_policy_a_node_cannot_read_is_never_written() {
+        let small = "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: p}\nspec:\n  rules: [{name: r, match: [\"r.example.com/**\"]}]\n";
+        assert!(node_policy_problems(&node(small.to_owned())).is_ok());
+        // Past what the verifier reads: every pull on the node would be refused.
+        let big = format!("{small}#{}\n", "x".repeat(MAX_POLICY_BYTES));
+        let e = node_policy_problems(&node(big)).unwrap_err().to_string();
+        assert!(e.contains("a node reads at most"), "{e}");
+        // Trust material only the webhook's Pod has.
+        let keyed = small.replace(
+            "match: [\"r.example.com/**\"]}",
+            "match: [\"r.example.com/**\"], verify: [{name: k, cosign: {key: /etc/sigil/k.pub}}]}",
+        );
+        let e = node_policy_problems(&node(keyed)).unwrap_err().to_string();
+        assert!(
+            e.contains("rule \"r\"") && e.contains("/etc/sigil/k.pub"),
+            "{e}"
+        );
+    }
 }

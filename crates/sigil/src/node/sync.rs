@@ -56,6 +56,42 @@ pub fn elsewhere(policy: &Policy) -> Vec<String> {
     out
 }
 
+/// The program interpreter (dynamic loader) an ELF executable names, if
+/// any: `None` for a static executable (or bytes that are not ELF, which
+/// the run before linking refuses).
+pub fn interpreter(elf: &[u8]) -> Option<String> {
+    const PT_INTERP: u32 = 3;
+    if elf.get(..4) != Some(b"\x7fELF") || elf.get(4) != Some(&2) || elf.get(5) != Some(&1) {
+        return None;
+    }
+    let u16_at = |o: usize| elf.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    let u32_at = |o: usize| {
+        elf.get(o..o + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let u64_at = |o: usize| {
+        elf.get(o..o + 8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_le_bytes)
+    };
+    let phoff = usize::try_from(u64_at(0x20)?).ok()?;
+    let (size, count) = (usize::from(u16_at(0x36)?), usize::from(u16_at(0x38)?));
+    (0..count).find_map(|i| {
+        let h = phoff.checked_add(i.checked_mul(size)?)?;
+        if u32_at(h)? != PT_INTERP {
+            return None;
+        }
+        let off = usize::try_from(u64_at(h + 8)?).ok()?;
+        let len = usize::try_from(u64_at(h + 32)?).ok()?;
+        let name = elf.get(off..off.checked_add(len)?)?;
+        Some(
+            String::from_utf8_lossy(name)
+                .trim_end_matches('\0')
+                .to_owned(),
+        )
+    })
+}
+
 /// What the sync has done, as its probes and metrics show it.
 #[derive(Debug, Default)]
 pub struct Status {
@@ -65,6 +101,7 @@ pub struct Status {
 #[derive(Debug, Default, Clone)]
 struct State {
     installed: bool,
+    install_error: Option<String>,
     last_error: Option<String>,
     failures: u64,
     last_success: Option<u64>,
@@ -98,18 +135,33 @@ impl Status {
 
     /// The verifier is linked in containerd's `bin_dir`.
     pub fn installed(&self) {
-        self.with(|s| s.installed = true);
+        self.with(|s| {
+            s.installed = true;
+            s.install_error = None;
+        });
+    }
+
+    /// The verifier could not be installed (it is not linked: containerd
+    /// pulls without it).
+    pub fn install_failed(&self, why: String) {
+        self.with(|s| {
+            s.failures += 1;
+            s.install_error = Some(why);
+        });
     }
 
     /// `Ok` when the node has the policy in force and the verifier
     /// installed; else why not (the body of a 503 from `/readyz`).
     pub fn readiness(&self) -> Result<(), String> {
-        self.with(|s| match (&s.last_error, s.installed) {
-            (Some(e), _) => Err(format!(
+        self.with(|s| match (&s.last_error, &s.install_error, s.installed) {
+            (Some(e), _, _) => Err(format!(
                 "the last sync failed (the node keeps the policy it has): {e}"
             )),
-            (None, false) => Err("the verifier is not installed yet".to_owned()),
-            (None, true) => Ok(()),
+            (None, Some(e), _) => Err(format!(
+                "the verifier is not installed (containerd pulls without it): {e}"
+            )),
+            (None, None, false) => Err("the verifier is not installed yet".to_owned()),
+            (None, None, true) => Ok(()),
         })
     }
 
@@ -131,7 +183,7 @@ impl Status {
         family(
             "sigil_node_sync_failures_total",
             "counter",
-            "Syncs that failed: the node kept the policy it had.",
+            "Syncs that failed (the node kept the policy it had) and installs that failed.",
             s.failures.to_string(),
         );
         family(
@@ -177,6 +229,21 @@ mod tests {
         assert_eq!(e.len(), 2, "{e:?}");
         assert!(e[0].contains("rule \"signed\"") && e[0].contains("/etc/sigil/alice.pub"));
         assert!(e[1].contains("registry r.example.com") && e[1].contains("ca.pem"));
+    }
+
+    #[test]
+    fn a_dynamic_executable_names_its_loader_and_a_static_one_none() {
+        // This test binary is linked as the host's toolchain links it.
+        let me = std::fs::read("/proc/self/exe").unwrap();
+        let dynamic = cfg!(target_env = "gnu");
+        assert_eq!(
+            interpreter(&me).is_some(),
+            dynamic,
+            "{:?}",
+            interpreter(&me)
+        );
+        assert_eq!(interpreter(b"#!/bin/sh\n"), None);
+        assert_eq!(interpreter(&me[..64]), None);
     }
 
     #[test]

@@ -524,3 +524,69 @@ async fn regression_node_check_fails_when_the_node_policy_refuses_the_sandbox_im
     push_tar_image(&reg, "team/app", "1.0").await;
     assert!(!c.ctr_pull(&format!("{h}/team/app:1.0")).status.success());
 }
+
+/// containerd refuses every pull whose verifier fails to start, and the
+/// verifier runs with the host's libraries: the build linked against
+/// Debian 12's glibc (2.36) does not start on Amazon Linux 2023, RHEL 9,
+/// Ubuntu 22.04 or Debian 11. What the DaemonSet copies onto hosts is the
+/// static build (`scripts/dist.sh --static`; here the musl build
+/// `SIGIL_STATIC_BIN` that scripts/test.sh makes): it names no loader,
+/// runs in a root that holds nothing but itself, and decides pulls under a
+/// real containerd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_the_node_verifier_runs_on_a_host_without_glibc() {
+    let Some(assets) = assets_or_skip("regression_the_node_verifier_runs_on_a_host_without_glibc")
+    else {
+        return;
+    };
+    let Some(static_bin) = crate::support::sigil::static_bin() else {
+        eprintln!(
+            "regression_the_node_verifier_runs_on_a_host_without_glibc: skipped (SIGIL_STATIC_BIN is not set: scripts/test.sh builds sigil for musl)"
+        );
+        return;
+    };
+    let bytes = std::fs::read(&static_bin).unwrap();
+    assert_eq!(sigil::node::sync::interpreter(&bytes), None, "not static");
+    // A root with nothing but the binary: no libc, no loader, no /etc.
+    let bare = tempfile::tempdir().unwrap();
+    std::fs::write(bare.path().join("sigil"), &bytes).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(
+        bare.path().join("sigil"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let o = std::process::Command::new("chroot")
+        .arg(bare.path())
+        .args(["/sigil", "node", "verify"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("did not pass -name"),
+        "{}",
+        text(&o)
+    );
+    // As containerd's verifier.
+    let reg = TestRegistry::start(Mode::Plain).await;
+    let h = reg.host();
+    let key = Signer::p256();
+    let signed = push_tar_image(&reg, "signed/app", "1.0").await;
+    sign(&reg, "signed/app", &signed, &key).await;
+    push_tar_image(&reg, "signed/unsigned", "1.0").await;
+    let files = tempfile::tempdir().unwrap();
+    let policy_file = files.path().join("node-policy.yaml");
+    std::fs::write(&policy_file, policy(&reg, 9, &key)).unwrap();
+    let c = Containerd::start(
+        &assets,
+        &h,
+        &[("SIGIL_NODE_POLICY", policy_file.display().to_string())],
+        "10s",
+        "",
+    );
+    c.install_verifier(std::path::Path::new(&static_bin), "sigil-containerd");
+    let o = c.ctr_pull(&format!("{h}/signed/app:1.0"));
+    assert!(o.status.success(), "{}\n{}", text(&o), c.logs());
+    let o = c.ctr_pull(&format!("{h}/signed/unsigned:1.0"));
+    assert!(!o.status.success());
+    assert!(text(&o).contains("no signature"), "{}", text(&o));
+}

@@ -30,6 +30,34 @@ async fn the_shipped_image_answers_the_real_api_server_read_only_as_uid_65532() 
         inspected["Size"].as_u64().unwrap_or_default() / 1_000_000
     );
     same_as_the_dockerfile(&inspected["Config"]);
+    // The node verifier the DaemonSet copies onto hosts is in the image,
+    // and runs there (a root without a shell).
+    let o = std::process::Command::new("podman")
+        .args([
+            "--runtime",
+            "runc",
+            "run",
+            "--rm",
+            "--network=none",
+            // The limits this machine lets a container set (as
+            // sigil_testkit::image runs the image).
+            "--ulimit",
+            "nofile=20000:20000",
+            "--ulimit",
+            "nproc=32768:32768",
+            "--entrypoint",
+            "/usr/local/bin/sigil-static",
+            &local,
+            "--version",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).starts_with("sigil "),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
 
     let kube = RealKube::start(&assets).await;
     let (launched, _) = super::base_with_sigil(&kube, Runtime::Image(&local)).await;

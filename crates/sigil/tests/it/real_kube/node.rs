@@ -25,8 +25,13 @@ pub(super) fn on_host(root: &Path, host_path: &str) -> PathBuf {
 /// under `root`, env values inside a mount (or naming a host path) placed
 /// there, its ServiceAccount's kubeconfig. Its probe port (the Pod's own
 /// network namespace in a cluster) is moved to a free loopback port,
-/// returned with it.
-pub(super) fn launch(ds: &Value, root: &Path, kubeconfig: &Path) -> (Child, u16) {
+/// returned with it. `overrides` replace env values (a test's fault).
+pub(super) fn launch(
+    ds: &Value,
+    root: &Path,
+    kubeconfig: &Path,
+    overrides: &[(&str, String)],
+) -> (Child, u16) {
     let pod = &ds["spec"]["template"]["spec"];
     let c = &pod["containers"][0];
     let mut mounts: Vec<(String, PathBuf)> = Vec::new();
@@ -98,11 +103,18 @@ pub(super) fn launch(ds: &Value, root: &Path, kubeconfig: &Path) -> (Child, u16)
                 "{e}"
             );
             format!("127.0.0.1:{port}")
+        } else if name == "SIGIL_NODE_VERIFIER_BINARY" {
+            // A path in the image: the static build under test when there
+            // is one (scripts/test.sh builds it), else the test's binary.
+            assert_eq!(e["value"], "/usr/local/bin/sigil-static");
+            crate::support::sigil::static_bin()
+                .unwrap_or_else(|| crate::support::sigil::bin().to_owned())
         } else {
             place(e["value"].as_str().unwrap())
         };
         cmd.env(name, value);
     }
+    cmd.envs(overrides.iter().map(|(k, v)| (*k, v.as_str())));
     (cmd.spawn().unwrap(), port)
 }
 
@@ -149,7 +161,7 @@ async fn the_node_daemonset_as_shipped_installs_the_verifier_and_keeps_its_polic
         .service_account_kubeconfig("sigil-node", "sigil-node")
         .await;
     let root = tempfile::tempdir().unwrap();
-    let (mut sync, _) = launch(&ds, root.path(), &kubeconfig);
+    let (mut sync, _) = launch(&ds, root.path(), &kubeconfig, &[]);
 
     let policy = on_host(root.path(), "/etc/sigil/node-policy.yaml");
     let verifiers = on_host(root.path(), "/opt/containerd/image-verifier/bin");

@@ -36,6 +36,7 @@ async fn install(
     kube: &RealKube,
     objects: &[Value],
     root: &std::path::Path,
+    overrides: &[(&str, String)],
 ) -> (std::process::Child, u16) {
     let applied: Vec<Value> = objects
         .iter()
@@ -47,7 +48,7 @@ async fn install(
     let kubeconfig = kube
         .service_account_kubeconfig("sigil-node", "sigil-node")
         .await;
-    launch(&ds, root, &kubeconfig)
+    launch(&ds, root, &kubeconfig, overrides)
 }
 
 async fn get(port: u16, path: &str) -> (u16, String) {
@@ -96,7 +97,8 @@ async fn regression_installing_the_node_daemonset_before_containerd_names_a_poli
     let o = c.ctr_pull(&format!("{h}/shop/app:1.0"));
     assert!(o.status.success(), "before the DaemonSet: {}", text(&o));
 
-    let (mut sync, port) = install(&kube, &node_objects(&cluster_policy(&h)), root.path()).await;
+    let (mut sync, port) =
+        install(&kube, &node_objects(&cluster_policy(&h)), root.path(), &[]).await;
     let link = verifiers.join("sigil-containerd");
     until("the DaemonSet never installed the verifier", || {
         link.exists()
@@ -165,7 +167,7 @@ async fn regression_sync_gives_nodes_the_webhooks_policy_and_keeps_the_last_good
     let kube = RealKube::start(&assets).await;
     let root = tempfile::tempdir().unwrap();
     let objects = node_objects(&file);
-    let (mut sync, port) = install(&kube, &objects, root.path()).await;
+    let (mut sync, port) = install(&kube, &objects, root.path(), &[]).await;
     let policy = on_host(root.path(), "/etc/sigil/node-policy.yaml");
     until(
         "the policy with an exception never reached the node",
@@ -241,6 +243,57 @@ async fn regression_sync_gives_nodes_the_webhooks_policy_and_keeps_the_last_good
     let (_, metrics) = get(port, "/metrics").await;
     assert!(metrics.contains("sigil_node_sync_healthy 0"), "{metrics}");
     assert_eq!(read(), before, "the node's policy was replaced");
+    let _ = sync.kill();
+    let _ = sync.wait();
+}
+
+/// A verifier that does not start refuses every pull on the node: sync runs
+/// the host copy once before it links it and, when it fails, leaves the
+/// link out and says why (log, `/readyz`, `sigil_node_verifier_installed`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_verifier_that_does_not_run_is_never_linked() {
+    let test = "regression_a_verifier_that_does_not_run_is_never_linked";
+    let Some(assets) = assets_or_skip(test) else {
+        return;
+    };
+    let kube = RealKube::start(&assets).await;
+    let root = tempfile::tempdir().unwrap();
+    // What a binary for another libc or architecture looks like to exec.
+    let broken = root.path().join("broken");
+    std::fs::write(&broken, b"\x7fELF\x02\x01\x01 not a program").unwrap();
+    let (mut sync, port) = install(
+        &kube,
+        &node_objects(&cluster_policy("r.example.com")),
+        root.path(),
+        &[("SIGIL_NODE_VERIFIER_BINARY", broken.display().to_string())],
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let (code, body) = get(port, "/readyz").await;
+        if code == 503 && body.contains("the verifier is not installed (") {
+            break body;
+        }
+        assert!(std::time::Instant::now() < deadline, "{code} {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        body.contains("does not start") || body.contains("does not run"),
+        "{body}"
+    );
+    let (_, metrics) = get(port, "/metrics").await;
+    assert!(
+        metrics.contains("sigil_node_verifier_installed 0"),
+        "{metrics}"
+    );
+    assert!(
+        !on_host(
+            root.path(),
+            "/opt/containerd/image-verifier/bin/sigil-containerd"
+        )
+        .exists(),
+        "linked"
+    );
     let _ = sync.kill();
     let _ = sync.wait();
 }
