@@ -468,6 +468,7 @@ fn check_entries(
         payload_sha256: item.payload_sha256,
         pae_sha256: Some(crate::sha256(&item.message)),
         envelope_sha256: item.envelope_sha256,
+        digest: None,
         signature: &item.signature,
         signer_der,
     };

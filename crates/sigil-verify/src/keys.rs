@@ -2,9 +2,10 @@
 //! in, a signature check out.
 //!
 //! Owns mapping a key type to the signature algorithms that signers really
-//! use with it (cosign: ECDSA with SHA-256 on P-256, SHA-384 or SHA-256 on
-//! P-384, pure Ed25519, RSA PKCS#1 v1.5 or PSS with SHA-256). It does not
-//! decide which key is trusted.
+//! use with it — Sigstore's algorithm registry: ECDSA with SHA-256 on P-256,
+//! SHA-384 or SHA-256 on P-384, SHA-512 or SHA-256 on P-521, pure Ed25519,
+//! RSA PKCS#1 v1.5 or PSS with SHA-256. Any other curve or algorithm is
+//! refused by name. It does not decide which key is trusted.
 
 use aws_lc_rs::signature::{self, ParsedPublicKey, VerificationAlgorithm};
 use x509_parser::prelude::FromDer;
@@ -15,6 +16,7 @@ use crate::VerifyError;
 const OID_EC: &str = "1.2.840.10045.2.1";
 const OID_P256: &str = "1.2.840.10045.3.1.7";
 const OID_P384: &str = "1.3.132.0.34";
+const OID_P521: &str = "1.3.132.0.35";
 const OID_ED25519: &str = "1.3.101.112";
 const OID_RSA: &str = "1.2.840.113549.1.1.1";
 
@@ -25,6 +27,8 @@ pub enum KeyType {
     P256,
     /// ECDSA on NIST P-384.
     P384,
+    /// ECDSA on NIST P-521.
+    P521,
     /// Ed25519.
     Ed25519,
     /// RSA, any size aws-lc accepts (2048–8192 bits).
@@ -66,7 +70,12 @@ fn algorithms(kind: KeyType, enc: SigEncoding) -> &'static [&'static dyn Verific
             &signature::ECDSA_P384_SHA384_ASN1,
             &signature::ECDSA_P384_SHA256_ASN1,
         ],
+        (KeyType::P521, SigEncoding::Der) => &[
+            &signature::ECDSA_P521_SHA512_ASN1,
+            &signature::ECDSA_P521_SHA256_ASN1,
+        ],
         (KeyType::P256, SigEncoding::Jose) => &[&signature::ECDSA_P256_SHA256_FIXED],
+        (KeyType::P521, SigEncoding::Jose) => &[&signature::ECDSA_P521_SHA512_FIXED],
         (KeyType::P384, SigEncoding::Jose) => &[&signature::ECDSA_P384_SHA384_FIXED],
         (KeyType::Ed25519, _) => &[&signature::ED25519],
         (KeyType::Rsa, SigEncoding::Der) => &[
@@ -107,9 +116,10 @@ impl PublicKey {
                 match curve.as_deref() {
                     Some(OID_P256) => KeyType::P256,
                     Some(OID_P384) => KeyType::P384,
+                    Some(OID_P521) => KeyType::P521,
                     other => {
                         return Err(VerifyError::Key(format!(
-                            "unsupported elliptic curve {}",
+                            "unsupported elliptic curve {} (Sigstore's registry: P-256, P-384, P-521)",
                             other.unwrap_or("(none)")
                         )));
                     }
@@ -148,6 +158,7 @@ impl PublicKey {
             ("PS512", KeyType::Rsa) => &signature::RSA_PSS_2048_8192_SHA512,
             ("ES256", KeyType::P256) => &signature::ECDSA_P256_SHA256_FIXED,
             ("ES384", KeyType::P384) => &signature::ECDSA_P384_SHA384_FIXED,
+            ("ES512", KeyType::P521) => &signature::ECDSA_P521_SHA512_FIXED,
             _ => return false,
         };
         self.parsed.iter().any(|p| {
@@ -160,8 +171,18 @@ impl PublicKey {
     /// `digest` — for a signed artifact known only by its digest. Ed25519
     /// signs messages, not digests, so it never verifies here.
     pub fn verify_prehashed(&self, digest: &[u8; 32], sig: &[u8]) -> bool {
-        let Ok(d) = aws_lc_rs::digest::Digest::import_less_safe(digest, &aws_lc_rs::digest::SHA256)
-        else {
+        self.verify_prehashed_as(&aws_lc_rs::digest::SHA256, digest, sig)
+    }
+
+    /// [`Self::verify_prehashed`] for a digest under `alg` (SHA-384 for
+    /// P-384, SHA-512 for P-521, as Sigstore's registry pairs them).
+    pub fn verify_prehashed_as(
+        &self,
+        alg: &'static aws_lc_rs::digest::Algorithm,
+        digest: &[u8],
+        sig: &[u8],
+    ) -> bool {
+        let Ok(d) = aws_lc_rs::digest::Digest::import_less_safe(digest, alg) else {
             return false;
         };
         let allowed = algorithms(self.kind, SigEncoding::Der);

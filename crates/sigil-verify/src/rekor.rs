@@ -120,6 +120,10 @@ pub struct Expected<'a> {
     /// hand (a `.att` layer): what `intoto` 0.0.1 records instead of the
     /// signature.
     pub envelope_sha256: Option<[u8; 32]>,
+    /// For a `hashedrekord` of an artifact digested with another algorithm
+    /// than SHA-256 (`sha384`, `sha512`): that algorithm and the digest the
+    /// entry must record.
+    pub digest: Option<(&'static str, &'a [u8])>,
     /// The raw signature.
     pub signature: &'a [u8],
     /// DER of the signer: the certificate, or the public key's SPKI.
@@ -179,14 +183,28 @@ pub(crate) fn check_body(body: &[u8], expect: &Expected<'_>) -> Result<(), Artif
         ),
         // `rekord` 0.0.1 (cosign before 1.5) records the same fields at the
         // same places, with the payload's hash computed by Rekor.
-        "hashedrekord" | "rekord" => (
-            hex_of(ptr("/data/hash/value")),
-            vec![Logged::V1(
-                ptr("/signature/content"),
-                ptr("/signature/publicKey/content"),
-            )],
-            vec![payload.clone()],
-        ),
+        "hashedrekord" | "rekord" => {
+            // The entry names its hash algorithm (`sha256` when absent); it
+            // must be the one the bundle's digest used.
+            let logged = ptr("/data/hash/algorithm").unwrap_or("sha256");
+            let want = match expect.digest {
+                Some((alg, d)) if logged == alg => crate::trust::hex(d),
+                Some((alg, _)) => {
+                    return Err(ArtifactError::Log(format!(
+                        "the log entry records a {logged} digest, the bundle a {alg} one"
+                    )));
+                }
+                None => payload.clone(),
+            };
+            (
+                hex_of(ptr("/data/hash/value")),
+                vec![Logged::V1(
+                    ptr("/signature/content"),
+                    ptr("/signature/publicKey/content"),
+                )],
+                vec![want],
+            )
+        }
         "dsse" if spec.get("dsseV002").is_some() => (
             b64_hex(ptr("/dsseV002/payloadHash/digest")),
             spec.pointer("/dsseV002/signatures")

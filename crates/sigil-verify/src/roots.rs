@@ -21,6 +21,13 @@ use crate::tuf::{Client, Fetched};
 /// The name of the root verifiers use when they name none.
 pub const DEFAULT: &str = "public-good";
 
+/// GitHub's own Sigstore instance (`trustRoot: github`): private
+/// repositories' attestations, verified by their signed timestamps.
+pub const GITHUB: &str = "github";
+
+/// The roots built in, by name, with their embedded `trusted_root.json`.
+pub const BUILT_IN: [(&str, &str); 2] = [(DEFAULT, PUBLIC_GOOD), (GITHUB, crate::trust::GITHUB)];
+
 /// Where a root in force came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
@@ -82,15 +89,19 @@ pub struct TrustRoots {
 }
 
 impl TrustRoots {
-    /// Only the embedded public-good root, as `public-good`.
+    /// Only the embedded roots: public-good, as `public-good`, and
+    /// GitHub's, as `github`.
     pub fn embedded() -> TrustRoots {
-        let public_good = InForce::from_json(PUBLIC_GOOD, Origin::Embedded)
-            .expect("the embedded trusted root parses (a unit test checks it)");
+        let map = BUILT_IN
+            .iter()
+            .map(|(name, json)| {
+                let root = InForce::from_json(json, Origin::Embedded)
+                    .expect("the embedded trusted roots parse (a unit test checks them)");
+                ((*name).to_owned(), Arc::new(root))
+            })
+            .collect();
         TrustRoots {
-            map: ArcSwap::from_pointee(BTreeMap::from([(
-                DEFAULT.to_owned(),
-                Arc::new(public_good),
-            )])),
+            map: ArcSwap::from_pointee(map),
             unavailable: ArcSwap::default(),
             revocation: Arc::default(),
         }

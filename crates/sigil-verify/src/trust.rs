@@ -15,6 +15,11 @@ use crate::keys::PublicKey;
 /// The Sigstore public-good trusted root, embedded at build time.
 pub const PUBLIC_GOOD: &str = include_str!("../trust/public-good-trusted_root.json");
 
+/// GitHub's own Sigstore instance (private repositories' attestations: no
+/// transparency log, signed timestamps), as sigil embeds it
+/// (`trust/README.md`): the root named `github` until a TUF refresh.
+pub const GITHUB: &str = include_str!("../trust/github-trusted_root.json");
+
 /// A transparency log (or CT log) sigil trusts.
 #[derive(Debug)]
 pub struct Log {

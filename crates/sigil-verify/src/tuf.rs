@@ -32,6 +32,13 @@ pub const PUBLIC_GOOD_MIRROR: &str = "https://tuf-repo-cdn.sigstore.dev/";
 /// Version 15 of the public-good repository's `root.json`, the bootstrap.
 pub const PUBLIC_GOOD_TUF_ROOT: &[u8] = include_bytes!("../trust/public-good-tuf-root.json");
 
+/// GitHub's TUF repository, which publishes the `github` trusted root.
+pub const GITHUB_MIRROR: &str = "https://tuf-repo.github.com/";
+
+/// Version 3 of its `root.json`, as GitHub's CLI embeds it
+/// (`trust/README.md`): the bootstrap of its refresh.
+pub const GITHUB_TUF_ROOT: &[u8] = include_bytes!("../trust/github-tuf-root.json");
+
 /// The target a Sigstore TUF repository publishes its trusted root as.
 pub const TRUSTED_ROOT_TARGET: &str = "trusted_root.json";
 

@@ -184,11 +184,31 @@ fn build_path<T>(
     let time = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
         u64::try_from(at).map_err(|_| webpki::Error::BadDerTime)?,
     ));
-    let usage = match eku {
-        Eku::Required => KeyUsage::required(CODE_SIGNING),
-        Eku::IfPresent => KeyUsage::required_if_present(CODE_SIGNING),
-        Eku::TimeStamping => KeyUsage::required(TIME_STAMPING),
+    // The purpose is required of the leaf; a CA on the path may omit the
+    // extension (GitHub's Fulcio intermediate l1 does), and one that has it
+    // must list the purpose — as Go's crypto/x509, which sigstore-go uses,
+    // nests EKUs. webpki applies one rule to every certificate, so the
+    // leaf's own requirement is checked here.
+    let (usage, leaf_needs) = match eku {
+        Eku::Required => (KeyUsage::required_if_present(CODE_SIGNING), Some(false)),
+        Eku::IfPresent => (KeyUsage::required_if_present(CODE_SIGNING), None),
+        Eku::TimeStamping => (KeyUsage::required_if_present(TIME_STAMPING), Some(true)),
     };
+    if let Some(time_stamping) = leaf_needs {
+        let has = X509Certificate::from_der(leaf).ok().is_some_and(|(_, c)| {
+            c.extended_key_usage().ok().flatten().is_some_and(|e| {
+                if time_stamping {
+                    e.value.time_stamping
+                } else {
+                    e.value.code_signing
+                }
+            })
+        });
+        if !has {
+            #[allow(deprecated)]
+            return Err(webpki::Error::RequiredEkuNotFound);
+        }
+    }
     let path = ee.verify_for_usage(ALGS, &anchors, &inter, time, usage, revocation, None)?;
     let anchor = path.anchor();
     let root = anchors
@@ -219,6 +239,10 @@ fn describe(e: &webpki::Error, leaf: &[u8], at: i64) -> String {
             format!("certificate not valid at {when}{validity}")
         }
         webpki::Error::UnknownIssuer => "issuer is not a trusted root".into(),
+        #[allow(deprecated)]
+        webpki::Error::RequiredEkuNotFound => {
+            "the certificate's extended key usage does not include the purpose it signs for (code signing, or time stamping for a timestamp authority)".into()
+        }
         webpki::Error::BadDerTime if at < 0 => "time before 1970".into(),
         other => format!("{other:?} (checked at {when})"),
     }

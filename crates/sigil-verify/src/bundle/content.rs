@@ -23,6 +23,37 @@ pub(super) struct Content {
     /// The DSSE payload (the in-toto statement), for DSSE.
     pub(super) payload: Option<Vec<u8>>,
     pub(super) signature: Vec<u8>,
+    /// For a message signature whose digest is not SHA-256 (P-384 signs
+    /// SHA-384, P-521 SHA-512): the algorithm as Rekor names it and the
+    /// artifact's digest under it, which the log entry records.
+    pub(super) digest: Option<(&'static str, Vec<u8>)>,
+}
+
+/// The artifact's digest under a bundle's `messageDigest.algorithm`
+/// (Sigstore's registry: SHA2_256, SHA2_384, SHA2_512), as
+/// `(rekor name, digest)`; any other algorithm is refused by name.
+fn message_digest(
+    alg: &str,
+    artifact: &Artifact,
+) -> Result<(&'static str, Vec<u8>), ArtifactError> {
+    use aws_lc_rs::digest;
+    let (name, algorithm) = match alg {
+        "SHA2_256" => return Ok(("sha256", artifact.sha256()?.to_vec())),
+        "SHA2_384" => ("sha384", &digest::SHA384),
+        "SHA2_512" => ("sha512", &digest::SHA512),
+        other => {
+            return Err(malformed(format!(
+                "message digest algorithm {other} is not in Sigstore's algorithm registry (SHA2_256, SHA2_384, SHA2_512)"
+            )));
+        }
+    };
+    match artifact {
+        Artifact::Bytes(b) => Ok((name, digest::digest(algorithm, b).as_ref().to_vec())),
+        Artifact::Sha512(d) if name == "sha512" => Ok((name, d.to_vec())),
+        _ => Err(malformed(format!(
+            "the bundle signs the artifact's {alg} digest: give the artifact itself, not its digest"
+        ))),
+    }
 }
 
 /// Which content a bundle carries. `content` is a protobuf `oneof`: a bundle
@@ -50,7 +81,7 @@ pub(crate) fn content_kind(v: &Value) -> Result<ContentKind, ArtifactError> {
 pub(super) fn content(v: &Value, artifact: &Artifact) -> Result<Content, SignatureProblem> {
     if content_kind(v)? == ContentKind::MessageSignature {
         let signature = b64(v, "/messageSignature/signature")?;
-        let want = artifact.sha256()?;
+        let mut digest = None;
         if let Some(d) = v.pointer("/messageSignature/messageDigest") {
             // A digest that names no algorithm means nothing (the
             // specification's UNSPECIFIED): refused, not read as SHA-256.
@@ -58,27 +89,34 @@ pub(super) fn content(v: &Value, artifact: &Artifact) -> Result<Content, Signatu
                 .get("algorithm")
                 .and_then(Value::as_str)
                 .ok_or_else(|| malformed("the message digest names no algorithm"))?;
-            if alg != "SHA2_256" {
-                return Err(
-                    malformed(format!("message digest algorithm {alg} is not supported")).into(),
-                );
-            }
+            let (name, want) = message_digest(alg, artifact)?;
             let signed = b64(d, "/digest")?;
             if signed != want {
                 return Err(SignatureProblem::DigestMismatch {
-                    signed: format!("sha256:{}", crate::trust::hex(&signed)),
+                    signed: format!("{name}:{}", crate::trust::hex(&signed)),
                 });
             }
+            if name != "sha256" {
+                digest = Some((name, want));
+            }
         }
+        // The log's payload hash: SHA-256 unless the digest says otherwise
+        // (then only the bytes are hashed, and the entry records `digest`).
+        let payload_sha256 = match (&digest, artifact) {
+            (Some(_), Artifact::Bytes(b)) => sha256(b),
+            (Some(_), _) => [0; 32],
+            (None, _) => artifact.sha256()?,
+        };
         return Ok(Content {
             message: match artifact {
                 Artifact::Bytes(b) => Some(b.clone()),
                 Artifact::Digest(_) | Artifact::Sha512(_) => None,
             },
             payload: None,
-            payload_sha256: want,
+            payload_sha256,
             pae_sha256: None,
             signature,
+            digest,
         });
     }
     let env = v
@@ -108,6 +146,7 @@ pub(super) fn content(v: &Value, artifact: &Artifact) -> Result<Content, Signatu
         message: Some(pae),
         payload: Some(payload),
         signature,
+        digest: None,
     })
 }
 

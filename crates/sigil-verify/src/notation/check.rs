@@ -117,6 +117,7 @@ fn key_fits(alg: &str, kind: KeyType) -> bool {
         ("PS256" | "PS384" | "PS512", KeyType::Rsa)
             | ("ES256", KeyType::P256)
             | ("ES384", KeyType::P384)
+            | ("ES512", KeyType::P521)
     )
 }
 

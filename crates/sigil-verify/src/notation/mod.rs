@@ -253,6 +253,7 @@ impl Envelope {
                 iana::Algorithm::PS512 => "PS512",
                 iana::Algorithm::ES256 => "ES256",
                 iana::Algorithm::ES384 => "ES384",
+                iana::Algorithm::ES512 => "ES512",
                 other => {
                     return Err(ArtifactError::Malformed(format!(
                         "COSE algorithm {other:?} is not supported"

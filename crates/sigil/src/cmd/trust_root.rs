@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use sigil::reload::Live;
 use sigil::server::Task;
-use sigil_verify::roots::{DEFAULT, InForce, Origin, Refresher, TrustRoots};
+use sigil_verify::roots::{BUILT_IN, DEFAULT, GITHUB, InForce, Origin, Refresher, TrustRoots};
 use sigil_verify::trust::{Authority, Log, TrustedRoot};
 use sigil_verify::tuf::{self, Client};
 
@@ -28,8 +28,16 @@ pub struct TufArgs {
     /// ship it out of band). Default: the public-good repository's, embedded.
     #[arg(long, env = "SIGIL_TUF_ROOT")]
     tuf_root: Option<PathBuf>,
-    /// How often the trusted root is refreshed (± 10 %); 0s turns TUF off
-    /// and the embedded root stays in force.
+    /// TUF repository the `github` trusted root (GitHub's own Sigstore
+    /// instance) is kept current from.
+    #[arg(long, default_value = tuf::GITHUB_MIRROR, env = "SIGIL_GITHUB_TUF_MIRROR")]
+    github_tuf_mirror: String,
+    /// That repository's root.json to start from. Default: version 3, as
+    /// GitHub's CLI embeds it.
+    #[arg(long, env = "SIGIL_GITHUB_TUF_ROOT")]
+    github_tuf_root: Option<PathBuf>,
+    /// How often the built-in trusted roots are refreshed (± 10 %); 0s
+    /// turns TUF off and the embedded roots stay in force.
     #[arg(long, default_value = "24h", value_parser = humantime::parse_duration, env = "SIGIL_TRUST_ROOT_REFRESH")]
     trust_root_refresh: Duration,
     /// Directory keeping the TUF metadata between refreshes (and restarts,
@@ -54,18 +62,42 @@ impl TufArgs {
         }
     }
 
-    /// The TUF client these flags describe.
-    fn client(&self) -> Result<Client> {
-        let root = match &self.tuf_root {
-            Some(p) => std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
-            None => tuf::PUBLIC_GOOD_TUF_ROOT.to_vec(),
+    /// The TUF client these flags describe for the built-in root `name`
+    /// (`public-good` or `github`); each keeps its metadata in its own
+    /// directory under `--tuf-cache-dir`.
+    fn client(&self, name: &str) -> Result<Client> {
+        let (mirror, root_file, embedded, flag) = if name == GITHUB {
+            (
+                &self.github_tuf_mirror,
+                &self.github_tuf_root,
+                tuf::GITHUB_TUF_ROOT,
+                "--github-tuf-mirror",
+            )
+        } else {
+            (
+                &self.tuf_mirror,
+                &self.tuf_root,
+                tuf::PUBLIC_GOOD_TUF_ROOT,
+                "--tuf-mirror",
+            )
         };
-        if let Some(d) = &self.tuf_cache_dir {
+        let root = match root_file {
+            Some(p) => std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
+            None => embedded.to_vec(),
+        };
+        // The public-good root keeps the directory itself (as before).
+        let cache = self.tuf_cache_dir.as_ref().map(|d| {
+            if name == GITHUB {
+                d.join(GITHUB)
+            } else {
+                d.clone()
+            }
+        });
+        if let Some(d) = &cache {
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
         }
         let http = sigil_registry::client::web_client().context("an HTTPS client")?;
-        Client::new(&self.tuf_mirror, root, http, self.tuf_cache_dir.clone())
-            .context("--tuf-mirror")
+        Client::new(mirror, root, http, cache).context(flag)
     }
 
     /// The server's refresh task: refreshes the default root now and on the
@@ -75,13 +107,23 @@ impl TufArgs {
         if !self.enabled() {
             return Ok(None);
         }
-        let refresher = Refresher::new(DEFAULT, self.client()?, trust);
+        let public_good = Refresher::new(DEFAULT, self.client(DEFAULT)?, trust.clone());
+        let github = Refresher::new(GITHUB, self.client(GITHUB)?, trust);
         let interval = self.trust_root_refresh;
         Ok(Some(Box::new(move |_ready, _store| {
             let observer = live.metrics.clone();
-            Box::pin(refresher.run(interval, observer, move || {
-                live.rebuild("a new public-good trusted root")
-            }))
+            let other = live.clone();
+            Box::pin(async move {
+                futures_util::future::join(
+                    public_good.run(interval, observer.clone(), move || {
+                        live.rebuild("a new public-good trusted root")
+                    }),
+                    github.run(interval, observer, move || {
+                        other.rebuild("a new github trusted root")
+                    }),
+                )
+                .await;
+            })
         })))
     }
 }
@@ -97,7 +139,7 @@ pub enum TrustRootCommand {
 
 #[derive(clap::Args, Debug)]
 pub struct ShowArgs {
-    /// The root's name: `public-good` (built in), or a TrustRoot object in
+    /// The root's name: `public-good` or `github` (built in), or a TrustRoot object in
     /// the current kubeconfig's cluster, loaded from its spec as the server would.
     #[arg(default_value = DEFAULT)]
     name: String,
@@ -116,7 +158,8 @@ pub struct ShowArgs {
 
 pub fn run(command: TrustRootCommand) -> Result<ExitCode> {
     let TrustRootCommand::Show(args) = command;
-    if args.name != DEFAULT && args.trusted_root.is_none() {
+    let built_in = BUILT_IN.iter().any(|(n, _)| *n == args.name);
+    if !built_in && args.trusted_root.is_none() {
         return super::runtime()?.block_on(show_object(&args));
     }
     let shown: Arc<InForce> = match (&args.trusted_root, args.refresh) {
@@ -130,12 +173,17 @@ pub fn run(command: TrustRootCommand) -> Result<ExitCode> {
         }
         (None, true) => {
             let roots = Arc::new(TrustRoots::embedded());
-            let r = Refresher::new(DEFAULT, args.tuf.client()?, roots.clone());
+            let r = Refresher::new(&args.name, args.tuf.client(&args.name)?, roots.clone());
             let (_, result) = super::runtime()?.block_on(r.refresh_once());
-            result.with_context(|| format!("refreshing from {}", args.tuf.tuf_mirror))?;
-            roots.get(DEFAULT).context("refreshed root")?
+            let mirror = if args.name == GITHUB {
+                &args.tuf.github_tuf_mirror
+            } else {
+                &args.tuf.tuf_mirror
+            };
+            result.with_context(|| format!("refreshing from {mirror}"))?;
+            roots.get(&args.name).context("refreshed root")?
         }
-        (None, false) => TrustRoots::embedded().get(DEFAULT).context("embedded")?,
+        (None, false) => TrustRoots::embedded().get(&args.name).context("embedded")?,
     };
     if args.json {
         super::write_out(&format!("{}\n", shown.json))?;
@@ -159,7 +207,7 @@ async fn show_object(args: &ShowArgs) -> Result<ExitCode> {
     })?;
     let Some(object) = object else {
         bail!(
-            "no TrustRoot named {:?} in the cluster (`kubectl get trustroots` lists them; {DEFAULT:?} is built in)",
+            "no TrustRoot named {:?} in the cluster (`kubectl get trustroots` lists them; {DEFAULT:?} and {GITHUB:?} are built in)",
             args.name
         );
     };

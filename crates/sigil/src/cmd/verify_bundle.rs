@@ -53,7 +53,9 @@ pub struct VerifyBundleArgs {
     /// Verify with this PEM public key instead of an identity.
     #[arg(long)]
     key: Option<PathBuf>,
-    /// trusted_root.json (default: the embedded Sigstore public-good root).
+    /// trusted_root.json, or a built-in root's name: `public-good` (the
+    /// default) or `github` (GitHub's own instance: private repositories'
+    /// attestations).
     #[arg(long)]
     trusted_root: Option<PathBuf>,
     /// Verify an attestation of this predicate type (a URI, or cosign's
@@ -129,12 +131,26 @@ struct Attestation {
 pub fn run(args: VerifyBundleArgs) -> Result<ExitCode> {
     let bytes = std::fs::read(&args.bundle)
         .with_context(|| format!("reading bundle {}", args.bundle.display()))?;
-    let trust = match &args.trusted_root {
-        Some(p) => TrustedRoot::from_json(
+    // A built-in root's name (`github`, `public-good`) when no such file.
+    let built_in = args.trusted_root.as_ref().and_then(|p| {
+        let name = p.to_str()?;
+        (!p.exists())
+            .then(|| {
+                sigil_verify::roots::BUILT_IN
+                    .iter()
+                    .find(|(n, _)| *n == name)
+            })
+            .flatten()
+    });
+    let trust = match (&args.trusted_root, built_in) {
+        (_, Some((name, json))) => {
+            TrustedRoot::from_json(json).with_context(|| format!("the embedded {name} root"))?
+        }
+        (Some(p), None) => TrustedRoot::from_json(
             &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
         )
         .with_context(|| format!("trusted root {}", p.display()))?,
-        None => TrustedRoot::public_good().context("the embedded trusted root")?,
+        (None, None) => TrustedRoot::public_good().context("the embedded trusted root")?,
     };
     let key = args
         .key
