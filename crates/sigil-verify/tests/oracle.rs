@@ -332,3 +332,86 @@ fn sigil_and_the_sigstore_projects_verifier_both_accept_the_minted_github_attest
         );
     }
 }
+
+/// sigstore-java's bundles of every signing algorithm in Sigstore's
+/// registry (`tests/vectors/sigstore-java`): both verifiers on each, with
+/// its artifact, identity and the public-good root, and on a wrong
+/// artifact. (GitHub's private-repository attestation is judged by its own
+/// test: only its subject's digest is known, and sigstore-verify wants the
+/// artifact's bytes.)
+#[test]
+fn sigil_and_the_sigstore_projects_verifier_agree_on_every_registry_algorithm() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sigstore-java");
+    let artifact = std::fs::read(dir.join("artifact.txt")).unwrap();
+    let root = public_good_root();
+    let trust = TrustedRoot::from_json(&root).unwrap();
+    let their_root = sigstore_verify::trust_root::TrustedRoot::from_json(&root).unwrap();
+    let (san, issuer) = (
+        "untrusted-sa@sigstore-conformance.iam.gserviceaccount.com",
+        "https://accounts.google.com",
+    );
+    let mut found = Vec::new();
+    for alg in [
+        "ECDSA_P256_SHA_256",
+        "ECDSA_P384_SHA_384",
+        "ECDSA_P521_SHA_512",
+        "RSA_PKCS1V15_2048_SHA256",
+        "RSA_PKCS1V15_3072_SHA256",
+        "RSA_PKCS1V15_4096_SHA256",
+    ] {
+        let bundle = std::fs::read(dir.join(format!("PKIX_{alg}.sigstore.json"))).unwrap();
+        for (what, bytes) in [("artifact", artifact.clone()), ("other", b"other".to_vec())] {
+            let a = sigil_verify::bundle::verify(
+                &bundle,
+                &Artifact::Bytes(bytes.clone()),
+                Signer::Identity {
+                    san: &Matcher::Exact(san.into()),
+                    issuer: &Matcher::Exact(issuer.into()),
+                    extensions: &[],
+                },
+                Requirements::default(),
+                &trust,
+            )
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+            let b = Bundle::from_json(std::str::from_utf8(&bundle).unwrap())
+                .map_err(|e| e.to_string())
+                .and_then(|parsed| {
+                    sigstore_verify::verify(
+                        &bytes,
+                        &parsed,
+                        &VerificationPolicy::new(san.to_owned(), issuer.to_owned()),
+                        &their_root,
+                    )
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+                });
+            assert_eq!(a.is_ok(), what == "artifact", "{alg} {what}: sigil {a:?}");
+            if a.is_ok() != b.is_ok() {
+                found.push((
+                    format!("{alg} {what}"),
+                    a.is_ok(),
+                    b.is_ok(),
+                    format!("sigil {a:?}; sigstore-verify {b:?}"),
+                ));
+            }
+        }
+    }
+    assert_triaged(&found, TRIAGED_ALGORITHMS);
+}
+
+/// Disagreements on the registry's algorithms, triaged.
+const TRIAGED_ALGORITHMS: &[(&str, bool, bool, &str)] = &[
+    (
+        "ECDSA_P384_SHA_384 artifact",
+        true,
+        false,
+        "sigil is right: Sigstore's algorithm registry pairs P-384 with SHA-384, the hashedrekord records a sha384 hash, and sigstore-java (which made it) verifies it; sigstore-verify 0.15.1 reads hashedrekord hashes as SHA-256 only",
+    ),
+    (
+        "ECDSA_P521_SHA_512 artifact",
+        true,
+        false,
+        "sigil is right: P-521 with SHA-512 is in Sigstore's registry and sigstore-java verifies it; sigstore-verify 0.15.1 cannot parse a P-521 key",
+    ),
+];
