@@ -317,6 +317,17 @@ pub fn identity(der: &[u8]) -> Result<Identity, ArtifactError> {
                         GeneralName::RFC822Name(s) | GeneralName::URI(s) => {
                             id.subjects.push((*s).to_owned())
                         }
+                        // Fulcio's `username@host` identities (its
+                        // OtherName type 1.3.6.1.4.1.57264.1.7, a UTF8String)
+                        // are subjects like emails and URIs.
+                        GeneralName::OtherName(oid, value)
+                            if oid.to_id_string() == FULCIO_OTHERNAME =>
+                        {
+                            let inner = explicit_inner(value).unwrap_or(value);
+                            if let Some(u) = der_utf8(inner) {
+                                id.subjects.push(u);
+                            }
+                        }
                         GeneralName::OtherName(_, _) | GeneralName::DNSName(_) => {}
                         _ => {}
                     }
@@ -351,6 +362,30 @@ pub fn identity(der: &[u8]) -> Result<Identity, ArtifactError> {
 }
 
 /// Decodes a DER UTF8String (tag 12) with a short-form or long-form length.
+/// Fulcio's OtherName SAN type: a `username@host` identity.
+const FULCIO_OTHERNAME: &str = "1.3.6.1.4.1.57264.1.7";
+
+/// The content of a `[0] EXPLICIT` wrapper (short or two-byte lengths), if
+/// `v` is one.
+fn explicit_inner(v: &[u8]) -> Option<&[u8]> {
+    let (&tag, rest) = v.split_first()?;
+    if tag != 0xa0 {
+        return None;
+    }
+    let (&len0, rest) = rest.split_first()?;
+    let (len, body) = if len0 < 0x80 {
+        (len0 as usize, rest)
+    } else {
+        let n = (len0 & 0x7f) as usize;
+        if n == 0 || n > 2 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n].iter().fold(0usize, |a, &b| (a << 8) | b as usize);
+        (len, &rest[n..])
+    };
+    body.get(..len)
+}
+
 fn der_utf8(v: &[u8]) -> Option<String> {
     let (&tag, rest) = v.split_first()?;
     if tag != 0x0c {
@@ -505,5 +540,28 @@ mod tests {
         let id = identity(&certs_from_pem(LEAF)[0]).unwrap();
         assert_eq!(id.subjects, vec!["philipp.belitz@securesystems.de"]);
         assert_eq!(id.issuer.as_deref(), Some("https://github.com/login/oauth"));
+    }
+
+    /// A private Fulcio issues `username@host` identities as an OtherName
+    /// SAN (type 1.3.6.1.4.1.57264.1.7): they were not read, so no identity
+    /// could match them. Another OtherName type is still not an identity.
+    #[test]
+    fn regression_fulcios_othername_identities_are_subjects() {
+        use rcgen::{CertificateParams, KeyPair, OtherNameValue, SanType};
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::default();
+        p.subject_alt_names = vec![
+            SanType::OtherName((
+                vec![1, 3, 6, 1, 4, 1, 57264, 1, 7],
+                OtherNameValue::Utf8String("alice@build.example.com".into()),
+            )),
+            SanType::OtherName((
+                vec![1, 3, 6, 1, 4, 1, 99999, 1],
+                OtherNameValue::Utf8String("not-an-identity".into()),
+            )),
+        ];
+        let cert = p.self_signed(&key).unwrap();
+        let id = identity(cert.der()).unwrap();
+        assert_eq!(id.subjects, vec!["alice@build.example.com"]);
     }
 }

@@ -336,17 +336,24 @@ fn a_timestamp_whose_signing_certificate_attribute_names_another_certificate_is_
     assert!(err.to_string().contains("ESSCertID"), "{err}");
 }
 
+/// A private Sigstore deployment (sigstore/scaffolding) serves Rekor at a
+/// URL whose host is not the origin its checkpoints name (the Rekor pod's
+/// host name): refused because the origin was derived from `baseUrl`. The
+/// log is identified by its key, as the client specification says; a
+/// checkpoint the log's key did not sign is still refused.
 #[test]
-fn a_checkpoint_from_another_origin_is_refused() {
+fn regression_a_checkpoint_is_the_logs_by_its_key_whatever_its_origin() {
     let s = Sigstore::new();
+    check_root(&s, &bundle(&s), |r| {
+        r["tlogs"][1]["baseUrl"] = json!("https://rekor.rekor-system.svc");
+    })
+    .unwrap();
+    let other = Sigstore::new();
     let err = check_root(&s, &bundle(&s), |r| {
-        r["tlogs"][1]["baseUrl"] = json!("https://log2099.rekor.example");
+        r["tlogs"][1]["publicKey"] = other.trusted_root()["tlogs"][1]["publicKey"].clone();
     })
     .unwrap_err();
-    assert!(
-        err.to_string().contains("not from the log's origin"),
-        "{err}"
-    );
+    assert!(!err.to_string().is_empty());
 }
 
 /// `content` is a oneof: a bundle carrying a valid messageSignature and a
