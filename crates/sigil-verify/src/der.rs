@@ -3,6 +3,36 @@
 //! definite lengths only, as DER requires. It checks bounds and nothing else;
 //! the callers check what each field must be.
 
+/// Why bytes are not the DER a caller expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DerError {
+    /// Nothing left where a value was expected.
+    #[error("DER: unexpected end")]
+    End,
+    /// A tag of more than one byte (none of the structures read here has one).
+    #[error("DER: multi-byte tags are not supported")]
+    MultiByteTag,
+    /// A tag without a length.
+    #[error("DER: no length")]
+    NoLength,
+    /// An indefinite, zero-octet or over-4-octet length, or one cut short.
+    #[error("DER: bad length")]
+    BadLength,
+    /// A length beyond the bytes there are.
+    #[error("DER: content runs past the end")]
+    PastEnd,
+    /// Another tag than the structure has there.
+    #[error("DER: {what}: expected tag {want:#04x}, found {found:#04x}")]
+    Tag {
+        /// What was being read.
+        what: String,
+        /// The tag it must have.
+        want: u8,
+        /// The tag it has.
+        found: u8,
+    },
+}
+
 /// One TLV: its tag byte, its content, and the whole encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tlv<'a> {
@@ -15,18 +45,18 @@ pub struct Tlv<'a> {
 }
 
 /// Reads one TLV from the front of `input`; returns it and the rest.
-pub fn read(input: &[u8]) -> Result<(Tlv<'_>, &[u8]), String> {
-    let (&tag, rest) = input.split_first().ok_or("DER: unexpected end")?;
+pub fn read(input: &[u8]) -> Result<(Tlv<'_>, &[u8]), DerError> {
+    let (&tag, rest) = input.split_first().ok_or(DerError::End)?;
     if tag & 0x1f == 0x1f {
-        return Err("DER: multi-byte tags are not supported".into());
+        return Err(DerError::MultiByteTag);
     }
-    let (&first, rest) = rest.split_first().ok_or("DER: no length")?;
+    let (&first, rest) = rest.split_first().ok_or(DerError::NoLength)?;
     let (len, rest) = if first < 0x80 {
         (usize::from(first), rest)
     } else {
         let n = usize::from(first & 0x7f);
         if n == 0 || n > 4 || rest.len() < n {
-            return Err("DER: bad length".into());
+            return Err(DerError::BadLength);
         }
         let len = rest[..n]
             .iter()
@@ -34,7 +64,7 @@ pub fn read(input: &[u8]) -> Result<(Tlv<'_>, &[u8]), String> {
         (len, &rest[n..])
     };
     if rest.len() < len {
-        return Err("DER: content runs past the end".into());
+        return Err(DerError::PastEnd);
     }
     let header = input.len() - rest.len();
     Ok((
@@ -48,7 +78,7 @@ pub fn read(input: &[u8]) -> Result<(Tlv<'_>, &[u8]), String> {
 }
 
 /// Every TLV inside a constructed value.
-pub fn children(content: &[u8]) -> Result<Vec<Tlv<'_>>, String> {
+pub fn children(content: &[u8]) -> Result<Vec<Tlv<'_>>, DerError> {
     let mut out = Vec::new();
     let mut rest = content;
     while !rest.is_empty() {
@@ -60,13 +90,14 @@ pub fn children(content: &[u8]) -> Result<Vec<Tlv<'_>>, String> {
 }
 
 /// Reads one TLV that must have `tag`.
-pub fn expect<'a>(input: &'a [u8], tag: u8, what: &str) -> Result<(Tlv<'a>, &'a [u8]), String> {
+pub fn expect<'a>(input: &'a [u8], tag: u8, what: &str) -> Result<(Tlv<'a>, &'a [u8]), DerError> {
     let (t, rest) = read(input)?;
     if t.tag != tag {
-        return Err(format!(
-            "DER: {what}: expected tag {tag:#04x}, found {:#04x}",
-            t.tag
-        ));
+        return Err(DerError::Tag {
+            what: what.to_owned(),
+            want: tag,
+            found: t.tag,
+        });
     }
     Ok((t, rest))
 }
@@ -134,8 +165,19 @@ mod tests {
         let mut long = vec![0x04, 0x81, 0x80];
         long.extend([1u8; 0x80]);
         assert_eq!(read(&long).unwrap().0.content.len(), 0x80);
-        assert!(read(&[0x04, 0x05, 0x00]).is_err());
-        assert!(read(&[0x04]).is_err());
+        assert_eq!(read(&[0x04, 0x05, 0x00]).unwrap_err(), DerError::PastEnd);
+        assert_eq!(read(&[0x04]).unwrap_err(), DerError::NoLength);
+        assert_eq!(read(&[]).unwrap_err(), DerError::End);
+        assert_eq!(read(&[0x1f, 0x01]).unwrap_err(), DerError::MultiByteTag);
+        assert_eq!(read(&[0x04, 0x80]).unwrap_err(), DerError::BadLength);
+        assert!(matches!(
+            expect(&[0x04, 0x00], 0x30, "certificate").unwrap_err(),
+            DerError::Tag {
+                want: 0x30,
+                found: 0x04,
+                ..
+            }
+        ));
         assert_eq!(
             oid(&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x07, 0x02]),
             "1.2.840.113549.1.7.2"

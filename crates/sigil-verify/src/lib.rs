@@ -134,6 +134,12 @@ pub enum ArtifactError {
     Log(String),
 }
 
+impl From<der::DerError> for ArtifactError {
+    fn from(e: der::DerError) -> Self {
+        ArtifactError::Malformed(e.to_string())
+    }
+}
+
 impl From<ArtifactError> for SignatureProblem {
     fn from(e: ArtifactError) -> SignatureProblem {
         match e {
@@ -173,16 +179,63 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// Why a fetch (a CRL, TUF metadata) brought nothing back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    /// The URL does not parse.
+    #[error("{url}: {detail}")]
+    Url {
+        /// The URL as given.
+        url: String,
+        /// The parser's reason.
+        detail: String,
+    },
+    /// A CRL distribution point other than `http://`.
+    #[error("only http:// CRL distribution points are fetched")]
+    Scheme,
+    /// An internal address no allowed network names.
+    #[error(
+        "{0} is an internal address, which CRL fetches do not reach unless --crl-allow-networks names it"
+    )]
+    Internal(std::net::IpAddr),
+    /// The request failed in transport.
+    #[error("GET {url}: {detail}")]
+    Transport {
+        /// The URL.
+        url: String,
+        /// The transport's error chain.
+        detail: String,
+    },
+    /// The server answered with an error status.
+    #[error("GET {url}: HTTP {status}")]
+    Status {
+        /// The URL.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+    },
+    /// The body passed its cap.
+    #[error("larger than {0} bytes")]
+    TooLarge(usize),
+    /// Reading the body failed.
+    #[error("{0}")]
+    Body(String),
+}
+
 /// A response body read to its end, refused once it passes `max` bytes
 /// (TUF metadata and targets, CRLs: never held past their cap).
 pub(crate) async fn read_capped(
     mut resp: reqwest::Response,
     max: usize,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, FetchError> {
     let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| error_chain(&e))? {
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| FetchError::Body(error_chain(&e)))?
+    {
         if body.len() + chunk.len() > max {
-            return Err(format!("larger than {max} bytes"));
+            return Err(FetchError::TooLarge(max));
         }
         body.extend_from_slice(&chunk);
     }

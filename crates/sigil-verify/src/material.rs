@@ -199,6 +199,19 @@ impl Material {
     }
 }
 
+/// Why a notation trust store named by `keyRef` is not available now (the
+/// verifier fails with it until the object changes).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreUnavailable {
+    /// The ConfigMap or Secret is not there, or not readable (the key
+    /// source's reason).
+    #[error("{0}")]
+    KeyRef(String),
+    /// It is there and holds no PEM certificate.
+    #[error("{0} holds no PEM certificate")]
+    NoCertificate(String),
+}
+
 /// The certificates of one notation trust store: from `keyRef`s (`Ok(Err)`
 /// when one is unavailable: the verifier fails with that reason) and from
 /// files or inline PEM (an error: the policy cannot load).
@@ -206,15 +219,15 @@ fn store_certs(
     pems: &[String],
     refs: &[KeyRef],
     keys: &dyn KeySource,
-) -> Result<Result<Vec<Vec<u8>>, String>, VerifyError> {
+) -> Result<Result<Vec<Vec<u8>>, StoreUnavailable>, VerifyError> {
     let mut certs = Vec::new();
     for r in refs {
         let found = match keys.pem(r) {
             Ok(pem) => x509::certs_from_pem(&pem),
-            Err(why) => return Ok(Err(why)),
+            Err(why) => return Ok(Err(StoreUnavailable::KeyRef(why))),
         };
         if found.is_empty() {
-            return Ok(Err(format!("{r} holds no PEM certificate")));
+            return Ok(Err(StoreUnavailable::NoCertificate(r.to_string())));
         }
         certs.extend(found);
     }
@@ -244,11 +257,11 @@ fn load_one(
     if let Some(n) = &spec.notation {
         let roots = match store_certs(&n.trust_roots, &n.trust_root_refs, keys)? {
             Ok(c) => c,
-            Err(why) => return Ok(Check::Unavailable(why)),
+            Err(why) => return Ok(Check::Unavailable(why.to_string())),
         };
         let tsa = match store_certs(&n.tsa_roots, &n.tsa_root_refs, keys)? {
             Ok(c) => c,
-            Err(why) => return Ok(Check::Unavailable(why)),
+            Err(why) => return Ok(Check::Unavailable(why.to_string())),
         };
         return NotationCheck::from_spec(n, roots, tsa, Some(in_force.revocation()))
             .map(Check::Notation);

@@ -17,7 +17,7 @@ use crate::{ArtifactError, sha256};
 const SCT_LIST: &str = "1.3.6.1.4.1.11129.2.4.2";
 
 /// The TBSCertificate of `cert` with the SCT-list extension taken out.
-fn precert_tbs(cert: &[u8]) -> Result<Vec<u8>, String> {
+fn precert_tbs(cert: &[u8]) -> Result<Vec<u8>, crate::der::DerError> {
     let (c, _) = der::expect(cert, 0x30, "certificate")?;
     let (tbs, _) = der::expect(c.content, 0x30, "TBSCertificate")?;
     let mut content = Vec::new();
@@ -59,7 +59,7 @@ pub fn verify(
             _ => None,
         })
         .ok_or_else(|| ArtifactError::Chain("the certificate carries no SCT".into()))?;
-    let tbs = precert_tbs(leaf).map_err(ArtifactError::Malformed)?;
+    let tbs = precert_tbs(leaf)?;
     let issuer_hash = sha256(issuer_spki);
     let mut verified = 0;
     let mut last = String::from("no SCT from a trusted CT log");

@@ -26,6 +26,12 @@ message_error!(
     TimestampError
 );
 
+impl From<der::DerError> for TimestampError {
+    fn from(e: der::DerError) -> Self {
+        TimestampError(e.to_string())
+    }
+}
+
 impl From<TimestampError> for sigil_core::SignatureProblem {
     fn from(e: TimestampError) -> Self {
         sigil_core::SignatureProblem::LevelCheck {

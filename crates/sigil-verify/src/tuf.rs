@@ -243,7 +243,9 @@ impl Transport for HttpOrFile {
                 if !status.is_success() {
                     return Err(other(format!("HTTP {status}")));
                 }
-                let body = crate::read_capped(resp, MAX_FILE).await.map_err(other)?;
+                let body = crate::read_capped(resp, MAX_FILE)
+                    .await
+                    .map_err(|e| other(e.to_string()))?;
                 Ok(Box::pin(futures_util::stream::iter([Ok(
                     tough::Bytes::from(body),
                 )])))

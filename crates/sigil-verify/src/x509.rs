@@ -119,7 +119,7 @@ pub fn verified_path(
     intermediates: &[Vec<u8>],
     roots: &[Vec<u8>],
     at: i64,
-) -> Result<Vec<PathLink>, String> {
+) -> Result<Vec<PathLink>, ArtifactError> {
     let certs = build_path(
         leaf,
         intermediates,
@@ -137,11 +137,11 @@ pub fn verified_path(
             certs
         },
     )
-    .map_err(|e| format!("{e:?}"))?;
-    let spki = |der: &[u8]| -> Result<Vec<u8>, String> {
+    .map_err(|e| ArtifactError::Chain(describe(&e, leaf, at)))?;
+    let spki = |der: &[u8]| -> Result<Vec<u8>, ArtifactError> {
         X509Certificate::from_der(der)
             .map(|(_, c)| c.public_key().raw.to_vec())
-            .map_err(|e| format!("certificate does not parse: {e}"))
+            .map_err(|e| ArtifactError::Malformed(format!("certificate does not parse: {e}")))
     };
     certs
         .windows(2)

@@ -8,6 +8,7 @@
 //! network is returned for the logs; the words a verification shows a
 //! tenant are [`super`]'s and carry none of it.
 
+use crate::FetchError;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -145,29 +146,39 @@ pub(super) async fn get(
     allowed: &[IpNet],
     url: &str,
     max: usize,
-) -> Result<Vec<u8>, String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url}: {e}"))?;
+) -> Result<Vec<u8>, FetchError> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| FetchError::Url {
+        url: url.to_owned(),
+        detail: e.to_string(),
+    })?;
     if parsed.scheme() != "http" {
-        return Err("only http:// CRL distribution points are fetched".into());
+        return Err(FetchError::Scheme);
     }
     if let Some(ip) = literal_ip(&parsed)
         && !may_connect(ip, allowed)
     {
-        return Err(format!(
-            "{ip} is an internal address, which CRL fetches do not reach unless --crl-allow-networks names it"
-        ));
+        return Err(FetchError::Internal(ip));
     }
     let resp = client
         .get(parsed)
         .send()
         .await
-        .map_err(|e| format!("GET {url}: {}", crate::error_chain(&e)))?;
+        .map_err(|e| FetchError::Transport {
+            url: url.to_owned(),
+            detail: crate::error_chain(&e),
+        })?;
     if !resp.status().is_success() {
-        return Err(format!("GET {url}: HTTP {}", resp.status()));
+        return Err(FetchError::Status {
+            url: url.to_owned(),
+            status: resp.status().as_u16(),
+        });
     }
     crate::read_capped(resp, max)
         .await
-        .map_err(|e| format!("GET {url}: {e}"))
+        .map_err(|e| FetchError::Transport {
+            url: url.to_owned(),
+            detail: e.to_string(),
+        })
 }
 
 #[cfg(test)]
@@ -197,5 +208,23 @@ mod tests {
         let lo: IpNet = "127.0.0.0/8".parse().unwrap();
         assert!(may_connect("127.0.0.1".parse().unwrap(), &[lo]));
         assert!(!may_connect("10.0.0.1".parse().unwrap(), &[lo]));
+    }
+
+    #[tokio::test]
+    async fn each_refusal_is_its_own_variant() {
+        let client = reqwest::Client::new();
+        let none: &[IpNet] = &[];
+        assert!(matches!(
+            get(&client, none, "not a url", 10).await,
+            Err(FetchError::Url { .. })
+        ));
+        assert_eq!(
+            get(&client, none, "https://crl.example.com/a.crl", 10).await,
+            Err(FetchError::Scheme)
+        );
+        assert_eq!(
+            get(&client, none, "http://127.0.0.1:9/a.crl", 10).await,
+            Err(FetchError::Internal("127.0.0.1".parse().unwrap()))
+        );
     }
 }

@@ -90,7 +90,7 @@ pub enum CrlError {
     /// The distribution point was not fetched (a URL or scheme refused, an
     /// internal address, a network or HTTP error, too large).
     #[error("{0}")]
-    Fetch(String),
+    Fetch(#[from] crate::FetchError),
 }
 
 impl Crl {
