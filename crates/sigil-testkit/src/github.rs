@@ -114,6 +114,46 @@ impl Sigstore {
         )
         .into_bytes()
     }
+
+    /// What GitHub's own Sigstore instance signs for a private repository
+    /// (`actions/attest` there): a v0.3 bundle of `statement` with no
+    /// transparency-log entry, its only trusted time an RFC 3161 timestamp
+    /// of the signature at `signed_at` from this TSA (certificate embedded),
+    /// by a leaf for `workflow` valid from `not_before`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn github_private_attestation(
+        &self,
+        statement: &[u8],
+        workflow: &str,
+        issuer: &str,
+        extensions: &[(&str, &str)],
+        not_before: i64,
+        signed_at: i64,
+    ) -> Vec<u8> {
+        let ext: Vec<(u64, &str)> = extensions
+            .iter()
+            .map(|(n, v)| (crate::attestations::extension(n), *v))
+            .collect();
+        let (key, cert) = self.leaf_with(workflow, issuer, not_before, &ext);
+        let sig = key.sign(&pae(PAYLOAD_TYPE, statement));
+        let ts = self.timestamp(&sig, signed_at, true, None);
+        format!(
+            r#"{{"mediaType":"{BUNDLE_V03}","verificationMaterial":{{"certificate":{{"rawBytes":"{}"}},"tlogEntries":[],"timestampVerificationData":{{"rfc3161Timestamps":[{{"signedTimestamp":"{}"}}]}}}},"dsseEnvelope":{{"payload":"{}","payloadType":"{PAYLOAD_TYPE}","signatures":[{{"sig":"{}"}}]}}}}"#,
+            b64(&cert),
+            b64(&ts),
+            b64(statement),
+            b64(&sig)
+        )
+        .into_bytes()
+    }
+
+    /// The trusted root of an instance like GitHub's own: this Fulcio CA and
+    /// TSA, no transparency log, no CT log.
+    pub fn trusted_root_without_logs(&self) -> serde_json::Value {
+        let mut root = self.trusted_root();
+        root["tlogs"] = serde_json::json!([]);
+        root
+    }
 }
 
 /// Pushes `bundle` to `repo` as `actions/attest` with `push-to-registry`

@@ -133,3 +133,115 @@ async fn github_attestations_pushed_to_the_registry_are_read_as_actions_attest_l
         );
     }
 }
+
+/// A private repository's attestation, as GitHub's own Sigstore instance
+/// signs it (no transparency-log entry; a signed timestamp its trusted root
+/// vouches for, and that root lists no log), attached to an image as
+/// `actions/attest` pushes it: it was refused "the bundle has no
+/// transparency-log entry, and one is required". It admits through
+/// `sigil serve` and `sigil verify`; the same bundle about another digest,
+/// or from another owner's repository, is refused.
+#[tokio::test]
+async fn regression_a_private_repositorys_attestation_from_githubs_own_instance_admits() {
+    let w = KeylessWorld::start().await;
+    let (reg, ss) = (&w.registry, &w.sigstore);
+    let h = reg.host();
+    let t = time::OffsetDateTime::now_utc().unix_timestamp();
+    let root = w.dir.path().join("github-private-root.json");
+    std::fs::write(&root, ss.trusted_root_without_logs().to_string()).unwrap();
+    let created = "2026-11-27T09:41:07.318Z";
+    let attest = |repo_uri: &str, s: &[u8]| {
+        ss.github_private_attestation(
+            s,
+            GITHUB_WORKFLOW,
+            GITHUB_ISSUER,
+            &[
+                ("sourceRepositoryUri", repo_uri),
+                ("sourceRepositoryRef", "refs/heads/main"),
+            ],
+            t - 3600,
+            t - 3500,
+        )
+    };
+    // Ours, attested by our repository.
+    let (ours, _) = reg
+        .push_index("private/app", "v1", &[("linux", "amd64", None)])
+        .await;
+    let b = attest(API, &statement(&format!("{h}/private/app"), &ours, t));
+    push_to_registry(
+        reg,
+        "private/app",
+        &ours,
+        INDEX,
+        &b,
+        SLSA_V1,
+        created,
+        Registry::Oci,
+    )
+    .await;
+    // Another image carrying our bundle (its statement names `ours`).
+    let (other, _) = reg
+        .push_index("private/other", "v1", &[("linux", "amd64", None)])
+        .await;
+    push_to_registry(
+        reg,
+        "private/other",
+        &other,
+        INDEX,
+        &b,
+        SLSA_V1,
+        created,
+        Registry::Oci,
+    )
+    .await;
+    // Attested, but by another owner's repository.
+    let (forked, _) = reg
+        .push_index("private/forked", "v1", &[("linux", "amd64", None)])
+        .await;
+    let fb = attest(
+        "https://github.com/someone-else/api",
+        &statement(&format!("{h}/private/forked"), &forked, t),
+    );
+    push_to_registry(
+        reg,
+        "private/forked",
+        &forked,
+        INDEX,
+        &fb,
+        SLSA_V1,
+        created,
+        Registry::Oci,
+    )
+    .await;
+
+    let policy = format!(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {{name: github}}\nspec:\n  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n    - name: built-by-ci\n      match: [\"{h}/private/**\"]\n      attestations:\n        - name: provenance\n          predicateType: slsaprovenance1\n          attestors:\n            - {{name: gha, cosign: {{keyless: {{issuer: \"{GITHUB_ISSUER}\", subject: \"{GITHUB_WORKFLOW}\", extensions: {{sourceRepositoryUri: \"{API}\"}}}}, trustedRoot: \"{}\"}}}}\n",
+        root.display()
+    );
+    let sigil = Sigil::start(Some(&policy), &[]).await;
+    let create = |image: String| {
+        let api = sigil.apiserver();
+        async move { api.create_pod("team", &[&image]).await }
+    };
+    let a = create(format!("{h}/private/app:v1")).await;
+    assert!(a.allowed, "{}", a.message);
+    for repo in ["private/other", "private/forked"] {
+        let a = create(format!("{h}/{repo}:v1")).await;
+        assert!(!a.allowed, "{repo} was admitted");
+        assert!(a.message.contains("provenance"), "{repo}: {}", a.message);
+    }
+    let file = w.dir.path().join("policy.yaml");
+    std::fs::write(&file, &policy).unwrap();
+    let out = run_sigil(
+        &[
+            "verify",
+            "--policy",
+            file.to_str().unwrap(),
+            &format!("{h}/private/app:v1"),
+        ],
+        None,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("verified by gha"), "{text}");
+}
