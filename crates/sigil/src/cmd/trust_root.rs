@@ -108,19 +108,33 @@ impl TufArgs {
             return Ok(None);
         }
         let public_good = Refresher::new(DEFAULT, self.client(DEFAULT)?, trust.clone());
-        let github = Refresher::new(GITHUB, self.client(GITHUB)?, trust);
+        // The github root's refresh never stops sigil from starting: when
+        // its TUF client cannot be made, the embedded root stays in force.
+        let github = match self.client(GITHUB) {
+            Ok(c) => Some(Refresher::new(GITHUB, c, trust)),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "the github trusted root is not refreshed; the embedded one stays in force");
+                None
+            }
+        };
         let interval = self.trust_root_refresh;
         Ok(Some(Box::new(move |_ready, _store| {
             let observer = live.metrics.clone();
             let other = live.clone();
             Box::pin(async move {
+                let github = async move {
+                    if let Some(g) = github {
+                        g.run(interval, observer.clone(), move || {
+                            other.rebuild("a new github trusted root")
+                        })
+                        .await;
+                    }
+                };
                 futures_util::future::join(
-                    public_good.run(interval, observer.clone(), move || {
+                    public_good.run(interval, live.metrics.clone(), move || {
                         live.rebuild("a new public-good trusted root")
                     }),
-                    github.run(interval, observer, move || {
-                        other.rebuild("a new github trusted root")
-                    }),
+                    github,
                 )
                 .await;
             })
