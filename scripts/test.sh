@@ -24,6 +24,14 @@ if [ "$(id -u)" -eq 0 ]; then
   command -v buildah >/dev/null || need_apt+=(buildah)
   command -v podman >/dev/null || need_apt+=(podman)
   command -v runc >/dev/null || [ -x /usr/sbin/runc ] || need_apt+=(runc)
+  # The real-node tier (SIGIL_NODE_ASSETS): CNI's bridge, iptables and
+  # conntrack for kube-proxy, busybox for the workloads' images.
+  if [ -n "${SIGIL_NODE_ASSETS:-}" ]; then
+    [ -x /usr/lib/cni/bridge ] || need_apt+=(containernetworking-plugins)
+    command -v iptables >/dev/null || [ -x /usr/sbin/iptables ] || need_apt+=(iptables)
+    command -v conntrack >/dev/null || [ -x /usr/sbin/conntrack ] || need_apt+=(conntrack)
+    [ -x /bin/busybox ] || need_apt+=(busybox-static)
+  fi
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}"
@@ -103,6 +111,12 @@ elif [ "$(id -u)" -ne 0 ]; then
 else
   node_line="node tier: ${node} tests pulled through a real containerd (SIGIL_CONTAINERD_ASSETS=${SIGIL_CONTAINERD_ASSETS})"
 fi
+real_node=$(grep -cE 'PASS .* real_node::' "$summary" || true)
+if [ -z "${SIGIL_NODE_ASSETS:-}" ]; then
+  real_node_line="real-node tier: ${real_node} tests skipped (SIGIL_NODE_ASSETS is not set: kubelet, kube-proxy, kube-scheduler, containerd-shim-runc-v2 and pause, v1.36; see README)"
+else
+  real_node_line="real-node tier: ${real_node} tests ran sigil as Pods on a real node (SIGIL_NODE_ASSETS=${SIGIL_NODE_ASSETS})"
+fi
 rm -f "$summary"
 phase "== bench smoke (each benchmark once)"; cargo test --workspace --benches -q
 phase "== doctests"; cargo test --workspace --doc -q
@@ -114,4 +128,5 @@ echo "   (whole run: $SECONDS s)"
 echo "   ${real_line}"
 echo "   ${image_line}"
 echo "   ${node_line}"
+echo "   ${real_node_line}"
 echo "tests: ${passed} passed, 0 failed"

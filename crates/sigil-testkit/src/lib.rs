@@ -35,6 +35,7 @@ pub mod github;
 pub mod image;
 pub mod intoto;
 pub mod kube;
+pub mod node;
 pub mod oci_layout;
 pub mod pki;
 pub mod policies;

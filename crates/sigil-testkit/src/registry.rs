@@ -89,15 +89,21 @@ pub fn test_cert_files(dir: &std::path::Path) -> (String, String, String) {
 
 impl TestRegistry {
     pub async fn start(mode: Mode) -> TestRegistry {
+        let ip = if matches!(mode, Mode::PlainV6) {
+            "[::1]"
+        } else {
+            "127.0.0.1"
+        };
+        TestRegistry::start_on(mode, ip).await
+    }
+
+    /// [`TestRegistry::start`] listening on `ip` (an address of this
+    /// machine: a real node's, which both its containerd and its Pods reach).
+    pub async fn start_on(mode: Mode, ip: &str) -> TestRegistry {
         let bin = which("docker-registry")
             .expect("docker-registry not installed: run scripts/test.sh (it installs it)");
         for _attempt in 0..5 {
             let dir = tempfile::tempdir().unwrap();
-            let ip = if matches!(mode, Mode::PlainV6) {
-                "[::1]"
-            } else {
-                "127.0.0.1"
-            };
             let port = TcpListener::bind(format!("{ip}:0"))
                 .and_then(|l| l.local_addr())
                 .map(|a| a.port())

@@ -34,6 +34,7 @@ mod policies;
 mod rbac;
 mod readme;
 mod real_kube;
+mod real_node;
 mod scripts;
 mod shipped;
 mod suites;

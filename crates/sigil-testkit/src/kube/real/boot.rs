@@ -2,7 +2,10 @@
 //! controller-manager certificates, the ServiceAccount signing key), etcd,
 //! kube-apiserver with the flags v1.36 needs here, kube-controller-manager
 //! when asked, each under a watchdog; kubeconfigs; a restart of the API
-//! server. What it does not own: talking to the API (the parent module).
+//! server, and of everything at once. With a [`NodeLayout`] the plane is
+//! the one a real node joins (`crate::node`): the API server on the node's
+//! address with a Service range, the scheduler, the kubelet's certificate.
+//! What it does not own: talking to the API (the parent module), the node.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -75,9 +78,23 @@ impl Pki {
     }
 }
 
+/// Where a control plane for a real node listens (`crate::node` owns the
+/// addresses; they exist only on this machine).
+#[derive(Clone, Debug)]
+pub struct NodeLayout {
+    /// The node's address: the API server binds and advertises it.
+    pub address: String,
+    /// The Service range (`--service-cluster-ip-range`).
+    pub service_range: String,
+    /// The first address of the range: the `kubernetes` Service.
+    pub service_ip: String,
+    /// The node's name (its kubelet certificate's `system:node:<name>`).
+    pub node_name: String,
+}
+
 /// Starts `program` under a watchdog that stops it once this test process
 /// is gone, with its output in `log`.
-fn spawn_watched(program: &Path, args: &[String], log: &Path) -> Child {
+pub(crate) fn spawn_watched(program: &Path, args: &[String], log: &Path) -> Child {
     // Appended: a restarted process keeps its earlier lines.
     let out = std::fs::OpenOptions::new()
         .create(true)
@@ -158,23 +175,53 @@ impl RealKube {
     /// [`RealKube::start`], with kube-controller-manager too when
     /// `controllers` (Deployments → ReplicaSets → Pods, every namespace's
     /// `default` ServiceAccount, namespace deletion).
-    pub async fn start_with((assets, etcd): &(PathBuf, PathBuf), controllers: bool) -> RealKube {
+    pub async fn start_with(assets: &(PathBuf, PathBuf), controllers: bool) -> RealKube {
+        RealKube::boot(assets, controllers, None).await
+    }
+
+    /// The control plane a real node joins (`crate::node`): the API server on
+    /// `layout.address` with its Service range, Endpoints for `kubernetes`,
+    /// the Node authorizer and NodeRestriction, privileged Pods allowed (the
+    /// node DaemonSet's hostPath), the controllers with their own
+    /// ServiceAccounts, and kube-scheduler from `scheduler`. The kubelet's
+    /// client certificate and kubeconfig are in [`RealKube::dir`]
+    /// (`kubelet.kubeconfig`), as is `admin.kubeconfig`.
+    pub async fn start_for_node(
+        assets: &(PathBuf, PathBuf),
+        layout: &NodeLayout,
+        scheduler: &Path,
+    ) -> RealKube {
+        let kube = RealKube::boot(assets, true, Some(layout)).await;
+        let d = kube.dir.path();
+        let sched_args: Vec<String> = vec![
+            format!("--kubeconfig={}", d.join("admin.kubeconfig").display()),
+            "--leader-elect=false".into(),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={}", free_port()),
+        ];
+        kube.spawn(scheduler, sched_args, "kube-scheduler.log");
+        kube
+    }
+
+    async fn boot(
+        (assets, etcd): &(PathBuf, PathBuf),
+        controllers: bool,
+        node: Option<&NodeLayout>,
+    ) -> RealKube {
         let dir = tempfile::tempdir().unwrap();
         let d = &dir.path().to_path_buf();
         let pki = Pki::new();
-        let (serving, serving_key) = pki.issue(
-            "kube-apiserver",
-            None,
-            &[
-                "127.0.0.1",
-                "localhost",
-                "kubernetes",
-                "kubernetes.default",
-                "kubernetes.default.svc",
-            ],
-            false,
-        );
-        let (admin_cert, admin_key) = pki.issue("admin", Some("system:masters"), &[], true);
+        let mut sans = vec![
+            "127.0.0.1",
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+        ];
+        if let Some(n) = node {
+            sans.extend([n.address.as_str(), n.service_ip.as_str()]);
+        }
+        let (serving, serving_key) = pki.issue("kube-apiserver", None, &sans, false);
         let sa_pair = KeyPair::generate().unwrap();
         let (sa_key, sa_pub) = (sa_pair.serialize_pem(), sa_pair.public_key_pem());
         let ca = write(d, "ca.crt", &pki.ca_pem);
@@ -193,12 +240,16 @@ impl RealKube {
             format!("--initial-cluster=default=http://127.0.0.1:{peer}"),
         ];
         let etcd_proc = spawn_watched(etcd, &etcd_args, &d.join("etcd.log"));
-        let api_args: Vec<String> = vec![
+        let address = node.map_or("127.0.0.1", |n| n.address.as_str());
+        let mut api_args: Vec<String> = vec![
             format!("--etcd-servers=http://127.0.0.1:{client}"),
             format!("--secure-port={secure}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            format!("--bind-address={address}"),
+            format!("--advertise-address={address}"),
+            format!(
+                "--service-cluster-ip-range={}",
+                node.map_or("10.0.0.0/24", |n| n.service_range.as_str())
+            ),
             "--authorization-mode=Node,RBAC".into(),
             format!("--client-ca-file={ca}"),
             format!("--tls-cert-file={tls_crt}"),
@@ -206,15 +257,46 @@ impl RealKube {
             format!("--service-account-key-file={sa_pub}"),
             format!("--service-account-signing-key-file={sa}"),
             "--service-account-issuer=https://kubernetes.default.svc".into(),
-            "--endpoint-reconciler-type=none".into(),
             // A webhook registered by Service (as the chart and the base ship
             // it) is resolved through its Endpoints, never dialled at its
             // ClusterIP: 10.0.0.x is off this machine, and with no Endpoints
             // the API server answers at once "no endpoints available".
             "--enable-aggregator-routing=true".into(),
             "--feature-gates=SizeBasedListCostEstimate=false".into(),
-            "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,MutatingAdmissionPolicy,MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook".into(),
         ];
+        let (admin_cert, admin_key) = pki.issue("admin", Some("system:masters"), &[], true);
+        let admin_crt_path = write(d, "admin.crt", &admin_cert);
+        let admin_key_path = write(d, "admin.key", &admin_key);
+        match node {
+            None => api_args.extend([
+                // No node: the `kubernetes` Service has no endpoints to keep.
+                "--endpoint-reconciler-type=none".into(),
+                "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,MutatingAdmissionPolicy,MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook".into(),
+            ]),
+            Some(n) => {
+                api_args.extend([
+                    "--enable-admission-plugins=NamespaceLifecycle,NodeRestriction,ServiceAccount,MutatingAdmissionPolicy,MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook".into(),
+                    "--allow-privileged=true".into(),
+                    format!("--kubelet-client-certificate={admin_crt_path}"),
+                    format!("--kubelet-client-key={admin_key_path}"),
+                    "--kubelet-preferred-address-types=InternalIP".into(),
+                ]);
+                let (crt, key) = pki.issue(
+                    &format!("system:node:{}", n.node_name),
+                    Some("system:nodes"),
+                    &[],
+                    true,
+                );
+                let url = format!("https://{address}:{secure}");
+                for (name, cert, key) in [
+                    ("kubelet", &crt, &key),
+                    ("admin", &admin_cert, &admin_key),
+                ] {
+                    let text = kubeconfig(&url, &pki.ca_pem, name, Credential::Client { cert, key });
+                    write(d, &format!("{name}.kubeconfig"), &text);
+                }
+            }
+        }
         let api_program = assets.join("kube-apiserver");
         let api_proc = spawn_watched(&api_program, &api_args, &d.join("kube-apiserver.log"));
         let identity = reqwest::Identity::from_pem(format!("{admin_cert}{admin_key}").as_bytes())
@@ -226,12 +308,15 @@ impl RealKube {
             .build()
             .unwrap();
         let kube = RealKube {
-            url: format!("https://127.0.0.1:{secure}"),
+            url: format!("https://{address}:{secure}"),
             ca_pem: pki.ca_pem.clone(),
             admin_pem: (admin_cert.clone(), admin_key.clone()),
             dir,
             procs: Mutex::new(vec![etcd_proc, api_proc]),
-            api_command: (api_program, api_args),
+            commands: Mutex::new(vec![
+                (etcd.clone(), etcd_args, "etcd.log".into()),
+                (api_program, api_args, "kube-apiserver.log".into()),
+            ]),
             admin,
             discovery: Mutex::default(),
         };
@@ -262,18 +347,20 @@ impl RealKube {
                 format!("--root-ca-file={ca}"),
                 format!("--cluster-signing-cert-file={ca}"),
                 format!("--cluster-signing-key-file={ca_key}"),
-                "--use-service-account-credentials=false".into(),
+                // With a node, each controller under its own ServiceAccount
+                // (else kube-root-ca.crt may never be published, and every
+                // Pod with a projected token waits for it).
+                format!("--use-service-account-credentials={}", node.is_some()),
                 "--leader-elect=false".into(),
                 "--bind-address=127.0.0.1".into(),
                 format!("--secure-port={}", free_port()),
                 "--controllers=*,bootstrap-signer-controller,token-cleaner-controller,-node-ipam-controller,-service-ca-certificate-publisher-controller".into(),
             ];
-            let cm = spawn_watched(
+            kube.spawn(
                 &assets.join("kube-controller-manager"),
-                &cm_args,
-                &d.join("kube-controller-manager.log"),
+                cm_args,
+                "kube-controller-manager.log",
             );
-            kube.procs.lock().unwrap().push(cm);
         }
         kube.wait_ready().await;
         kube
@@ -297,10 +384,48 @@ impl RealKube {
             }
             let _ = api.kill();
             let _ = api.wait();
-            let (program, args) = &self.api_command;
-            procs[API] = spawn_watched(program, args, &self.dir.path().join("kube-apiserver.log"));
+            let (program, args, log) = &self.commands.lock().unwrap()[API];
+            procs[API] = spawn_watched(program, args, &self.dir.path().join(log));
         }
         self.wait_ready().await;
+    }
+
+    /// Starts one more control-plane process (stopped with the others).
+    fn spawn(&self, program: &Path, args: Vec<String>, log: &str) {
+        let child = spawn_watched(program, &args, &self.dir.path().join(log));
+        self.procs.lock().unwrap().push(child);
+        self.commands
+            .lock()
+            .unwrap()
+            .push((program.to_owned(), args, log.into()));
+    }
+
+    /// A power cut: every process of the control plane killed at once
+    /// (SIGKILL, no drain); etcd's data stays. [`RealKube::start_again`]
+    /// brings it back.
+    pub fn kill_all(&self) {
+        for c in self.procs.lock().unwrap().iter_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts every process again with the flags, ports and data it had,
+    /// and waits until the API server is ready.
+    pub async fn start_again(&self) {
+        {
+            let commands = self.commands.lock().unwrap();
+            let mut procs = self.procs.lock().unwrap();
+            for (i, (program, args, log)) in commands.iter().enumerate() {
+                procs[i] = spawn_watched(program, args, &self.dir.path().join(log));
+            }
+        }
+        self.wait_ready().await;
+    }
+
+    /// The directory with the PKI, kubeconfigs and logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// kube-apiserver's process id (its sockets: [`crate::sockets`]).

@@ -16,6 +16,9 @@
 
 mod boot;
 
+pub use boot::NodeLayout;
+pub(crate) use boot::spawn_watched;
+
 use boot::{Credential, kubeconfig};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -78,8 +81,9 @@ pub struct RealKube {
     /// The admin client certificate and key (PEM), for kubeconfigs.
     admin_pem: (String, String),
     procs: Mutex<Vec<Child>>,
-    /// How kube-apiserver was started (program, flags): a restart reuses it.
-    api_command: (PathBuf, Vec<String>),
+    /// How each process was started (program, flags, log): a restart
+    /// reuses it.
+    commands: Mutex<Vec<(PathBuf, Vec<String>, String)>>,
     admin: reqwest::Client,
     discovery: Mutex<HashMap<String, Vec<Value>>>,
 }
