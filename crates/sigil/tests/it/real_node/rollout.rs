@@ -1,7 +1,8 @@
 //! Rollouts lose nothing (seed 004, Gatekeeper #3776): `kubectl rollout
 //! restart` of sigil three times while a client creates Pods without a
 //! pause, every creation admitted; and the same with the shutdown delay
-//! removed from the Deployment loses some, so the test can fail.
+//! removed from the Deployment loses some (up to six restarts, until the
+//! first loss), so the test can fail.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,14 +66,25 @@ async fn three_rollout_restarts_lose_no_pod_creation_and_without_the_shutdown_de
             "--timeout=180s",
         ],
     );
-    let (ok, failed) = under_load(&i, 3).await;
+    // Losses then come only from the moment an old replica stops, so they
+    // are few (one in about 2,000 creations over three restarts was seen):
+    // up to six restarts, stopping at the first loss.
+    let (mut created, mut lost) = (0, Vec::new());
+    for _ in 0..6 {
+        let (ok, failed) = under_load(&i, 1).await;
+        created += ok;
+        lost.extend(failed);
+        if !lost.is_empty() {
+            break;
+        }
+    }
     eprintln!(
-        "without it: {ok} Pods created, {} refused: {:?}",
-        failed.len(),
-        failed.first()
+        "without it: {created} Pods created, {} refused: {:?}",
+        lost.len(),
+        lost.first()
     );
     assert!(
-        !failed.is_empty(),
+        !lost.is_empty(),
         "no creation failed without the shutdown delay: the test cannot tell a drain from none"
     );
 }
