@@ -1,4 +1,4 @@
-//! The node's configuration files, as ../shared/node/README.md found they
+//! The node's configuration files, as the node assets' notes found they
 //! must be on these machines: containerd (CRI with runc, the restricted OOM
 //! score, the pinned sandbox image, `hosts.toml` for the plain-HTTP test
 //! registry, CNI; the image verifiers at containerd's default `bin_dir`),
