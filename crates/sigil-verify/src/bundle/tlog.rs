@@ -40,7 +40,12 @@ pub(super) fn log_entry<'t>(
     })?;
     let body = b64(e, "/canonicalizedBody")?;
     check_body(&body, expect)?;
-    let rekor_v2 = e.pointer("/kindVersion/version").and_then(Value::as_str) == Some("0.0.2");
+    // Rekor v2 writes only hashedrekord and dsse entries, both at 0.0.2;
+    // Rekor v1's intoto kind is also at 0.0.2 (npm's publish attestations),
+    // and a v1 entry may carry a SET alone.
+    let kind = e.pointer("/kindVersion/kind").and_then(Value::as_str);
+    let rekor_v2 = matches!(kind, Some("hashedrekord" | "dsse"))
+        && e.pointer("/kindVersion/version").and_then(Value::as_str) == Some("0.0.2");
     // Inclusion proof against a signed checkpoint.
     let proven = match e.get("inclusionProof") {
         Some(p) => {
