@@ -415,3 +415,125 @@ const TRIAGED_ALGORITHMS: &[(&str, bool, bool, &str)] = &[
         "sigil is right: P-521 with SHA-512 is in Sigstore's registry and sigstore-java verifies it; sigstore-verify 0.15.1 cannot parse a P-521 key",
     ),
 ];
+
+/// sigstore-go's bundles: a private deployment's (its own root, an
+/// OtherName identity) and npm's publish attestation (npm's key, a SET
+/// alone, a sha512 subject), each with its artifact's digest and with
+/// another's. Both verifiers take the digest alone here.
+#[test]
+fn sigil_and_the_sigstore_projects_verifier_agree_on_sigstore_gos_bundles() {
+    use sigstore_verify::types::{Artifact as Theirs, ArtifactDigest, HashAlgorithm};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sigstore-go");
+    let read = |n: &str| std::fs::read(dir.join(n)).unwrap();
+    let unhex = |h: &str| -> Vec<u8> {
+        (0..h.len() / 2)
+            .map(|i| u8::from_str_radix(&h[i * 2..i * 2 + 2], 16).unwrap())
+            .collect()
+    };
+    let mut found = Vec::new();
+    // The private deployment, by identity.
+    let root = String::from_utf8(read("scaffolding-trusted_root.json")).unwrap();
+    let (trust, their_root) = (
+        TrustedRoot::from_json(&root).unwrap(),
+        sigstore_verify::trust_root::TrustedRoot::from_json(&root).unwrap(),
+    );
+    let bundle = read("othername.sigstore.json");
+    let parsed = Bundle::from_json(std::str::from_utf8(&bundle).unwrap()).unwrap();
+    let good = unhex("bc103b4a84971ef6459b294a2b98568a2bfb72cded09d4acd1e16366a401f95b");
+    for (what, d) in [("artifact", good), ("other", vec![7u8; 32])] {
+        let a = sigil_verify::bundle::verify(
+            &bundle,
+            &Artifact::Digest(d.clone().try_into().unwrap()),
+            Signer::Identity {
+                san: &Matcher::Exact("foo!oidc.local".into()),
+                issuer: &Matcher::Exact("http://oidc.local:8080".into()),
+                extensions: &[],
+            },
+            Requirements::default(),
+            &trust,
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string());
+        let digest = ArtifactDigest::new(HashAlgorithm::Sha2256, d).unwrap();
+        let b = sigstore_verify::verify(
+            Theirs::from(digest),
+            &parsed,
+            &VerificationPolicy::new(
+                "foo!oidc.local".to_owned(),
+                "http://oidc.local:8080".to_owned(),
+            ),
+            &their_root,
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string());
+        assert_eq!(
+            a.is_ok(),
+            what == "artifact",
+            "othername {what}: sigil {a:?}"
+        );
+        if a.is_ok() != b.is_ok() {
+            found.push((
+                format!("othername {what}"),
+                a.is_ok(),
+                b.is_ok(),
+                format!("sigil {a:?}; sigstore-verify {b:?}"),
+            ));
+        }
+    }
+    // npm's publish attestation, by key.
+    let root = public_good_root();
+    let (trust, their_root) = (
+        TrustedRoot::from_json(&root).unwrap(),
+        sigstore_verify::trust_root::TrustedRoot::from_json(&root).unwrap(),
+    );
+    let bundle = read("npm-publish.sigstore.json");
+    let pem = String::from_utf8(read("npm-publish-key.pub")).unwrap();
+    let key = PublicKey::from_pem(&pem).unwrap();
+    let good = unhex(
+        "76176ffa33808b54602c7c35de5c6e9a4deb96066dba6533f50ac234f4f1f4c6b3527515dc17c06fbe2860030f410eee69ea20079bd3a2c6f3dcf3b329b10751",
+    );
+    for (what, d) in [("artifact", good), ("other", vec![1u8; 64])] {
+        let a = sigil_verify::bundle::verify(
+            &bundle,
+            &Artifact::Sha512(d.clone().try_into().unwrap()),
+            Signer::Key(&key),
+            Requirements::default(),
+            &trust,
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string());
+        let b = Bundle::from_json(std::str::from_utf8(&bundle).unwrap())
+            .map_err(|e| e.to_string())
+            .and_then(|parsed| {
+                let digest = ArtifactDigest::new(HashAlgorithm::Sha2512, d.clone())
+                    .map_err(|e| e.to_string())?;
+                let key = DerPublicKey::from_pem(&pem).map_err(|e| e.to_string())?;
+                sigstore_verify::verify(
+                    Theirs::from(digest),
+                    &parsed,
+                    &PublicKeyVerificationPolicy::new(key),
+                    &their_root,
+                )
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+            });
+        assert_eq!(a.is_ok(), what == "artifact", "npm {what}: sigil {a:?}");
+        if a.is_ok() != b.is_ok() {
+            found.push((
+                format!("npm {what}"),
+                a.is_ok(),
+                b.is_ok(),
+                format!("sigil {a:?}; sigstore-verify {b:?}"),
+            ));
+        }
+    }
+    assert_triaged(&found, TRIAGED_SIGSTORE_GO);
+}
+
+/// Disagreements on sigstore-go's bundles, triaged.
+const TRIAGED_SIGSTORE_GO: &[(&str, bool, bool, &str)] = &[(
+    "othername artifact",
+    true,
+    false,
+    "sigil is right: Fulcio issues username identities as an OtherName SAN (OID 1.3.6.1.4.1.57264.1.7, `foo!oidc.local`), and sigstore-go, which made the vector, verifies it (TestEntityWithOthernameSan); sigstore-verify 0.15.1 reads only URI and email SANs and finds no identity",
+)];
