@@ -46,7 +46,7 @@ case "${1:-smoke}" in
     build --dev
     for t in "${targets[@]}"; do
       echo "== fuzz $t"
-      FUZZ_SECONDS="${SMOKE_SECONDS:-30}" run "$t" "${SMOKE_RUNS:-20000}" --dev
+      FUZZ_SECONDS="${SMOKE_SECONDS:-10}" run "$t" "${SMOKE_RUNS:-20000}" --dev
     done ;;
   run)
     if [ "$2" = bundle_oracle ]; then

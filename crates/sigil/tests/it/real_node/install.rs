@@ -31,6 +31,8 @@ async fn installed_by_its_chart_sigil_pins_refuses_and_the_node_refuses_what_no_
     everyday(&i).await;
     pods_stay_on_this_machine(&i).await;
     webhook_gone(&i).await;
+    super::restart::after_a_power_cut_the_cluster_comes_back_failing_closed_with_no_manual_step(&i)
+        .await;
 }
 
 /// The Deployment's Pods Ready (their readiness probe), the Service's

@@ -3,20 +3,45 @@
 //! failing closed with the backstop and the node verifier in force,
 //! kube-system's and sigil's own Pods are never refused, and the first
 //! workload Pod is admitted (pinned) within a bound (the measured figure is
-//! in docs/operations.md, "A full cluster restart").
+//! in docs/operations.md, "A full cluster restart"). It is the install
+//! test's last step: one node boot and one install serve both.
 
 use std::time::{Duration, Instant};
 
-use super::{assets_or_skip, install, kubectl, workload};
+use super::{Installed, kubectl, workload};
 use crate::support::node::{NODE_NAME, config::VERIFIER_DIR};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_a_power_cut_the_cluster_comes_back_failing_closed_with_no_manual_step() {
-    let test = "after_a_power_cut_the_cluster_comes_back_failing_closed_with_no_manual_step";
-    let Some(assets) = assets_or_skip(test) else {
-        return;
-    };
-    let i = install(&assets).await;
+/// Run last on the installed node (the install test's final step, so the
+/// tier boots and installs once for both): the webhook back to failing
+/// closed as shipped, then the power cut.
+pub(super) async fn after_a_power_cut_the_cluster_comes_back_failing_closed_with_no_manual_step(
+    i: &Installed,
+) {
+    // webhook_gone left the webhook failing open: back to the chart's default.
+    super::helm(
+        &i.node,
+        &[
+            "upgrade",
+            "sigil",
+            &super::chart(),
+            "-n",
+            "sigil-system",
+            "--reuse-values",
+            "--set",
+            "webhook.failurePolicy=Fail",
+        ],
+    );
+    kubectl(
+        &i.node,
+        &[
+            "-n",
+            "sigil-system",
+            "rollout",
+            "status",
+            "deployment/sigil",
+            "--timeout=180s",
+        ],
+    );
     // A kube-system Pod the node runs itself (as kube-proxy or a CNI would).
     let pinned = format!("{}@{}", i.signed.0, i.signed.1);
     let mut probe = workload("kube-system", "probe", &pinned);
@@ -28,8 +53,6 @@ async fn after_a_power_cut_the_cluster_comes_back_failing_closed_with_no_manual_
         Duration::from_secs(90),
     )
     .await;
-    i.node.kube.namespaces(&["shop"]).await;
-    super::install::wait_default_account(&i, "shop").await;
 
     i.node.power_off();
     let on = Instant::now();
