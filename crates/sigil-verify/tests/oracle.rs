@@ -25,6 +25,23 @@ const TRIAGED: &[(&str, bool, bool, &str)] = &[];
 /// A disagreement: (case, sigil accepts, sigstore-verify accepts, both answers).
 type Found = (String, bool, bool, String);
 
+/// Records a disagreement between sigil's verdict `a` and sigstore-verify's `b`.
+fn disagreement<T: std::fmt::Debug, U: std::fmt::Debug>(
+    found: &mut Vec<Found>,
+    name: impl Into<String>,
+    a: &Result<T, String>,
+    b: &Result<U, String>,
+) {
+    if a.is_ok() != b.is_ok() {
+        found.push((
+            name.into(),
+            a.is_ok(),
+            b.is_ok(),
+            format!("sigil {a:?}; sigstore-verify {b:?}"),
+        ));
+    }
+}
+
 /// The disagreements found are exactly the triaged ones.
 fn assert_triaged(found: &[Found], triaged: &[(&str, bool, bool, &str)]) {
     let got: Vec<(&str, bool, bool)> = found
@@ -140,14 +157,7 @@ fn sigil_and_the_sigstore_projects_verifier_agree_on_every_conformance_bundle() 
                 if must_fail { "fail" } else { "pass" }
             ));
         }
-        if a.is_ok() != b.is_ok() {
-            found.push((
-                name.clone(),
-                a.is_ok(),
-                b.is_ok(),
-                format!("sigil {a:?}; sigstore-verify {b:?}"),
-            ));
-        }
+        disagreement(&mut found, name.clone(), &a, &b);
     }
     assert!(
         wrong.is_empty(),
@@ -208,14 +218,7 @@ fn sigil_and_the_sigstore_projects_verifier_agree_on_every_real_attestation_bund
         );
         judged += 1;
         accepted += usize::from(a.is_ok() && b.is_ok());
-        if a.is_ok() != b.is_ok() {
-            found.push((
-                id.to_owned(),
-                a.is_ok(),
-                b.is_ok(),
-                format!("sigil {a:?}; sigstore-verify {b:?}"),
-            ));
-        }
+        disagreement(&mut found, id.to_owned(), &a, &b);
     }
     assert!(judged >= 5, "{judged} bundles judged");
     // The upstream `-pass` cases, at least, verify in both (the harness
@@ -387,14 +390,7 @@ fn sigil_and_the_sigstore_projects_verifier_agree_on_every_registry_algorithm() 
                     .map_err(|e| e.to_string())
                 });
             assert_eq!(a.is_ok(), what == "artifact", "{alg} {what}: sigil {a:?}");
-            if a.is_ok() != b.is_ok() {
-                found.push((
-                    format!("{alg} {what}"),
-                    a.is_ok(),
-                    b.is_ok(),
-                    format!("sigil {a:?}; sigstore-verify {b:?}"),
-                ));
-            }
+            disagreement(&mut found, format!("{alg} {what}"), &a, &b);
         }
     }
     assert_triaged(&found, TRIAGED_ALGORITHMS);
@@ -471,14 +467,7 @@ fn sigil_and_the_sigstore_projects_verifier_agree_on_sigstore_gos_bundles() {
             what == "artifact",
             "othername {what}: sigil {a:?}"
         );
-        if a.is_ok() != b.is_ok() {
-            found.push((
-                format!("othername {what}"),
-                a.is_ok(),
-                b.is_ok(),
-                format!("sigil {a:?}; sigstore-verify {b:?}"),
-            ));
-        }
+        disagreement(&mut found, format!("othername {what}"), &a, &b);
     }
     // npm's publish attestation, by key.
     let root = public_good_root();
@@ -518,14 +507,7 @@ fn sigil_and_the_sigstore_projects_verifier_agree_on_sigstore_gos_bundles() {
                 .map_err(|e| e.to_string())
             });
         assert_eq!(a.is_ok(), what == "artifact", "npm {what}: sigil {a:?}");
-        if a.is_ok() != b.is_ok() {
-            found.push((
-                format!("npm {what}"),
-                a.is_ok(),
-                b.is_ok(),
-                format!("sigil {a:?}; sigstore-verify {b:?}"),
-            ));
-        }
+        disagreement(&mut found, format!("npm {what}"), &a, &b);
     }
     assert_triaged(&found, TRIAGED_SIGSTORE_GO);
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{Installed, assets_or_skip, install, kubectl, workload};
+use super::{Installed, assets_or_skip, install, kubectl, rollout_status, workload};
 use crate::support::node::{NODE_NAME, POD_CIDR, SERVICE_IP, config::VERIFIER_DIR};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,17 +96,7 @@ async fn its_own_image_is_pulled_through_its_own_verifier(i: &Installed) {
             "deployment/sigil",
         ],
     );
-    kubectl(
-        &i.node,
-        &[
-            "-n",
-            "sigil-system",
-            "rollout",
-            "status",
-            "deployment/sigil",
-            "--timeout=180s",
-        ],
-    );
+    rollout_status(&i.node, "sigil-system", "deployment/sigil", "180s");
     let calls = i.node.verifier_calls();
     assert!(
         calls[before.len()..].iter().any(|c| c.contains("sigil")),
@@ -336,17 +326,7 @@ async fn webhook_gone(i: &Installed) {
             "--replicas=3",
         ],
     );
-    kubectl(
-        &i.node,
-        &[
-            "-n",
-            "sigil-system",
-            "rollout",
-            "status",
-            "deployment/sigil",
-            "--timeout=180s",
-        ],
-    );
+    rollout_status(&i.node, "sigil-system", "deployment/sigil", "180s");
     let (status, answer) = i.create(&workload("shop", "back", &i.signed.0)).await;
     assert_eq!(status, 201, "{answer:#}");
     assert_eq!(

@@ -116,6 +116,13 @@ pub(crate) fn kubectl(node: &Node, args: &[&str]) -> String {
     run(node, "kubectl", &all)
 }
 
+/// `kubectl -n NS rollout status WHAT --timeout=TIMEOUT`: waits until
+/// the Deployment or DaemonSet has rolled out, or fails the test.
+pub(crate) fn rollout_status(node: &Node, ns: &str, what: &str, timeout: &str) {
+    let timeout = format!("--timeout={timeout}");
+    kubectl(node, &["-n", ns, "rollout", "status", what, &timeout]);
+}
+
 /// `helm ARGS` as admin, which must succeed.
 fn helm(node: &Node, args: &[&str]) -> String {
     let k = node.kubeconfig().display().to_string();
@@ -186,17 +193,7 @@ pub(crate) async fn install(assets: &node::Assets) -> Installed {
             "pod-security.kubernetes.io/enforce=restricted",
         ],
     );
-    kubectl(
-        &node,
-        &[
-            "-n",
-            "sigil-system",
-            "rollout",
-            "status",
-            "deployment/sigil",
-            "--timeout=180s",
-        ],
-    );
+    rollout_status(&node, "sigil-system", "deployment/sigil", "180s");
     // 2. The backstop, kept by sigil.
     helm(
         &node,
@@ -211,17 +208,7 @@ pub(crate) async fn install(assets: &node::Assets) -> Installed {
             "backstop.register=true",
         ],
     );
-    kubectl(
-        &node,
-        &[
-            "-n",
-            "sigil-system",
-            "rollout",
-            "status",
-            "deployment/sigil",
-            "--timeout=180s",
-        ],
-    );
+    rollout_status(&node, "sigil-system", "deployment/sigil", "180s");
     // 3. The node DaemonSet.
     helm(
         &node,
@@ -236,17 +223,7 @@ pub(crate) async fn install(assets: &node::Assets) -> Installed {
             "node.enabled=true",
         ],
     );
-    kubectl(
-        &node,
-        &[
-            "-n",
-            "sigil-node",
-            "rollout",
-            "status",
-            "daemonset/sigil-node",
-            "--timeout=180s",
-        ],
-    );
+    rollout_status(&node, "sigil-node", "daemonset/sigil-node", "180s");
     let installed = Installed {
         host: host.clone(),
         signed: (format!("{host}/apps/app:1"), signed_digest),

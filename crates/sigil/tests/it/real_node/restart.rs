@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Installed, kubectl, workload};
+use super::{Installed, rollout_status, workload};
 use crate::support::node::{NODE_NAME, config::VERIFIER_DIR};
 
 /// Run last on the installed node (the install test's final step, so the
@@ -31,17 +31,7 @@ pub(super) async fn after_a_power_cut_the_cluster_comes_back_failing_closed_with
             "webhook.failurePolicy=Fail",
         ],
     );
-    kubectl(
-        &i.node,
-        &[
-            "-n",
-            "sigil-system",
-            "rollout",
-            "status",
-            "deployment/sigil",
-            "--timeout=180s",
-        ],
-    );
+    rollout_status(&i.node, "sigil-system", "deployment/sigil", "180s");
     // A kube-system Pod the node runs itself (as kube-proxy or a CNI would).
     let pinned = format!("{}@{}", i.signed.0, i.signed.1);
     let mut probe = workload("kube-system", "probe", &pinned);
@@ -111,28 +101,8 @@ pub(super) async fn after_a_power_cut_the_cluster_comes_back_failing_closed_with
         .node
         .in_node(&["readlink", &format!("{VERIFIER_DIR}/sigil-containerd")]);
     assert!(link.status.success(), "{link:?}");
-    kubectl(
-        &i.node,
-        &[
-            "-n",
-            "sigil-system",
-            "rollout",
-            "status",
-            "deployment/sigil",
-            "--timeout=120s",
-        ],
-    );
-    kubectl(
-        &i.node,
-        &[
-            "-n",
-            "sigil-node",
-            "rollout",
-            "status",
-            "daemonset/sigil-node",
-            "--timeout=120s",
-        ],
-    );
+    rollout_status(&i.node, "sigil-system", "deployment/sigil", "120s");
+    rollout_status(&i.node, "sigil-node", "daemonset/sigil-node", "120s");
     i.wait_running(
         "kube-system",
         &format!("probe-{NODE_NAME}"),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{Installed, assets_or_skip, install, kubectl};
+use super::{Installed, assets_or_skip, install, kubectl, rollout_status};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_rollout_restarts_lose_no_pod_creation_and_without_the_shutdown_delay_some_are_lost()
@@ -55,17 +55,7 @@ async fn three_rollout_restarts_lose_no_pod_creation_and_without_the_shutdown_de
     *args = Value::Array(changed);
     let (status, answer) = i.node.kube.request("PUT", path, Some(&d)).await;
     assert_eq!(status, 200, "{answer:#}");
-    kubectl(
-        &i.node,
-        &[
-            "-n",
-            "sigil-system",
-            "rollout",
-            "status",
-            "deployment/sigil",
-            "--timeout=180s",
-        ],
-    );
+    rollout_status(&i.node, "sigil-system", "deployment/sigil", "180s");
     // Losses then come only from the moment an old replica stops, so they
     // are few (one in about 2,000 creations over three restarts was seen):
     // up to six restarts, stopping at the first loss.
@@ -138,17 +128,7 @@ async fn under_load(i: &Arc<Installed>, restarts: usize) -> (usize, Vec<String>)
                 "deployment/sigil",
             ],
         );
-        kubectl(
-            &i.node,
-            &[
-                "-n",
-                "sigil-system",
-                "rollout",
-                "status",
-                "deployment/sigil",
-                "--timeout=180s",
-            ],
-        );
+        rollout_status(&i.node, "sigil-system", "deployment/sigil", "180s");
         // The last old replica is still draining after the rollout is
         // complete: let it finish under load.
         tokio::time::sleep(Duration::from_secs(12)).await;
