@@ -77,24 +77,25 @@ impl Sigstore {
             b64(statement),
             b64(&sig)
         );
-        let body = attestation_body(
-            LogKind::Dsse001,
+        let global_index = 129_601_213u64;
+        let LoggedDsse {
+            body,
+            set,
+            root,
+            hashes,
+            checkpoint,
+            log_id,
+        } = self.log_dsse(
             envelope.as_bytes(),
             statement,
             &sig,
-            &pem("CERTIFICATE", &cert),
+            &cert,
+            integrated_time,
+            global_index,
         );
-        let global_index = 129_601_213u64;
-        let set = self.signed_entry_timestamp(&body, integrated_time, global_index, None);
-        let mut leaves: Vec<[u8; 32]> = (0..5u8).map(|i| leaf_hash(&[i])).collect();
-        leaves[3] = leaf_hash(&body);
-        let root = tree_root(&leaves);
-        let hashes: Vec<String> = inclusion_proof(&leaves, 3)
-            .iter()
-            .map(|h| format!("\"{}\"", b64(h)))
-            .collect();
-        let checkpoint = serde_json::to_string(&self.checkpoint_v1(5, &root)).unwrap();
-        let log_id = b64(&hex_sha(&self.log.spki()));
+        let hashes: Vec<String> = hashes.iter().map(|h| format!("\"{}\"", b64(h))).collect();
+        let checkpoint = serde_json::to_string(&checkpoint).unwrap();
+        let log_id = b64(&log_id);
         let tlog = format!(
             r#"{{"logIndex":"{global_index}","logId":{{"keyId":"{log_id}"}},"kindVersion":{{"kind":"dsse","version":"0.0.1"}},"integratedTime":"{integrated_time}","inclusionPromise":{{"signedEntryTimestamp":"{}"}},"inclusionProof":{{"logIndex":"3","rootHash":"{}","treeSize":"5","hashes":[{}],"checkpoint":{{"envelope":{checkpoint}}}}},"canonicalizedBody":"{}"}}"#,
             b64(&set),
@@ -113,6 +114,40 @@ impl Sigstore {
             r#"{{"mediaType":"{media_type}","verificationMaterial":{{"tlogEntries":[{tlog}],"timestampVerificationData":{{}},{signer}}},"dsseEnvelope":{envelope}}}"#
         )
         .into_bytes()
+    }
+
+    /// A DSSE envelope's Rekor v1 `dsse` 0.0.1 entry in this log, as
+    /// rekor.sigstore.dev logs one: its body, its SET at `integrated_time`
+    /// and `global_index`, and its inclusion proof (shard index 3 of a
+    /// 5-entry tree) with the signed checkpoint.
+    pub(crate) fn log_dsse(
+        &self,
+        envelope: &[u8],
+        statement: &[u8],
+        sig: &[u8],
+        cert: &[u8],
+        integrated_time: i64,
+        global_index: u64,
+    ) -> LoggedDsse {
+        let body = attestation_body(
+            LogKind::Dsse001,
+            envelope,
+            statement,
+            sig,
+            &pem("CERTIFICATE", cert),
+        );
+        let set = self.signed_entry_timestamp(&body, integrated_time, global_index, None);
+        let mut leaves: Vec<[u8; 32]> = (0..5u8).map(|i| leaf_hash(&[i])).collect();
+        leaves[3] = leaf_hash(&body);
+        let root = tree_root(&leaves);
+        LoggedDsse {
+            hashes: inclusion_proof(&leaves, 3),
+            checkpoint: self.checkpoint_v1(5, &root),
+            log_id: hex_sha(&self.log.spki()),
+            body,
+            set,
+            root,
+        }
     }
 
     /// What GitHub's own Sigstore instance signs for a private repository
@@ -154,6 +189,19 @@ impl Sigstore {
         root["tlogs"] = serde_json::json!([]);
         root
     }
+}
+
+/// A `dsse` entry of the test Rekor v1 log (see [`Sigstore::log_dsse`]).
+pub(crate) struct LoggedDsse {
+    pub body: Vec<u8>,
+    pub set: Vec<u8>,
+    /// The tree's root hash, its audit path and the checkpoint over it
+    /// (index 3 of 5).
+    pub root: [u8; 32],
+    pub hashes: Vec<[u8; 32]>,
+    pub checkpoint: String,
+    /// The log's id (SHA-256 of its key).
+    pub log_id: Vec<u8>,
 }
 
 /// Pushes `bundle` to `repo` as `actions/attest` with `push-to-registry`

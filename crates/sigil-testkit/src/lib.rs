@@ -8,11 +8,12 @@
 //! ([`signing`]) and the in-toto statements they sign ([`intoto`]), the
 //! attestations teams require, signed in every layout ([`attestations`]),
 //! AdmissionReview builders and the captured fixtures
-//! ([`review`]), in-process digest resolvers ([`resolver`]) and signature
+//! ([`review`]), RFC 3161 tokens ([`timestamp`]), in-process digest resolvers ([`resolver`]) and signature
 //! sources ([`artifacts`]), `sigil` as a
 //! child process with a kube-apiserver-like webhook client ([`sigil`]), what
 //! benchmarks read from `/proc` ([`procstat`]), where a process's
-//! sockets point ([`sockets`]), policies of a chosen size ([`policies`]), and
+//! sockets point ([`sockets`]), policies of a chosen size ([`policies`]), a trusted root laid out in
+//! overlapping authority windows as GitHub's ([`windows`]), and
 //! the kube-apiserver stand-in ([`kube`]) and the real one it starts
 //! (`kube::real`), and the shipped container image built and run with
 //! buildah and podman ([`image`]). It contains no test itself and
@@ -49,7 +50,9 @@ pub mod sigil;
 pub mod signing;
 pub mod sigstore;
 pub mod sockets;
+pub mod timestamp;
 pub mod token;
 pub mod tuf;
+pub mod windows;
 
 pub use review::{fixture, fixture_bytes, fixtures_dir};

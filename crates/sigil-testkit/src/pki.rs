@@ -75,9 +75,22 @@ impl Ca {
 
     /// An intermediate CA under this one, naming `cdp` (this CA's CRL) if given.
     pub fn intermediate(&self, name: &str, cdp: Option<&str>) -> Ca {
+        self.intermediate_for(name, cdp, None)
+    }
+
+    /// [`Ca::intermediate`] restricted by an extended key usage to `eku`,
+    /// if given (GitHub's Fulcio `l2` says codeSigning, its TSA
+    /// intermediate timeStamping).
+    pub fn intermediate_for(
+        &self,
+        name: &str,
+        cdp: Option<&str>,
+        eku: Option<ExtendedKeyUsagePurpose>,
+    ) -> Ca {
         let key = KeyPair::generate().unwrap();
         let serial = next_serial();
-        let p = ca_params(name, cdp, serial);
+        let mut p = ca_params(name, cdp, serial);
+        p.extended_key_usages = eku.into_iter().collect();
         let cert = p.signed_by(&key, &self.issuer).unwrap();
         Ca {
             der: cert.der().to_vec(),
@@ -118,6 +131,16 @@ impl Ca {
             der: cert.der().to_vec(),
             serial,
         }
+    }
+
+    /// Signs `params` for `key` as this CA: any certificate a test needs
+    /// (DER).
+    pub fn sign(&self, params: &CertificateParams, key: &Signer) -> Vec<u8> {
+        params
+            .signed_by(&key.rcgen(), &self.issuer)
+            .unwrap()
+            .der()
+            .to_vec()
     }
 
     /// A CRL of this CA listing `revoked` serials (key compromise), valid

@@ -11,6 +11,7 @@ use rcgen::{
 use serde_json::{Value, json};
 
 use crate::signing::{Layer, Signer, b64, pem};
+use crate::timestamp::rfc3161;
 
 /// A Fulcio-like CA and a Rekor-like log, written out as a trusted_root.json.
 pub struct Sigstore {
@@ -255,70 +256,14 @@ impl Sigstore {
         forger: Option<&Signer>,
         ess_cert: Option<&[u8]>,
     ) -> Vec<u8> {
-        let t = time::OffsetDateTime::from_unix_timestamp(at).unwrap();
-        let gen_time = format!(
-            "{:04}{:02}{:02}{:02}{:02}{:02}Z",
-            t.year(),
-            u8::from(t.month()),
-            t.day(),
-            t.hour(),
-            t.minute(),
-            t.second()
-        );
-        let sha256_alg = seq(&[der_oid("2.16.840.1.101.3.4.2.1")]);
-        let tst_info = seq(&[
-            der(0x02, &[1]),
-            der_oid("1.2.3.4.1"),
-            seq(&[sha256_alg.clone(), der(0x04, &hex_sha(signature))]),
-            der(0x02, &[0x2a]),
-            der(0x18, gen_time.as_bytes()),
-        ]);
-        let attrs = [
-            seq(&[
-                der_oid("1.2.840.113549.1.9.3"),
-                der(0x31, &der_oid("1.2.840.113549.1.9.16.1.4")),
-            ]),
-            seq(&[
-                der_oid("1.2.840.113549.1.9.4"),
-                der(0x31, &der(0x04, &hex_sha(&tst_info))),
-            ]),
-            // id-aa-signingCertificateV2 { certs { ESSCertIDv2 { certHash } } }
-            ess_cert
-                .map(|c| {
-                    seq(&[
-                        der_oid("1.2.840.113549.1.9.16.2.47"),
-                        der(0x31, &seq(&[seq(&[seq(&[der(0x04, &hex_sha(c))])])])),
-                    ])
-                })
-                .unwrap_or_default(),
-        ]
-        .concat();
-        let sig = forger.unwrap_or(&self.tsa_key).sign(&der(0x31, &attrs));
-        let signer_info = seq(&[
-            der(0x02, &[1]),
-            der(0x80, &[1, 2, 3, 4]),
-            sha256_alg.clone(),
-            der(0xa0, &attrs),
-            seq(&[der_oid("1.2.840.10045.4.3.2")]),
-            der(0x04, &sig),
-        ]);
-        let mut signed_data = vec![
-            der(0x02, &[3]),
-            der(0x31, &sha256_alg),
-            seq(&[
-                der_oid("1.2.840.113549.1.9.16.1.4"),
-                der(0xa0, &der(0x04, &tst_info)),
-            ]),
-        ];
-        if embed {
-            signed_data.push(der(0xa0, &self.tsa_cert));
-        }
-        signed_data.push(der(0x31, &signer_info));
-        let content_info = seq(&[
-            der_oid("1.2.840.113549.1.7.2"),
-            der(0xa0, &seq(&signed_data)),
-        ]);
-        seq(&[seq(&[der(0x02, &[0])]), content_info])
+        let embedded: &[&[u8]] = if embed { &[&self.tsa_cert] } else { &[] };
+        rfc3161(
+            signature,
+            at,
+            forger.unwrap_or(&self.tsa_key),
+            embedded,
+            ess_cert,
+        )
     }
 
     /// A checkpoint for (`size`, `root`) of the Rekor v2 log, signed by it
@@ -327,6 +272,19 @@ impl Sigstore {
         let origin = "log2026.rekor.test";
         let key = forger.unwrap_or(&self.log_v2);
         signed_note(origin, origin, size, root, (key, &self.log_v2), true)
+    }
+
+    /// A checkpoint of the Rekor v2 log, signed by its key, naming `origin`
+    /// (a log's key used for another log's name).
+    pub fn checkpoint_naming(&self, origin: &str, size: u64, root: &[u8; 32]) -> String {
+        signed_note(
+            origin,
+            origin,
+            size,
+            root,
+            (&self.log_v2, &self.log_v2),
+            false,
+        )
     }
 
     /// A checkpoint of the Rekor v1 log (origin `rekor.test - <tree id>`,

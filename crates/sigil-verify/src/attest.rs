@@ -112,9 +112,6 @@ pub fn from_att_layer(
         payload_sha256: crate::sha256(&payload),
         signature,
         cert,
-        chain: ann(crate::cosign::CHAIN_ANNOTATION)
-            .map(x509::certs_from_pem)
-            .unwrap_or_default(),
         entries: ann(crate::cosign::BUNDLE_ANNOTATION)
             .map(|b| vec![Entry::from_legacy_annotation(b)])
             .unwrap_or_default(),

@@ -93,8 +93,9 @@ impl Checkpoint {
     /// whose key hint is the log's verifies with the log's key. The log is
     /// identified by its key in the trusted root, as the client
     /// specification does, not by its origin line: a private deployment's
-    /// Rekor names itself by its pod's host name, not by the URL clients
-    /// reach it at (the origin is kept for reports).
+    /// Rekor v1 names itself by its pod's host name, not by the URL clients
+    /// reach it at. (A Rekor v2 checkpoint's origin is checked besides, by
+    /// the caller, which knows the entry's kind.)
     pub fn verify(&self, log: &Log) -> Result<(), CheckpointError> {
         let hint = log.key_hint();
         let ours: Vec<_> = self.sigs.iter().filter(|(_, h, _)| *h == hint).collect();

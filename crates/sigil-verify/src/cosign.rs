@@ -24,7 +24,8 @@ use crate::x509;
 pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 /// Annotation holding the Fulcio certificate (PEM).
 pub const CERT_ANNOTATION: &str = "dev.sigstore.cosign/certificate";
-/// Annotation holding the certificate chain (PEM).
+/// Annotation holding the certificate chain (PEM): never read — a chain is
+/// built from the trusted root's authority alone.
 pub const CHAIN_ANNOTATION: &str = "dev.sigstore.cosign/chain";
 /// Annotation holding the Rekor bundle (JSON).
 pub const BUNDLE_ANNOTATION: &str = "dev.sigstore.cosign/bundle";
@@ -46,8 +47,6 @@ pub struct Item {
     pub signature: Vec<u8>,
     /// Signing certificate (DER), for keyless.
     pub cert: Option<Vec<u8>>,
-    /// Chain certificates (DER) that came with it.
-    pub chain: Vec<Vec<u8>>,
     /// Log entries (or why one could not be read).
     pub entries: Vec<Result<Entry, ArtifactError>>,
     /// The image digest the payload names, or why none could be read.
@@ -115,9 +114,6 @@ impl Item {
             )?),
             None => None,
         };
-        let chain = ann(CHAIN_ANNOTATION)
-            .map(x509::certs_from_pem)
-            .unwrap_or_default();
         let entries = ann(BUNDLE_ANNOTATION)
             .map(|b| vec![Entry::from_legacy_annotation(b)])
             .unwrap_or_default();
@@ -127,7 +123,6 @@ impl Item {
             message: payload,
             signature,
             cert,
-            chain,
             entries,
             signed_digest,
             bundle: None,
@@ -195,7 +190,6 @@ impl Item {
             payload_sha256: crate::sha256(&payload),
             signature,
             cert,
-            chain: Vec::new(),
             entries,
             signed_digest,
             bundle: Some(bytes.into()),
@@ -394,7 +388,7 @@ impl CosignCheck {
                 // Fulcio leaves live ten minutes: the chain is checked at the
                 // time the log saw the signature, never at "now".
                 let logged = check_entries(item, trust, req.tlog, cert)?;
-                crate::bundle::certificate_at(cert, &item.chain, trust, &[logged.unwrap_or(now)])?;
+                crate::bundle::certificate_at(cert, trust, &[logged.unwrap_or(now)])?;
                 let id = x509::identity(cert).map_err(SignatureProblem::from)?;
                 crate::bundle::identity_matches(&id, subject, issuer, extensions)?;
                 Ok(Checked {

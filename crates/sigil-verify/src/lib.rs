@@ -100,6 +100,10 @@ pub enum VerifyError {
     /// A keyless identity pattern is not a valid regular expression.
     #[error("keyless identity: {0}")]
     Identity(String),
+    /// A verifier asks for what its trust material can never give (a
+    /// required transparency log under a root that lists none).
+    #[error("{0}")]
+    Unsatisfiable(String),
     /// A notation `trustedIdentities` entry is not one notation accepts.
     #[error("notation trustedIdentities: {0}")]
     NotationIdentity(String),

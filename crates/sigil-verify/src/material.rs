@@ -299,6 +299,19 @@ fn load_one(
             t
         }
     };
+    // An explicit `transparencyLog: required` means a verified log entry,
+    // which a root listing no log can never give: refused here, where the
+    // policy author reads it, not at every admission.
+    if c.transparency_log == Some(TlogPolicy::Required) && trust.logs.is_empty() {
+        return Err(VerifyError::Unsatisfiable(format!(
+            "transparencyLog: required, but the trusted root {} lists no transparency log, so no signature could ever satisfy it; leave transparencyLog unset (keyless then requires a signed timestamp from one of the root's timestamp authorities) or set transparencyLog: optional with timestampThreshold: 1",
+            match (&c.trust_root, &c.trusted_root) {
+                (Some(n), _) => format!("{n:?}"),
+                (None, Some(p)) => p.clone(),
+                (None, None) => format!("{:?}", crate::roots::DEFAULT),
+            }
+        )));
+    }
     if let Some(r) = &c.key_ref {
         let key = keys.pem(r).and_then(|pem| {
             crate::keys::PublicKey::from_pem(&pem).map_err(|e| format!("{r}: {e}"))
@@ -346,5 +359,6 @@ fn requirements(c: &sigil_core::verify::CosignSpec, tlog: TlogPolicy) -> bundle:
         tlog: c.transparency_log.unwrap_or(tlog),
         inclusion_proof: c.inclusion_proof.unwrap_or(TlogPolicy::Optional),
         timestamps: c.timestamp_threshold.unwrap_or(0),
+        tlog_default: c.transparency_log.is_none(),
     }
 }

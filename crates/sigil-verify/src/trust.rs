@@ -38,13 +38,20 @@ pub struct Log {
     pub valid_until: Option<i64>,
 }
 
-/// A certificate authority (Fulcio) or timestamp authority sigil trusts.
+/// A certificate authority (Fulcio) or timestamp authority sigil trusts:
+/// one chain and one window. A certificate is judged by one authority at a
+/// time, through that authority's own certificates and inside its own
+/// `validFor`; nothing a bundle or a timestamp token carries is added to
+/// it (docs/trust.md, "Authorities, chains and windows").
 #[derive(Debug, Clone)]
 pub struct Authority {
     /// Root certificate (DER): the trust anchor.
     pub root: Vec<u8>,
-    /// Intermediates (DER), leaf-most first; for a timestamp authority the
-    /// first is the TSA's signing certificate.
+    /// The authority's own signing certificate, when its chain starts with
+    /// one that is no CA (a timestamp authority's: the only certificate
+    /// whose timestamps this authority vouches for).
+    pub leaf: Option<Vec<u8>>,
+    /// Its CA certificates between that and the root (DER), leaf-most first.
     pub intermediates: Vec<Vec<u8>>,
     /// Start of its validity (Unix seconds), if given.
     pub valid_from: Option<i64>,
@@ -339,9 +346,14 @@ fn authority_of(ca: CaDoc) -> Result<Authority, VerifyError> {
                 .map_err(|e| bad(format!("CA certificate: {e}")))?,
         );
     }
-    // The chain is leaf-most first; its last certificate is the root.
+    // The chain is leaf-most first; its last certificate is the root, and
+    // a first certificate that is no CA is the authority's signing leaf.
     let Some(root) = certs.pop() else {
         return Err(bad("a certificate authority has an empty chain".into()));
+    };
+    let leaf = match certs.first() {
+        Some(first) if !crate::x509::is_ca(first) => Some(certs.remove(0)),
+        _ => None,
     };
     let (valid_from, valid_until) = validity(ca.valid_for.as_ref());
     let name = ca
@@ -352,6 +364,7 @@ fn authority_of(ca: CaDoc) -> Result<Authority, VerifyError> {
         });
     Ok(Authority {
         root,
+        leaf,
         intermediates: certs,
         valid_from,
         valid_until,

@@ -279,70 +279,105 @@ fn read<'t>(token: &'t [u8], signature: &[u8]) -> Result<Token<'t>, TimestampErr
 }
 
 impl Token<'_> {
-    /// The certificate among `candidates` whose key made the signature and
-    /// that the signing-certificate attribute names.
-    fn signer<'c>(&self, candidates: &[&'c Vec<u8>]) -> Result<&'c Vec<u8>, TimestampError> {
-        let leaf = candidates
-            .iter()
-            .find(|c| {
-                x509::spki(c)
-                    .ok()
-                    .and_then(|k| PublicKey::from_spki(&k).ok())
-                    .is_some_and(|k| k.verify(SigEncoding::Der, &self.signed, self.sig))
-            })
-            .ok_or("the timestamp's signature does not verify with a trusted timestamp authority's key")?;
+    /// The certificate among `candidates` whose key made the signature.
+    fn signed_by<'c>(&self, candidates: &[&'c Vec<u8>]) -> Option<&'c Vec<u8>> {
+        candidates.iter().copied().find(|c| {
+            x509::spki(c)
+                .ok()
+                .and_then(|k| PublicKey::from_spki(&k).ok())
+                .is_some_and(|k| k.verify(SigEncoding::Der, &self.signed, self.sig))
+        })
+    }
+
+    /// The signed signing-certificate attribute names `leaf`.
+    fn names(&self, leaf: &[u8]) -> Result<(), TimestampError> {
         if hash(&self.ess.0, leaf)? != self.ess.1 {
             return Err("the timestamp's signing-certificate attribute names another certificate than the one that signed it".into());
         }
+        Ok(())
+    }
+
+    /// The certificate among `candidates` whose key made the signature and
+    /// that the signing-certificate attribute names.
+    fn signer<'c>(&self, candidates: &[&'c Vec<u8>]) -> Result<&'c Vec<u8>, TimestampError> {
+        let leaf = self.signed_by(candidates).ok_or(
+            "the timestamp's signature does not verify with a trusted timestamp authority's key",
+        )?;
+        self.names(leaf)?;
         Ok(leaf)
     }
 }
 
 /// Verifies one timestamp over `signature` against the trusted root's
 /// timestamp authorities; returns the stamped time.
+///
+/// Each authority is one chain and one window: the token must be signed by
+/// the signing certificate the authority lists (a certificate the token
+/// carries is unsigned data anyone can add, so it never stands in for
+/// it), which chains to the authority's own root through the authority's
+/// own intermediates at the stamped time, and the stamped time lies in the
+/// authority's `validFor`. Only an authority that lists no signing
+/// certificate takes the token's, and still chains it through its own
+/// certificates alone.
 pub fn verify(token: &[u8], signature: &[u8], trust: &TrustedRoot) -> Result<i64, TimestampError> {
     let t = read(token, signature)?;
     let gen_time = t.stamp.time;
+    // Why an authority whose key made the signature refused it, which says
+    // more than "no key matched" from the others.
+    let mut signed_by: Option<String> = None;
     let mut last = "no timestamp authority in the trusted root".to_owned();
     for a in &trust.timestamp_authorities {
-        let candidates: Vec<&Vec<u8>> = t.certs.iter().chain(a.intermediates.first()).collect();
-        let leaf = match t.signer(&candidates) {
-            Ok(l) => l,
-            Err(e) => {
-                last = e.0;
-                continue;
+        let leaf = match &a.leaf {
+            Some(listed) => {
+                if t.signed_by(&[listed]).is_none() {
+                    last = "the timestamp is not signed by the signing certificate of any timestamp authority in the trusted root (a certificate the token carries is never trusted by itself)".into();
+                    continue;
+                }
+                if let Err(e) = t.names(listed) {
+                    signed_by = Some(e.0);
+                    continue;
+                }
+                listed
             }
+            None => match t.signer(&t.certs.iter().collect::<Vec<_>>()) {
+                Ok(l) => l,
+                Err(e) => {
+                    last = e.0;
+                    continue;
+                }
+            },
         };
-        let inter: Vec<Vec<u8>> = t
-            .certs
-            .iter()
-            .chain(a.intermediates.iter())
-            .filter(|c| *c != leaf)
-            .cloned()
-            .collect();
         if let Err(e) = x509::verify_chain(
             leaf,
-            &inter,
+            &a.intermediates,
             std::slice::from_ref(&a.root),
             gen_time,
             Eku::TimeStamping,
         ) {
-            last = format!("timestamp authority certificate: {e}");
+            signed_by = Some(format!("timestamp authority certificate: {e}"));
             continue;
         }
         if !a.valid_at_with_start(gen_time) {
-            last = if a.valid_from.is_none() {
+            signed_by = Some(if a.valid_from.is_none() {
                 "the timestamp authority has no validity start in the trusted root (never trusted)"
                     .into()
             } else {
-                "the timestamp falls outside the timestamp authority's validity in the trusted root"
-                    .into()
-            };
+                format!(
+                    "the timestamp (Unix {gen_time}) falls outside the validity its signing authority has in the trusted root ({})",
+                    window(a)
+                )
+            });
             continue;
         }
         return Ok(gen_time);
     }
-    Err(last.into())
+    Err(signed_by.unwrap_or(last).into())
+}
+
+/// An authority's `validFor`, for messages.
+fn window(a: &crate::trust::Authority) -> String {
+    let t = |v: Option<i64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    format!("Unix {} to {}", t(a.valid_from), t(a.valid_until))
 }
 
 /// Verifies one timestamp countersignature over `signature` against a

@@ -58,6 +58,25 @@ pub fn verify_chain(
         .map_err(|e| ArtifactError::Chain(describe(&e, leaf, at)))
 }
 
+/// [`verify_chain`] to the one anchor `root`; returns the certificate (DER)
+/// that issued `leaf` on the path found: the first intermediate, or the
+/// root itself.
+pub fn verified_issuer(
+    leaf: &[u8],
+    intermediates: &[Vec<u8>],
+    root: &[u8],
+    at: i64,
+    eku: Eku,
+) -> Result<Vec<u8>, ArtifactError> {
+    let roots = [root.to_vec()];
+    build_path(leaf, intermediates, &roots, at, eku, None, |path, _| {
+        path.intermediate_certificates()
+            .next()
+            .map_or_else(|| root.to_vec(), |c| c.der().as_ref().to_vec())
+    })
+    .map_err(|e| ArtifactError::Chain(describe(&e, leaf, at)))
+}
+
 /// What checking a chain against CRLs found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RevocationFailure {
@@ -405,6 +424,15 @@ fn der_utf8(v: &[u8]) -> Option<String> {
     std::str::from_utf8(body.get(..len)?)
         .ok()
         .map(str::to_owned)
+}
+
+/// Whether a certificate says it is a CA (basicConstraints `cA`); an
+/// unreadable one is not.
+pub fn is_ca(der: &[u8]) -> bool {
+    X509Certificate::from_der(der)
+        .ok()
+        .and_then(|(_, c)| c.basic_constraints().ok().flatten().map(|b| b.value.ca))
+        .unwrap_or(false)
 }
 
 /// The DER SubjectPublicKeyInfo of a certificate.

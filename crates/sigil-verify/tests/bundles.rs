@@ -91,6 +91,7 @@ fn a_rekor_v2_bundle_verifies_by_its_inclusion_proof_and_timestamp() {
         tlog: TlogPolicy::Required,
         inclusion_proof: TlogPolicy::Required,
         timestamps: 1,
+        tlog_default: false,
     };
     assert!(check(&s, &bundle(&s), strict).is_ok());
     let two = Requirements {
@@ -336,18 +337,35 @@ fn a_timestamp_whose_signing_certificate_attribute_names_another_certificate_is_
     assert!(err.to_string().contains("ESSCertID"), "{err}");
 }
 
-/// A private Sigstore deployment (sigstore/scaffolding) serves Rekor at a
-/// URL whose host is not the origin its checkpoints name (the Rekor pod's
-/// host name): refused because the origin was derived from `baseUrl`. The
-/// log is identified by its key, as the client specification says; a
-/// checkpoint the log's key did not sign is still refused.
+/// A private Sigstore deployment (sigstore/scaffolding) serves Rekor v1 at
+/// a URL whose host is not the origin its checkpoints name (the Rekor pod's
+/// host name): refused because the origin was derived from `baseUrl`. A
+/// Rekor v1 checkpoint is the log's by its key, as sigstore-go judges it
+/// (`sigstore_go.rs` holds the real vector); a Rekor v2 checkpoint must name
+/// its log besides (`authorities.rs`); a checkpoint the log's key did not
+/// sign is refused either way.
 #[test]
 fn regression_a_checkpoint_is_the_logs_by_its_key_whatever_its_origin() {
     let s = Sigstore::new();
-    check_root(&s, &bundle(&s), |r| {
+    let statement =
+        sigil_testkit::intoto::statement(DIGEST, "https://slsa.dev/provenance/v1", json!({}));
+    let v1: Value = serde_json::from_slice(&s.github_attestation(
+        sigil_testkit::github::BUNDLE_V03,
+        &statement,
+        SUBJECT,
+        ISSUER,
+        &[],
+        SIGNED_AT - 100,
+        SIGNED_AT,
+    ))
+    .unwrap();
+    let pod = |r: &mut Value| r["tlogs"][0]["baseUrl"] = json!("https://rekor.rekor-system.svc");
+    check_with(&s, &v1, Requirements::default(), pod).unwrap();
+    let err = check_with(&s, &bundle(&s), Requirements::default(), |r| {
         r["tlogs"][1]["baseUrl"] = json!("https://rekor.rekor-system.svc");
     })
-    .unwrap();
+    .unwrap_err();
+    assert!(err.to_string().contains("names origin"), "{err}");
     let other = Sigstore::new();
     let err = check_root(&s, &bundle(&s), |r| {
         r["tlogs"][1]["publicKey"] = other.trusted_root()["tlogs"][1]["publicKey"].clone();

@@ -155,6 +155,12 @@ pub struct Requirements {
     pub inclusion_proof: TlogPolicy,
     /// At least this many verified RFC 3161 timestamps.
     pub timestamps: usize,
+    /// `tlog` is the keyless default, not the policy's word: under a
+    /// trusted root that lists no transparency log (GitHub's instance, a
+    /// private deployment without Rekor) a verified signed timestamp stands
+    /// in for the log entry. An explicit `transparencyLog: required` always
+    /// means a verified log entry.
+    pub tlog_default: bool,
 }
 
 impl Default for Requirements {
@@ -163,6 +169,7 @@ impl Default for Requirements {
             tlog: TlogPolicy::Required,
             inclusion_proof: TlogPolicy::Optional,
             timestamps: 0,
+            tlog_default: true,
         }
     }
 }
@@ -222,16 +229,17 @@ fn version(v: &Value) -> Result<u8, ArtifactError> {
     }
 }
 
-/// A signing certificate (DER) and the chain the bundle carries with it.
-type CertAndChain = (Vec<u8>, Vec<Vec<u8>>);
-
-/// The signing certificate and its chain, or `None` for a key hint.
-fn certificates(v: &Value) -> Result<Option<CertAndChain>, ArtifactError> {
+/// The signing certificate (DER), or `None` for a key hint. The rest of a
+/// v0.1/v0.2 `x509CertificateChain` is read and dropped: a chain to a
+/// trusted-root authority is built from that authority's own certificates
+/// only (an intermediate the bundle brings could take a leaf into another
+/// authority's window).
+fn certificates(v: &Value) -> Result<Option<Vec<u8>>, ArtifactError> {
     let m = v
         .get("verificationMaterial")
         .ok_or_else(|| malformed("bundle has no verificationMaterial"))?;
     if m.get("certificate").is_some() {
-        return Ok(Some((b64(m, "/certificate/rawBytes")?, Vec::new())));
+        return Ok(Some(b64(m, "/certificate/rawBytes")?));
     }
     if let Some(chain) = m.pointer("/x509CertificateChain/certificates") {
         let certs = chain
@@ -254,7 +262,7 @@ fn certificates(v: &Value) -> Result<Option<CertAndChain>, ArtifactError> {
                 ));
             }
         }
-        return Ok(Some((leaf.clone(), rest.to_vec())));
+        return Ok(Some(leaf.clone()));
     }
     if m.get("publicKey").is_some() {
         return Ok(None);
@@ -285,7 +293,7 @@ pub fn verify(
     // The key that signed, and the signer as the log records it.
     let owned;
     let (key, signer_der): (&PublicKey, Vec<u8>) = match (&certs, signer) {
-        (Some((leaf, _)), Signer::Identity { .. }) => {
+        (Some(leaf), Signer::Identity { .. }) => {
             let spki = x509::spki(leaf)?;
             owned = PublicKey::from_spki(&spki).map_err(|e| malformed(e.to_string()))?;
             (&owned, leaf.clone())
@@ -333,17 +341,23 @@ pub fn verify(
     // An instance that runs no transparency log (GitHub's own, a private
     // deployment) lists none in its trusted root: its bundles carry signed
     // timestamps instead, and those are the time source (the client
-    // specification's observer timestamps). A required log then means: at
-    // least one verified RFC 3161 timestamp.
+    // specification's observer timestamps). The keyless default then
+    // means: at least one verified RFC 3161 timestamp. A policy's explicit
+    // `required` is never relaxed (policy loading refuses it under such a
+    // root; a root refreshed since to list no log fails here).
     let no_log = trust.logs.is_empty();
     let mut req = req;
-    if no_log && req.tlog == TlogPolicy::Required {
+    if no_log && req.tlog == TlogPolicy::Required && req.tlog_default {
         req.tlog = TlogPolicy::Optional;
         req.timestamps = req.timestamps.max(1);
     }
     if entries.is_empty() && req.tlog == TlogPolicy::Required {
         return Err(SignatureProblem::LogEntryInvalid {
-            detail: "the bundle has no transparency-log entry, and one is required".into(),
+            detail: if no_log {
+                "the bundle has no transparency-log entry, and the policy requires one (transparencyLog: required), but its trusted root lists no transparency log".into()
+            } else {
+                "the bundle has no transparency-log entry, and one is required".into()
+            },
         });
     }
     // Logs verified by inclusion proof alone: their validity is checked
@@ -408,7 +422,7 @@ pub fn verify(
             },
         });
     }
-    let Some((leaf, chain)) = &certs else {
+    let Some(leaf) = &certs else {
         return Ok(out);
     };
     let Signer::Identity {
@@ -426,7 +440,7 @@ pub fn verify(
             detail: "no verified signing time (no SET and no RFC 3161 timestamp) to check the certificate at".into(),
         });
     }
-    certificate_at(leaf, chain, trust, &out.times)?;
+    certificate_at(leaf, trust, &out.times)?;
     let id = x509::identity(leaf)?;
     identity_matches(&id, san, issuer, extensions)?;
     out.identity = Some(id);
@@ -436,15 +450,16 @@ pub fn verify(
 /// The certificate checks every signature path shares: the leaf chains to
 /// a Fulcio CA of the trusted root at every one of `times`, and, when the
 /// trusted root lists CT logs, carries an SCT that verifies with one of them.
+/// Certificates the signature carries beside its leaf (a bundle's chain,
+/// cosign's chain annotation) play no part.
 pub(crate) fn certificate_at(
     leaf: &[u8],
-    chain: &[Vec<u8>],
     trust: &TrustedRoot,
     times: &[i64],
 ) -> Result<(), SignatureProblem> {
     let mut issuer_spki = None;
     for &at in times {
-        issuer_spki = Some(chain_at(leaf, chain, trust, at)?);
+        issuer_spki = Some(chain_at(leaf, trust, at)?);
     }
     if let Some(spki) = issuer_spki
         && !trust.ctlogs.is_empty()
@@ -454,42 +469,25 @@ pub(crate) fn certificate_at(
     Ok(())
 }
 
-/// The certificate chains to a Fulcio CA of the trusted root valid at `at`;
-/// returns the SubjectPublicKeyInfo of the leaf's issuer (for SCTs).
-fn chain_at(
-    leaf: &[u8],
-    chain: &[Vec<u8>],
-    trust: &TrustedRoot,
-    at: i64,
-) -> Result<Vec<u8>, ArtifactError> {
-    let mut last = "no certificate authority in the trusted root".to_owned();
-    let leaf_issuer = X509Certificate::from_der(leaf)
-        .map(|(_, c)| c.issuer().as_raw().to_vec())
-        .map_err(|e| malformed(format!("certificate: {e}")))?;
+/// The certificate chains to a Fulcio CA of the trusted root valid at `at`,
+/// through that authority's own certificates alone (one chain, one
+/// window); returns the SubjectPublicKeyInfo of the leaf's issuer (for SCTs).
+fn chain_at(leaf: &[u8], trust: &TrustedRoot, at: i64) -> Result<Vec<u8>, ArtifactError> {
+    let mut last = if trust.authorities.iter().any(|a| a.valid_at(at)) {
+        "no certificate authority in the trusted root".to_owned()
+    } else {
+        format!(
+            "no certificate authority of the trusted root is valid at the signing time (Unix {at})"
+        )
+    };
     for a in trust.authorities.iter().filter(|a| a.valid_at(at)) {
-        let mut inter = chain.to_vec();
-        inter.extend(a.intermediates.iter().cloned());
-        match x509::verify_chain(
-            leaf,
-            &inter,
-            std::slice::from_ref(&a.root),
-            at,
-            Eku::Required,
-        ) {
-            Ok(()) => {
-                let issuer = inter
-                    .iter()
-                    .chain(std::iter::once(&a.root))
-                    .find(|c| {
-                        X509Certificate::from_der(c)
-                            .is_ok_and(|(_, c)| c.subject().as_raw() == leaf_issuer.as_slice())
-                    })
-                    .ok_or_else(|| {
-                        ArtifactError::Chain("the leaf's issuer is not in the chain".into())
-                    })?;
-                return x509::spki(issuer);
+        match x509::verified_issuer(leaf, &a.intermediates, &a.root, at, Eku::Required) {
+            Ok(issuer) => return x509::spki(&issuer),
+            Err(e) => {
+                last = format!(
+                    "{e}: the certificate does not chain to a certificate authority of the trusted root valid at the signing time through that authority's own certificates (intermediates a signature carries are not used)"
+                )
             }
-            Err(e) => last = e.to_string(),
         }
     }
     Err(ArtifactError::Chain(last))

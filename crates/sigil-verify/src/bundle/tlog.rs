@@ -96,6 +96,19 @@ pub(super) fn log_entry<'t>(
                 ));
             }
             cp.verify(log)?;
+            // A Rekor v2 checkpoint names its log (the origin is the log's
+            // `baseUrl` host), as sigstore-go checks it. Rekor v1's signed
+            // tree heads name a shard (`host - tree id`), or a pod's host name
+            // in private deployments: those are the log's by its key alone.
+            if rekor_v2 && log.origin.as_deref() != Some(cp.origin.as_str()) {
+                return Err(ArtifactError::Log(format!(
+                    "the checkpoint names origin {:?}, not the log's ({}): a Rekor v2 checkpoint must name the log the trusted root lists",
+                    cp.origin,
+                    log.origin
+                        .as_deref()
+                        .unwrap_or("the trusted root gives this log no baseUrl")
+                )));
+            }
             true
         }
         None if rekor_v2 || ver >= 2 => {

@@ -110,10 +110,20 @@ impl TufArgs {
         let public_good = Refresher::new(DEFAULT, self.client(DEFAULT)?, trust.clone());
         // The github root's refresh never stops sigil from starting: when
         // its TUF client cannot be made, the embedded root stays in force.
+        // That is said once, at info level; a warning only when the policy
+        // in force names the root, since only then does its age matter.
         let github = match self.client(GITHUB) {
-            Ok(c) => Some(Refresher::new(GITHUB, c, trust)),
+            Ok(c) => Some(Refresher::new(GITHUB, c, trust.clone())),
             Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "the github trusted root is not refreshed; the embedded one stays in force");
+                let since = trust
+                    .get(GITHUB)
+                    .map_or_else(String::new, |r| newest_authority(&r.root));
+                let error = format!("{e:#}");
+                if names_root(&live.webhook.policy(), GITHUB) {
+                    tracing::warn!(trust_root = GITHUB, embedded_since = %since, %error, "the policy in force names the github trusted root, which is not refreshed: the root embedded in sigil stays in force");
+                } else {
+                    tracing::info!(trust_root = GITHUB, embedded_since = %since, %error, "the github trusted root is the one embedded in sigil and is not refreshed (no policy in force names it)");
+                }
                 None
             }
         };
@@ -140,6 +150,28 @@ impl TufArgs {
             })
         })))
     }
+}
+
+/// Whether a verifier of `policy` names the trusted root `name`.
+fn names_root(policy: &sigil_core::Policy, name: &str) -> bool {
+    policy.verifications().into_iter().any(|(_, v)| {
+        let attestors = v.attestations.iter().flat_map(|a| &a.attestors);
+        v.verifiers
+            .iter()
+            .chain(attestors)
+            .any(|s| s.cosign.as_ref().and_then(|c| c.trust_root.as_deref()) == Some(name))
+    })
+}
+
+/// When the newest authority of `root` became valid (RFC 3339), to say how
+/// current an embedded root is.
+fn newest_authority(root: &TrustedRoot) -> String {
+    root.authorities
+        .iter()
+        .chain(&root.timestamp_authorities)
+        .filter_map(|a| a.valid_from)
+        .max()
+        .map_or_else(|| "unknown".into(), |t| when(Some(t)))
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -283,7 +315,7 @@ fn authority_line(a: &Authority) -> String {
         "  {:<40} {}\n    root {subject}  chain {}  valid {} .. {}\n",
         a.name.as_deref().unwrap_or("(no name)"),
         a.uri.as_deref().unwrap_or("(no uri)"),
-        a.intermediates.len() + 1,
+        a.intermediates.len() + 1 + usize::from(a.leaf.is_some()),
         when(a.valid_from),
         when(a.valid_until),
     )

@@ -49,6 +49,23 @@ async fn wait_refreshes(sigil: &Sigil, result: &str, n: f64) {
     }
 }
 
+/// The log lines about the `github` root, once there is one (at most 10 s).
+async fn github_lines(sigil: &Sigil) -> Vec<serde_json::Value> {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lines: Vec<serde_json::Value> = sigil
+            .logs()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|l: &serde_json::Value| l["trust_root"] == "github")
+            .collect();
+        if !lines.is_empty() || Instant::now() > until {
+            return lines;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A Sigstore instance the embedded root does not know is trusted once its
 /// TUF repository publishes its root, without a restart; a rotation to
 /// another instance (with every TUF key rotated) is followed; a refresh
@@ -79,6 +96,15 @@ async fn the_default_trusted_root_follows_its_tuf_repository() {
     )
     .await;
     wait_refreshes(&sigil, "changed", 1.0).await;
+    // The github root, which no policy here names and which cannot be
+    // refreshed yet, is reported once at info level, never as a warning.
+    let github = github_lines(&sigil).await;
+    assert_eq!(github.len(), 1, "{github:?}");
+    assert_eq!(github[0]["level"], "INFO", "{github:?}");
+    assert_eq!(
+        github[0]["embedded_since"], "2026-06-12T00:00:00Z",
+        "{github:?}"
+    );
     let pod = |image: String| {
         let api = sigil.apiserver();
         async move { api.create_pod("team", &[&image]).await }
@@ -124,6 +150,41 @@ async fn the_default_trusted_root_follows_its_tuf_repository() {
             "sigil_trust_root_expiry_timestamp_seconds{trust_root=\"public-good\"} 4070908800"
         ),
         "{metrics}"
+    );
+}
+
+/// The github root's refresh cannot run yet (tough refuses its bootstrap's
+/// key IDs): `sigil serve` said so as a warning on every start, whether or
+/// not any policy used that root. Now a warning only when the policy in
+/// force names it (here it does; the no-policy case is asserted above).
+#[tokio::test]
+async fn regression_the_unrefreshed_github_root_warns_only_when_a_policy_names_it() {
+    let policy = format!(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {{name: gh}}\nspec:\n  rules:\n    - name: private\n      match: [\"private.example/**\"]\n      verify:\n        - name: gha\n          cosign:\n            keyless: {{issuer: \"{ISSUER}\", subject: \"{WHO}\"}}\n            trustRoot: github\n"
+    );
+    // Both mirrors on a closed loopback port: nothing leaves the machine.
+    let closed = "http://127.0.0.1:9/";
+    let sigil = Sigil::start(
+        Some(&policy),
+        &[
+            "--tuf-mirror",
+            closed,
+            "--github-tuf-mirror",
+            closed,
+            "--trust-root-refresh",
+            "24h",
+        ],
+    )
+    .await;
+    let github = github_lines(&sigil).await;
+    assert_eq!(github.len(), 1, "{github:?}");
+    assert_eq!(github[0]["level"], "WARN", "{github:?}");
+    assert!(
+        github[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the policy in force names the github trusted root"),
+        "{github:?}"
     );
 }
 
