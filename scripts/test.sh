@@ -61,6 +61,14 @@ if ! command -v helm >/dev/null; then
     || echo "warning: could not install helm; the chart tests will fail" >&2
   export PATH="$HOME/.local/bin:$PATH"
 fi
+# python-tuf 7, the reference TUF implementation, makes the repositories
+# sigil's TUF client is tested against (scripts/tuf-repo.py).
+if ! python3 -c 'import tuf.api.metadata' 2>/dev/null; then
+  echo "== installing python-tuf 7.0.1"
+  python3 -m pip install -q 'tuf==7.0.1' 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages 'tuf==7.0.1' \
+    || echo "warning: could not install python-tuf; the TUF repository tests will fail" >&2
+fi
 command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked
 # Each phase says how long it took, so a slow CI run says where.
 phase_start=

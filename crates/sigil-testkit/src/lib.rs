@@ -13,7 +13,8 @@
 //! child process with a kube-apiserver-like webhook client ([`sigil`]), what
 //! benchmarks read from `/proc` ([`procstat`]), where a process's
 //! sockets point ([`sockets`]), policies of a chosen size ([`policies`]), a trusted root laid out in
-//! overlapping authority windows as GitHub's ([`windows`]), and
+//! overlapping authority windows as GitHub's ([`windows`]), python-tuf's
+//! repositories ([`pytuf`]), and
 //! the kube-apiserver stand-in ([`kube`]) and the real one it starts
 //! (`kube::real`), and the shipped container image built and run with
 //! buildah and podman ([`image`]). It contains no test itself and
@@ -43,6 +44,7 @@ pub mod policies;
 pub mod ports;
 pub mod process;
 pub mod procstat;
+pub mod pytuf;
 pub mod registry;
 pub mod resolver;
 pub mod review;

@@ -106,6 +106,10 @@ impl Sigil {
         // Tests reach nothing beyond loopback: no refresh from Sigstore's
         // TUF repository unless a test points one at its own (flags win).
         cmd.env("SIGIL_TRUST_ROOT_REFRESH", "0s");
+        // And should one turn it on, the built-in roots' mirrors are a
+        // closed loopback port until the test names its own.
+        cmd.env("SIGIL_TUF_MIRROR", "http://127.0.0.1:9/");
+        cmd.env("SIGIL_GITHUB_TUF_MIRROR", "http://127.0.0.1:9/");
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -318,8 +318,25 @@ impl Refresher {
         observer: Arc<dyn RefreshObserver>,
         changed: impl Fn() + Send + Sync,
     ) {
+        self.run_while(|| true, interval, observer, changed).await;
+    }
+
+    /// [`Refresher::run`], refreshing only while `wanted` says so (checked
+    /// every few seconds, and before each refresh): a built-in root no
+    /// policy names costs no request, no warning and no alert.
+    pub async fn run_while(
+        self,
+        wanted: impl Fn() -> bool + Send + Sync,
+        interval: Duration,
+        observer: Arc<dyn RefreshObserver>,
+        changed: impl Fn() + Send + Sync,
+    ) {
         let mut retry = Duration::from_secs(60).min(interval);
         loop {
+            if !wanted() {
+                tokio::time::sleep(Duration::from_secs(5).min(interval)).await;
+                continue;
+            }
             let (outcome, result) = self.refresh_once().await;
             let expires = match (&result, self.roots.get(&self.name)) {
                 (Ok(f), _) => Some(f.expires),

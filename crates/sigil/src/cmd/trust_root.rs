@@ -85,19 +85,45 @@ impl TufArgs {
             Some(p) => std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
             None => embedded.to_vec(),
         };
-        // The public-good root keeps the directory itself (as before).
-        let cache = self.tuf_cache_dir.as_ref().map(|d| {
-            if name == GITHUB {
-                d.join(GITHUB)
-            } else {
-                d.clone()
-            }
-        });
+        let cache = self.cache_dir(name);
         if let Some(d) = &cache {
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
         }
         let http = sigil_registry::client::web_client().context("an HTTPS client")?;
         Client::new(mirror, root, http, cache).context(flag)
+    }
+
+    /// The root `name`'s last refresh as the TUF cache directory kept it
+    /// (`sigil serve --tuf-cache-dir` keeps one), if there is one.
+    fn kept(&self, name: &str) -> Result<Option<InForce>> {
+        let Some(dir) = self.cache_dir(name) else {
+            return Ok(None);
+        };
+        let Some((fetched, mirror, refreshed)) = tuf::last_refresh(&dir) else {
+            return Ok(None);
+        };
+        let origin = Origin::Tuf {
+            mirror,
+            root_version: fetched.root_version,
+            timestamp_version: fetched.timestamp_version,
+            expires: fetched.expires,
+        };
+        let mut r = InForce::from_json(&fetched.json, origin)
+            .with_context(|| format!("the trusted root kept in {}", dir.display()))?;
+        r.refreshed = Some(refreshed);
+        Ok(Some(r))
+    }
+
+    /// The directory root `name` keeps its TUF metadata in, if any.
+    fn cache_dir(&self, name: &str) -> Option<PathBuf> {
+        // The public-good root keeps the directory itself (as before).
+        self.tuf_cache_dir.as_ref().map(|d| {
+            if name == GITHUB {
+                d.join(GITHUB)
+            } else {
+                d.clone()
+            }
+        })
     }
 
     /// The server's refresh task: refreshes the default root now and on the
@@ -109,34 +135,37 @@ impl TufArgs {
         }
         let public_good = Refresher::new(DEFAULT, self.client(DEFAULT)?, trust.clone());
         // The github root's refresh never stops sigil from starting: when
-        // its TUF client cannot be made, the embedded root stays in force.
-        // That is said once, at info level; a warning only when the policy
-        // in force names the root, since only then does its age matter.
+        // its TUF client cannot be made (a bad --github-tuf-root), the
+        // embedded root stays in force. It is refreshed only while a policy
+        // in force names it: a root nobody asked for costs no request,
+        // warning or alert.
+        let since = trust
+            .get(GITHUB)
+            .map_or_else(String::new, |r| newest_authority(&r.root));
         let github = match self.client(GITHUB) {
             Ok(c) => Some(Refresher::new(GITHUB, c, trust.clone())),
             Err(e) => {
-                let since = trust
-                    .get(GITHUB)
-                    .map_or_else(String::new, |r| newest_authority(&r.root));
-                let error = format!("{e:#}");
-                if names_root(&live.webhook.policy(), GITHUB) {
-                    tracing::warn!(trust_root = GITHUB, embedded_since = %since, %error, "the policy in force names the github trusted root, which is not refreshed: the root embedded in sigil stays in force");
-                } else {
-                    tracing::info!(trust_root = GITHUB, embedded_since = %since, %error, "the github trusted root is the one embedded in sigil and is not refreshed (no policy in force names it)");
-                }
+                tracing::warn!(trust_root = GITHUB, embedded_since = %since, error = %format!("{e:#}"), "the github trusted root cannot be refreshed; the one embedded in sigil stays in force");
                 None
             }
         };
+        if github.is_some() {
+            tracing::info!(trust_root = GITHUB, embedded_since = %since, "the github trusted root embedded in sigil is in force until a refresh succeeds; it is refreshed while a policy in force names it");
+        }
         let interval = self.trust_root_refresh;
         Ok(Some(Box::new(move |_ready, _store| {
             let observer = live.metrics.clone();
             let other = live.clone();
             Box::pin(async move {
+                let wanted = other.clone();
                 let github = async move {
                     if let Some(g) = github {
-                        g.run(interval, observer.clone(), move || {
-                            other.rebuild("a new github trusted root")
-                        })
+                        g.run_while(
+                            move || names_root(&wanted.webhook.policy(), GITHUB),
+                            interval,
+                            observer.clone(),
+                            move || other.rebuild("a new github trusted root"),
+                        )
                         .await;
                     }
                 };
@@ -229,7 +258,10 @@ pub fn run(command: TrustRootCommand) -> Result<ExitCode> {
             result.with_context(|| format!("refreshing from {mirror}"))?;
             roots.get(&args.name).context("refreshed root")?
         }
-        (None, false) => TrustRoots::embedded().get(&args.name).context("embedded")?,
+        (None, false) => match args.tuf.kept(&args.name)? {
+            Some(kept) => Arc::new(kept),
+            None => TrustRoots::embedded().get(&args.name).context("embedded")?,
+        },
     };
     if args.json {
         super::write_out(&format!("{}\n", shown.json))?;
@@ -325,7 +357,10 @@ fn authority_line(a: &Authority) -> String {
 pub fn describe(name: &str, r: &InForce) -> String {
     let mut s = format!("trusted root {name}\n");
     match &r.origin {
-        Origin::Embedded => s.push_str("  source: embedded in sigil\n"),
+        Origin::Embedded => s.push_str(&format!(
+            "  source: embedded in sigil (newest authority valid from {}); not refreshed here: --refresh fetches the current one, --tuf-cache-dir reads what sigil serve kept\n",
+            newest_authority(&r.root)
+        )),
         Origin::Inline => s.push_str("  source: a trusted_root.json given as is (file or sigstoreKeys)\n"),
         Origin::Tuf {
             mirror,
@@ -336,6 +371,9 @@ pub fn describe(name: &str, r: &InForce) -> String {
             "  source: TUF {mirror} (root v{root_version}, timestamp v{timestamp_version}, metadata expires {})\n",
             when(Some(*expires))
         )),
+    }
+    if let Some(t) = r.refreshed {
+        s.push_str(&format!("  last refreshed: {}\n", when(Some(t))));
     }
     let root: &TrustedRoot = &r.root;
     let sections: [(&str, Vec<String>); 4] = [

@@ -198,6 +198,11 @@ pub(crate) async fn launch(
         ("SSL_CERT_FILE".to_owned(), ca_file.display().to_string()),
         ("SIGIL_TUF_MIRROR".to_owned(), cdn.url()),
         ("SIGIL_TUF_ROOT".to_owned(), tuf_root.display().to_string()),
+        // GitHub's root is refreshed only for a policy naming it; never off the machine.
+        (
+            "SIGIL_GITHUB_TUF_MIRROR".to_owned(),
+            "http://127.0.0.1:9/".to_owned(),
+        ),
     ]);
     let mut sigil = match runtime {
         Runtime::Process => {
