@@ -86,6 +86,11 @@ impl PyRepo {
         std::fs::read(self.bootstrap_path()).unwrap()
     }
 
+    /// Where `file` of the served repository is.
+    pub fn file(&self, file: &str) -> PathBuf {
+        self.state.path().join("s/repo").join(file)
+    }
+
     /// Where the first `root.json` is.
     pub fn bootstrap_path(&self) -> PathBuf {
         self.state.path().join("s/repo/1.root.json")

@@ -149,3 +149,26 @@ async fn a_key_compromise_below_the_threshold_is_refused() {
         "{e}"
     );
 }
+
+/// Found by the TUF conformance suite (`test_unsigned_initial_root`): a
+/// root in the datastore was trusted as the starting point without meeting
+/// its own threshold. Now one that does not is never trusted: the client
+/// starts from its bootstrap again, and refreshes.
+#[tokio::test]
+async fn regression_a_kept_root_that_does_not_meet_its_own_threshold_is_not_trusted() {
+    let (repo, store, client) = seen_twice().await;
+    repo.rotate_root();
+    repo.publish(&trusted_root());
+    assert_eq!(refresh(&client).await.unwrap().root_version, 2);
+    drop(client);
+    let kept = store.path().join("root.json");
+    let mut root: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&kept).unwrap()).unwrap();
+    root["signatures"].as_array_mut().unwrap().truncate(1);
+    std::fs::write(&kept, root.to_string()).unwrap();
+    // Started again from the bootstrap (v1), it walks as far as the
+    // repository lets it: here not to v2 (taken away), so root v1 it is.
+    std::fs::remove_file(repo.file("2.root.json")).unwrap();
+    let f = refresh(&client_of(&repo, store.path())).await.unwrap();
+    assert_eq!(f.root_version, 1);
+}

@@ -172,6 +172,9 @@ impl Metadata {
             let keyid = s.get("keyid").and_then(Value::as_str);
             let sig = s.get("sig").and_then(Value::as_str).and_then(unhex);
             match (keyid, sig) {
+                (Some(k), _) if signatures.iter().any(|(seen, _)| seen == k) => {
+                    return Err(bad(name, format!("two signatures name key {k}")));
+                }
                 (Some(k), Some(sig)) => signatures.push((k.to_owned(), sig)),
                 _ => return Err(bad(name, "a signature without keyid or hex sig")),
             }
@@ -477,6 +480,20 @@ fn glob(pattern: &str, text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the TUF conformance suite (`test_duplicate_sig_keyids`):
+    /// the specification says a key ID is unique in the signatures list;
+    /// a second signature under one was accepted (though never counted twice).
+    #[test]
+    fn regression_two_signatures_under_one_key_id_are_refused() {
+        let doc = serde_json::json!({
+            "signed": {"_type": "timestamp", "spec_version": "1.0.31", "version": 1,
+                       "expires": "2099-01-01T00:00:00Z", "meta": {}},
+            "signatures": [{"keyid": "k", "sig": "00"}, {"keyid": "k", "sig": "00"}]
+        });
+        let e = Metadata::parse(doc.to_string().as_bytes(), Role::Timestamp).unwrap_err();
+        assert!(e.to_string().contains("two signatures name key k"), "{e}");
+    }
 
     #[test]
     fn delegated_paths_match_per_segment() {

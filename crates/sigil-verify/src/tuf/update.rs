@@ -53,6 +53,15 @@ pub(super) struct Outcome {
     pub expires: i64,
 }
 
+/// The top-level metadata one update verified.
+pub(super) struct Top {
+    pub root: Root,
+    pub root_bytes: Vec<u8>,
+    pub timestamp: Metadata,
+    pub snapshot: Metadata,
+    pub targets: Metadata,
+}
+
 /// One update against one repository.
 pub(super) struct Update<'a> {
     pub metadata: &'a Url,
@@ -156,6 +165,28 @@ impl Update<'_> {
 
     /// The update, from `trusted_root`, for the target `name`.
     pub async fn run(&self, trusted_root: &[u8], name: &str) -> Result<Outcome, TufError> {
+        let top = self.refresh(trusted_root).await?;
+        let target = self.target(&top, name, None).await?;
+        let expires = [
+            top.root.meta.expires,
+            top.timestamp.expires,
+            top.snapshot.expires,
+            top.targets.expires,
+        ]
+        .into_iter()
+        .min()
+        .unwrap_or(0);
+        Ok(Outcome {
+            target,
+            root_version: top.root.meta.version,
+            timestamp_version: top.timestamp.version,
+            root: top.root_bytes,
+            expires,
+        })
+    }
+
+    /// §5.3–§5.6: the top-level metadata, from `trusted_root`.
+    pub async fn refresh(&self, trusted_root: &[u8]) -> Result<Top, TufError> {
         let (root, root_bytes) = self.update_root(trusted_root).await?;
         let timestamp = self.update_timestamp(&root).await?;
         let snapshot = self.update_snapshot(&root, &timestamp).await?;
@@ -168,34 +199,45 @@ impl Update<'_> {
                 &want,
                 root.role(Role::Targets),
                 &root.keys,
-                true,
             )
             .await?;
         if let Some(bytes) = fetched {
             self.persist("targets.json", &bytes)?;
         }
-        let target = self.find(&root, &snapshot, targets.clone(), name).await?;
-        let expires = [
-            root.meta.expires,
-            timestamp.expires,
-            snapshot.expires,
-            targets.expires,
-        ]
-        .into_iter()
-        .min()
-        .unwrap_or(0);
-        Ok(Outcome {
-            target,
-            root: root_bytes,
-            root_version: root.meta.version,
-            timestamp_version: timestamp.version,
-            expires,
+        Ok(Top {
+            root,
+            root_bytes,
+            timestamp,
+            snapshot,
+            targets,
         })
+    }
+
+    /// §5.7: the target `name` under the metadata of `top`: `cached` if
+    /// those bytes have the length and hashes its metadata gives, else
+    /// downloaded and checked.
+    pub async fn target(
+        &self,
+        top: &Top,
+        name: &str,
+        cached: Option<Vec<u8>>,
+    ) -> Result<Vec<u8>, TufError> {
+        let t = self
+            .find(&top.root, &top.snapshot, top.targets.clone(), name)
+            .await?;
+        if let Some(c) = cached
+            && check_file(name, &c, Some(t.length), &t.hashes).is_ok()
+        {
+            return Ok(c);
+        }
+        self.download(&top.root, name, t.length, &t.hashes).await
     }
 
     /// §5.3: walks `N+1.root.json` until there is none.
     async fn update_root(&self, trusted: &[u8]) -> Result<(Root, Vec<u8>), TufError> {
         let mut root = Root::parse(trusted)?;
+        // The trusted root meets its own threshold, or nothing is trusted.
+        root.verify(&root.meta, Role::Root)?;
         let mut bytes = trusted.to_vec();
         for _ in 0..MAX_ROOT_ROTATIONS {
             let next = root.meta.version + 1;
@@ -280,7 +322,6 @@ impl Update<'_> {
                 &want,
                 root.role(Role::Snapshot),
                 &root.keys,
-                true,
             )
             .await?;
         if let Some(old) = kept {
@@ -307,9 +348,9 @@ impl Update<'_> {
         Ok(new)
     }
 
-    /// §5.5/§5.6: the metadata of `role` (file `name`) that `want` names:
-    /// the kept copy if it is that version and verifies (top-level roles),
-    /// else downloaded, its length and hashes checked, signed by
+    /// §5.5/§5.6: the metadata of `role` (kept as `name`) that `want`
+    /// names: the kept copy if it is that version and verifies, else
+    /// downloaded, its length and hashes checked, signed by
     /// `delegation`'s threshold of `keys`, exactly that version, unexpired;
     /// with the bytes to keep when it was downloaded (the caller keeps
     /// them once its own checks pass).
@@ -322,15 +363,13 @@ impl Update<'_> {
         want: &MetaFile,
         delegation: &Delegation,
         keys: &std::collections::BTreeMap<String, crate::keys::PublicKey>,
-        keep: bool,
     ) -> Result<(Metadata, Option<Vec<u8>>), TufError> {
         let kind = if role == "snapshot" {
             Role::Snapshot
         } else {
             Role::Targets
         };
-        if keep
-            && let Ok(bytes) = std::fs::read(self.store.join(name))
+        if let Ok(bytes) = std::fs::read(self.store.join(name))
             && let Ok(m) = Metadata::parse(&bytes, kind)
             && m.version == want.version
             && m.verify(role, delegation, keys).is_ok()
@@ -338,11 +377,10 @@ impl Update<'_> {
             self.fresh(&m, role)?;
             return Ok((m, None));
         }
-        let stem = name.trim_end_matches(".json");
         let file = if root.consistent_snapshot {
-            format!("{}.{}.json", want.version, quote(stem))
+            format!("{}.{}.json", want.version, quote(role))
         } else {
-            format!("{}.json", quote(stem))
+            format!("{}.json", quote(role))
         };
         let max = want.length.unwrap_or(if kind == Role::Snapshot {
             SNAPSHOT_MAX
@@ -367,16 +405,15 @@ impl Update<'_> {
         Ok((m, Some(bytes)))
     }
 
-    /// §5.7: the target `name`, from the first targets role (pre-order,
-    /// delegations in order, a terminating one ending the search) that
-    /// lists it, downloaded and checked against its length and hashes.
+    /// §5.7: what the first targets role (pre-order, delegations in order,
+    /// a terminating one ending the search) that lists `name` says of it.
     async fn find(
         &self,
         root: &Root,
         snapshot: &Metadata,
         top: Metadata,
         name: &str,
-    ) -> Result<Vec<u8>, TufError> {
+    ) -> Result<super::meta::TargetFile, TufError> {
         // Roles still to visit: (role name, its metadata once loaded, or
         // who delegated to it with which keys).
         let mut pending: Vec<Pending> = vec![Pending::Loaded(top)];
@@ -393,15 +430,20 @@ impl Update<'_> {
                     delegation,
                     keys,
                 } => {
-                    let file = format!("{role}.json");
-                    let want = meta_file(&snapshot.signed, &file, "snapshot")?;
-                    self.update_metadata(root, &role, &file, &want, &delegation, &keys, false)
-                        .await?
-                        .0
+                    let want = meta_file(&snapshot.signed, &format!("{role}.json"), "snapshot")?;
+                    // Kept under its quoted name, as python-tuf keeps it.
+                    let kept = format!("{}.json", quote(&role));
+                    let (m, fetched) = self
+                        .update_metadata(root, &role, &kept, &want, &delegation, &keys)
+                        .await?;
+                    if let Some(bytes) = fetched {
+                        self.persist(&kept, &bytes)?;
+                    }
+                    m
                 }
             };
             if let Some(t) = target(&meta.signed, name)? {
-                return self.download(root, name, t.length, &t.hashes).await;
+                return Ok(t);
             }
             let (keys, roles) = delegations(&meta.signed)?;
             let keys = std::sync::Arc::new(keys);
