@@ -43,6 +43,21 @@ pub fn push_line(out: &mut String, line: std::fmt::Arguments<'_>) {
     out.push('\n');
 }
 
+/// Appends a message that may span lines (a YAML parser's diagnostic with
+/// its source excerpt): its first line after `prefix`, each further line
+/// indented by four spaces, every line escaped as [`push_line`] escapes it
+/// (so no line of it can pass for a line of its own).
+pub fn push_block(out: &mut String, prefix: std::fmt::Arguments<'_>, message: &str) {
+    let mut lines = message.lines();
+    push_line(
+        out,
+        format_args!("{prefix}{}", lines.next().unwrap_or_default()),
+    );
+    for l in lines {
+        push_line(out, format_args!("    {l}"));
+    }
+}
+
 /// `s` cut to at most `max` characters, with `…` where it was cut.
 pub fn truncate_chars(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
@@ -82,5 +97,22 @@ mod tests {
         let mut s = String::new();
         push_line(&mut s, format_args!("{}: {}", "f\nile", "ok"));
         assert_eq!(s, "f\\nile: ok\n");
+    }
+
+    /// A YAML parser's diagnostic (a message, then an excerpt of the file)
+    /// was printed as one line with literal `\n`s. Now each of its lines is
+    /// a line, indented under the first, still escaped.
+    #[test]
+    fn regression_a_multi_line_diagnostic_prints_as_indented_lines() {
+        let mut s = String::new();
+        push_block(
+            &mut s,
+            format_args!("{}: error: ", "bad.yaml"),
+            "invalid YAML: line 4\n --> <input>:4:5\n4 | spec:\u{1b}[2J",
+        );
+        assert_eq!(
+            s,
+            "bad.yaml: error: invalid YAML: line 4\n     --> <input>:4:5\n    4 | spec:\\u{1b}[2J\n"
+        );
     }
 }

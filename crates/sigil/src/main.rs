@@ -138,8 +138,25 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::from(cmd::EXIT_ERROR)
         }
     }
+}
+
+/// An error and its causes on one line, each cause once: a cause whose text
+/// an outer error already carries (`{context}: {source}`) is not repeated.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut s = String::new();
+    for cause in e.chain() {
+        let t = cause.to_string();
+        if s.contains(&t) {
+            continue;
+        }
+        if !s.is_empty() {
+            s.push_str(": ");
+        }
+        s.push_str(&t);
+    }
+    s
 }

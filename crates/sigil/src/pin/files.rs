@@ -1,7 +1,8 @@
 //! Which files `sigil pin` reads and how `--write` changes them: the walk
 //! (directories recursively, `*.yaml`/`*.yml`, hidden entries skipped,
 //! directory links not followed, every file once however many paths reach
-//! it, cycles impossible), and the write plan (links written through to
+//! it, cycles impossible, a link named like a manifest that dangles or
+//! loops an error naming it), and the write plan (links written through to
 //! their target, every directory checked writable before the first write,
 //! and on a failure mid-way exactly what was written). It decides nothing
 //! about images.
@@ -81,9 +82,16 @@ impl Walk {
             if hidden || (own.is_file() && !is_yaml(&e)) {
                 continue;
             }
-            // Where a link points (a dangling link is left alone).
-            let Ok(target) = std::fs::metadata(&e) else {
-                continue;
+            // Where a link points. A link named like a manifest that leads
+            // nowhere (dangling, or a loop) is an error naming it, as an
+            // unreadable file is: passing it over would let `--check` pass
+            // and `-w` report success with a manifest unread.
+            let target = match std::fs::metadata(&e) {
+                Ok(t) => t,
+                Err(err) if own.is_symlink() && is_yaml(&e) => {
+                    return Err(err).with_context(|| format!("{} (a link)", e.display()));
+                }
+                Err(_) => continue,
             };
             if target.is_dir() {
                 if own.is_symlink() {
@@ -319,7 +327,7 @@ mod tests {
         touch(&root.join(".hidden.yaml"));
         touch(&d.path().join("outside/o.yaml"));
         std::os::unix::fs::symlink("../outside/o.yaml", root.join("ext.yaml")).expect("link");
-        std::os::unix::fs::symlink("missing.yaml", root.join("dangling.yaml")).expect("link");
+        std::os::unix::fs::symlink("missing", root.join("dangling")).expect("link");
         std::os::unix::fs::symlink("../outside", root.join("dirlink")).expect("link");
         std::fs::create_dir_all(root.join("tree.yaml")).expect("a directory named like YAML");
         touch(&root.join("tree.yaml/inner.yml"));
@@ -334,6 +342,30 @@ mod tests {
         );
         assert_eq!(w.notes.len(), 1, "{:?}", w.notes);
         assert!(w.notes[0].contains("dirlink: directory link not followed"));
+    }
+
+    /// A link named like a manifest that loops (`self.yaml -> self.yaml`,
+    /// `a.yml <-> b.yml`) or dangles was passed over in silence: `--check`
+    /// passed and `-w` reported success with a manifest unread. Now the
+    /// walk fails naming it (exit 2), before anything is read or written.
+    #[test]
+    fn regression_a_looping_or_dangling_manifest_link_in_a_walked_directory_is_an_error() {
+        let cases: [(&str, &[(&str, &str)]); 3] = [
+            ("self.yaml", &[("self.yaml", "self.yaml")]),
+            ("a.yml", &[("a.yml", "b.yml"), ("b.yml", "a.yml")]),
+            ("gone.yaml", &[("gone.yaml", "missing.yaml")]),
+        ];
+        for (named, links) in cases {
+            let d = tempfile::tempdir().expect("tempdir");
+            touch(&d.path().join("ok.yaml"));
+            for (link, to) in links {
+                std::os::unix::fs::symlink(to, d.path().join(link)).expect("link");
+            }
+            let e = Walk::of(&[d.path().to_owned()])
+                .expect_err(named)
+                .to_string();
+            assert!(e.contains(&format!("{named} (a link)")), "{e}");
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! and its two renderings — the text lines (`file:line:column: …`) and the
 //! stable JSON document `--output json` prints (docs/pin.md).
 
-use sigil_core::text::push_line;
+use sigil_core::text::{push_block, push_line};
 
 use super::{ImageReport, Pinned, Status};
 
@@ -88,7 +88,7 @@ impl Report {
         let mut s = String::new();
         for f in &self.files {
             if let Some(e) = &f.error {
-                push_line(&mut s, format_args!("{}: error: {e}", f.path));
+                push_block(&mut s, format_args!("{}: error: ", f.path), e);
             }
             for n in &f.notes {
                 push_line(&mut s, format_args!("{}: note: {n}", f.path));

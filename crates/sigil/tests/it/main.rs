@@ -39,7 +39,7 @@ mod scripts;
 mod shipped;
 mod suites;
 mod trust;
-mod tuf_github;
+mod tuf_repositories;
 use sigil_testkit as support;
 mod verify;
 mod webhook;

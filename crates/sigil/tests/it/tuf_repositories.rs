@@ -1,9 +1,11 @@
-//! The built-in `github` trusted root kept current by `sigil serve` from a
-//! TUF repository python-tuf made in GitHub's layout (tuf-on-ci's key IDs,
-//! which a client that recomputes them refuses): a new authority, an
-//! authority's end date and a root rotation published there reach the
-//! verdicts of a policy naming `trustRoot: github`, and `sigil trust-root
-//! show github` says where the root in force came from and when.
+//! Both built-in trusted roots kept current by `sigil serve` from TUF
+//! repositories python-tuf made (`scripts/tuf-repo.py`): `github` from one
+//! in GitHub's layout (tuf-on-ci's key IDs, which a client that recomputes
+//! them refuses) — a new authority, an authority's end date and a root
+//! rotation published there reach the verdicts of a policy naming
+//! `trustRoot: github`, and `sigil trust-root show github` says where the
+//! root in force came from and when — and `public-good` from one in
+//! Sigstore's layout (root-signing's key IDs, a delegated role).
 
 use std::time::{Duration, Instant};
 
@@ -16,14 +18,14 @@ use crate::support::sigstore::{GITHUB_ISSUER, GITHUB_WORKFLOW, KeylessWorld, Sig
 const API: &str = "https://github.com/acme/api";
 const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
-/// Waits (at most 20 s) until the github root has changed `n` times.
-async fn wait_changes(sigil: &Sigil, n: f64) {
+/// Waits (at most 20 s) until the root `name` has changed `n` times.
+async fn wait_changes_of(sigil: &Sigil, name: &str, n: f64) {
     let until = Instant::now() + Duration::from_secs(20);
     loop {
         let got = sigil
             .counter(
                 "sigil_trust_root_refresh_total",
-                &[("trust_root", "github"), ("result", "changed")],
+                &[("trust_root", name), ("result", "changed")],
             )
             .await;
         if got >= n {
@@ -31,11 +33,16 @@ async fn wait_changes(sigil: &Sigil, n: f64) {
         }
         assert!(
             Instant::now() < until,
-            "the github root changed {got} times, not {n}:\n{}",
+            "the {name} root changed {got} times, not {n}:\n{}",
             sigil.logs()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Waits (at most 20 s) until the github root has changed `n` times.
+async fn wait_changes(sigil: &Sigil, n: f64) {
+    wait_changes_of(sigil, "github", n).await;
 }
 
 /// `sigil ARGS` on a blocking thread, so this test's servers keep serving.
@@ -197,4 +204,59 @@ async fn the_github_root_follows_a_tuf_repository_in_githubs_layout() {
         ),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn the_public_good_root_follows_a_tuf_repository_in_sigstores_layout() {
+    let w = KeylessWorld::start().await;
+    let (reg, ss) = (&w.registry, &w.sigstore);
+    let h = reg.host();
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let d = reg.push_image("kl/a", "v1").await;
+    let payload = crate::support::signing::simple_signing(&format!("{h}/kl/a"), &d);
+    let k = ss.sign(
+        &payload,
+        GITHUB_WORKFLOW,
+        GITHUB_ISSUER,
+        now - 3600,
+        now - 3540,
+        None,
+    );
+    crate::support::signing::push_legacy(reg, "kl/a", &d, vec![k.layer(payload)]).await;
+    let repo = PyRepo::init("sigstore", &ss.trusted_root().to_string()).await;
+    let bootstrap = repo.bootstrap_path();
+    let policy = format!(
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {{name: kl}}\nspec:\n  registries:\n    - {{host: \"{h}\", insecure: true}}\n  rules:\n    - name: ci\n      match: [\"{h}/kl/**\"]\n      verify:\n        - name: ci\n          cosign:\n            keyless: {{issuer: \"{GITHUB_ISSUER}\", subject: \"{GITHUB_WORKFLOW}\"}}\n"
+    );
+    let sigil = Sigil::start(
+        Some(&policy),
+        &[
+            "--tuf-mirror",
+            &repo.url(),
+            "--tuf-root",
+            bootstrap.to_str().unwrap(),
+            "--trust-root-refresh",
+            "1s",
+        ],
+    )
+    .await;
+    wait_changes_of(&sigil, "public-good", 1.0).await;
+    let got = sigil
+        .apiserver()
+        .create_pod("team", &[&format!("{h}/kl/a:v1")])
+        .await;
+    assert!(
+        got.allowed,
+        "signed by the instance the repository publishes: {}",
+        got.message
+    );
+    // Its root keys rotated and another instance published: followed.
+    repo.rotate_root();
+    repo.publish(&Sigstore::new().trusted_root().to_string());
+    wait_changes_of(&sigil, "public-good", 2.0).await;
+    let got = sigil
+        .apiserver()
+        .create_pod("team", &[&format!("{h}/kl/a:v1")])
+        .await;
+    assert!(!got.allowed, "the first instance is no longer published");
 }
