@@ -361,6 +361,7 @@ fn reason_of(d: &Denial) -> Reason {
         | Denial::NoRule
         | Denial::StaticDeny { .. }
         | Denial::TooManyLookups { .. } => Reason::Denied,
+        Denial::Unresolved { .. } if d.not_at_mirror() => Reason::NotMirrored,
         Denial::Unresolved { .. } => Reason::Unresolvable,
         Denial::Unverified { report, .. } if report.only_attestations_failed() => {
             Reason::Attestation

@@ -156,6 +156,9 @@ pub fn decide(policy: &Policy, image: &str) -> Option<Verdict> {
         plan.rewritten() && !plan.failover.as_ref().is_some_and(|f| f.fallback);
     let why = match plan.step {
         crate::policy::Step::Deny => Why::Deny,
+        // Pinned already, at the origin where the policy says a mirror:
+        // only its place is wrong (sigil asks the mirror for the digest).
+        crate::policy::Step::Resolve if plan.target.digest().is_some() => Why::NoMirror,
         crate::policy::Step::Resolve => Why::NoDigest,
         crate::policy::Step::Keep if at_origin_by_policy => Why::NoMirror,
         crate::policy::Step::Keep => return Some(Verdict::Ok),

@@ -101,6 +101,12 @@ impl Denial {
         }
     }
 
+    /// Whether an image pinned by digest was to move to a mirror that does
+    /// not serve that digest (so writing it there would not pull).
+    pub fn not_at_mirror(&self) -> bool {
+        matches!(self, Denial::Unresolved { target, failure: ResolveFailure::NotFound { .. }, .. } if target.contains('@'))
+    }
+
     /// Whether the refusal comes from not being able to look something up
     /// (the tag, or the signatures), rather than from what was found.
     pub fn lookup_failed(&self) -> bool {
@@ -122,6 +128,17 @@ impl Denial {
             Denial::StaticDeny { rule, source } => {
                 format!("is denied by rule {rule:?}{}", of(source))
             }
+            // A digest asked of the mirror it was to be moved to.
+            Denial::Unresolved {
+                target, failure, ..
+            } if self.not_at_mirror() => format!(
+                "is pinned by digest, and the mirror does not serve that digest: asked {target}: {failure}"
+            ),
+            Denial::Unresolved {
+                target, failure, ..
+            } if target.contains('@') => format!(
+                "is pinned by digest, and the mirror could not be asked for it: {target}: {failure}"
+            ),
             Denial::Unresolved {
                 target, failure, ..
             } => format!("could not be pinned: resolving {target}: {failure}"),
@@ -170,6 +187,9 @@ impl Denial {
             }
             Denial::StaticDeny { .. } => {
                 "use an image the policy allows, or ask the platform team to change the rule"
+            }
+            Denial::Unresolved { .. } if self.not_at_mirror() => {
+                "copy the image to the mirror (sigil mirror, or mirrors[].copy), or let the mirror fall back to the origin (fallback: origin)"
             }
             Denial::Unresolved { failure, .. } => failure.hint(),
             Denial::TooManyLookups { .. } => {

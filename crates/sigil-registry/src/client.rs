@@ -157,12 +157,17 @@ pub(crate) struct Lookup<'a> {
 }
 
 impl Lookup<'_> {
-    /// Resolves one reference with a tag to the digest its registry serves.
+    /// Resolves one reference with a tag to the digest its registry serves;
+    /// a reference with a digest is confirmed served as it is
+    /// ([`Lookup::confirm`]).
     pub(crate) async fn resolve(
         &self,
         target: &Reference,
         platform: Option<&Platform>,
     ) -> Result<Digest, ResolveFailure> {
+        if let Some(d) = target.digest() {
+            return self.confirm(target, d).await;
+        }
         let domain = target.domain();
         let url = format!(
             "{}://{}/v2/{}/manifests/{}",
@@ -213,6 +218,44 @@ impl Lookup<'_> {
             None => Ok(computed),
             Some(p) => pick_platform(&r.body, p, computed),
         }
+    }
+
+    /// Asks the registry for the manifest `digest` of `target`'s repository
+    /// (HEAD, a GET only to tell which part is unknown): before an image
+    /// pinned by digest is written at a mirror, the mirror must serve that
+    /// digest, or the reference would not pull.
+    async fn confirm(&self, target: &Reference, digest: &Digest) -> Result<Digest, ResolveFailure> {
+        let domain = target.domain();
+        let url = format!(
+            "{}://{}/v2/{}/manifests/{}",
+            self.host.scheme,
+            api_host(domain),
+            target.path(),
+            digest.as_str()
+        );
+        let scope = format!("repository:{}:pull", target.path());
+        let r = self.send(Method::HEAD, &url, domain, &scope).await?;
+        if r.status == StatusCode::OK {
+            if let Some(h) = r
+                .headers
+                .get("docker-content-digest")
+                .and_then(|v| v.to_str().ok())
+                && h.trim() != digest.as_str()
+            {
+                return Err(ResolveFailure::BadResponse {
+                    detail: format!("asked for {digest}, the registry answered {h}"),
+                });
+            }
+            return Ok(digest.clone());
+        }
+        if r.status != StatusCode::NOT_FOUND {
+            return Err(failure_for(&r));
+        }
+        let r = self.send(Method::GET, &url, domain, &scope).await?;
+        if r.status == StatusCode::OK {
+            return Ok(digest.clone());
+        }
+        Err(failure_for(&r))
     }
 
     /// GETs a registry path under `/v2/<name>/`; 404 is `Ok(None)`.

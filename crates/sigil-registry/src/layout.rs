@@ -183,6 +183,17 @@ impl DigestResolver for Layouts {
         _creds: &PullCredentials,
         _deadline: Instant,
     ) -> Result<Digest, ResolveFailure> {
+        // A digest: is its manifest in the repository's layout?
+        if let Some(d) = target.digest() {
+            let dir = self.dir(target)?;
+            return match Layouts::read_blob(&dir, d, MAX_MANIFEST)? {
+                Some(_) => Ok(d.clone()),
+                None => Err(not_found(format!(
+                    "manifest {d} of {} is not in its layout",
+                    target.name()
+                ))),
+            };
+        }
         let tag = target.tag().unwrap_or("latest");
         let (dir, entry) = self.tagged(target, tag)?;
         let digest = Digest::parse(&entry.digest)

@@ -103,7 +103,11 @@ impl Key {
             .part(target.domain())
             .part(target.path())
             .part(target.tag_or_latest());
-        match platform {
+        // A reference with a digest is a question about that digest.
+        if let Some(d) = target.digest() {
+            k.part(d.as_str());
+        }
+        match platform.filter(|_| target.digest().is_none()) {
             None => k.part(""),
             Some(p) => k
                 .part(&p.os)
@@ -406,9 +410,9 @@ impl DigestResolver for Registry {
         creds: &PullCredentials,
         deadline: Instant,
     ) -> Result<Digest, ResolveFailure> {
-        if let Some(d) = target.digest() {
-            return Ok(d.clone());
-        }
+        // A digest is asked about as it is (is it served there?), whatever
+        // the platform: a pinned digest is never swapped for another.
+        let platform = platform.filter(|_| target.digest().is_none());
         self.with_candidates(target, creds, |c| {
             self.resolve_cached(target, platform, c, deadline)
         })

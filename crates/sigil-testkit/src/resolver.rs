@@ -55,8 +55,12 @@ impl FakeResolver {
         self.calls.load(Ordering::Relaxed)
     }
 
-    /// The digest this resolver answers for `target`.
+    /// The digest this resolver answers for `target` (its own digest, for a
+    /// reference that has one).
     pub fn digest_of(&self, target: &Reference) -> Digest {
+        if let Some(d) = target.digest() {
+            return d.clone();
+        }
         match &self.fixed {
             Some(d) => d.clone(),
             None => {

@@ -204,8 +204,8 @@ fn result_for(r: &ImageReport, items: &[Value]) -> Option<KrmResult> {
     let severity = match r.status {
         Status::Denied => "error",
         Status::Warning | Status::NeedsRegistry => "warning",
-        // Pinned with something to know (a mirror fallback): a warning.
-        Status::Pinned | Status::Rewritten if r.message.is_some() => "warning",
+        // Pinned or kept with something to know (a mirror fallback): a warning.
+        Status::Ok | Status::Pinned | Status::Rewritten if r.message.is_some() => "warning",
         Status::Ok | Status::Pinned | Status::Rewritten => return None,
     };
     let obj = r.item.and_then(|i| items.get(i));

@@ -107,6 +107,9 @@ fn expected(policy: &Policy, image: &str) -> String {
                 plan.rewritten() && !plan.failover.as_ref().is_some_and(|f| f.fallback);
             match plan.step {
                 crate::policy::Step::Deny => format!("{kind} deny {}", plan.rule),
+                crate::policy::Step::Resolve if plan.target.digest().is_some() => {
+                    format!("{kind} nomirror {}", plan.rule)
+                }
                 crate::policy::Step::Resolve => format!("{kind} nodigest {}", plan.rule),
                 crate::policy::Step::Keep if at_origin_by_policy => {
                     format!("{kind} nomirror {}", plan.rule)

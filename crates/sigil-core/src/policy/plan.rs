@@ -118,9 +118,13 @@ impl Policy {
             // manifest sigil pinned): keep the mirror or origin that served it.
             target = reference.clone();
         }
+        let moved = target.domain() != reference.domain() || target.path() != reference.path();
         let step = match rule.action {
             Action::Deny => Step::Deny,
             Action::Allow => Step::Keep,
+            // A digest moved to a mirror is asked for there first: written
+            // where no registry serves it, it would never pull.
+            Action::Pin if target.digest().is_some() && moved => Step::Resolve,
             Action::Pin if target.digest().is_some() => Step::Keep,
             Action::Pin => Step::Resolve,
         };
@@ -159,6 +163,10 @@ impl Plan {
     /// Keeps the user's spelling when only a digest is added.
     pub fn final_image(&self, digest: Option<&reference::Digest>) -> String {
         match digest {
+            // Already pinned: written as it is, at the mirror.
+            Some(_) if self.rewritten() && self.target.digest().is_some() => {
+                self.target.to_string()
+            }
             Some(d) if self.rewritten() => self.target.pinned_string(d),
             Some(d) => {
                 let w = self.written.trim();

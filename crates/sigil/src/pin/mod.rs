@@ -318,24 +318,24 @@ pub async fn decide_targets<R: DigestResolver>(
 
 /// Renders one field's verdict as a report status, the new value, and the message.
 fn report_of(v: &FieldVerdict, object: &ObjectRef) -> (Status, Option<String>, Option<String>) {
+    // No mirror had it: pinned (or kept) at the origin, which the user
+    // should know.
+    let fell_back = || {
+        v.fallback.as_ref().map(|f| {
+            format!(
+                "image {:?} in {} of {object}: {}",
+                v.field.value,
+                v.field.describe(),
+                f.why
+            )
+        })
+    };
     match &v.outcome {
-        Outcome::Unchanged { .. } => (Status::Ok, None, None),
+        Outcome::Unchanged { .. } => (Status::Ok, None, fell_back()),
         Outcome::Changed {
             new, pinned: None, ..
         } => (Status::Rewritten, Some(new.clone()), None),
-        Outcome::Changed { new, .. } => (
-            Status::Pinned,
-            Some(new.clone()),
-            // No mirror had it: pinned at the origin, which the user should know.
-            v.fallback.as_ref().map(|f| {
-                format!(
-                    "image {:?} in {} of {object}: {}",
-                    v.field.value,
-                    v.field.describe(),
-                    f.why
-                )
-            }),
-        ),
+        Outcome::Changed { new, .. } => (Status::Pinned, Some(new.clone()), fell_back()),
         Outcome::NeedsLookup { new, .. } => (
             Status::NeedsRegistry,
             new.clone(),

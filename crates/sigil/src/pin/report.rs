@@ -96,8 +96,10 @@ impl Report {
             for i in &f.images {
                 let loc = format!("{}:{}:{}", f.path, i.line, i.column);
                 let what = format!("{} {}", i.object, i.describe);
-                if let (Status::Pinned | Status::Rewritten, Some(m)) = (i.status, &i.message) {
-                    // Pinned, with something to know (a mirror fallback).
+                if let (Status::Ok | Status::Pinned | Status::Rewritten, Some(m)) =
+                    (i.status, &i.message)
+                {
+                    // Pinned or kept, with something to know (a mirror fallback).
                     push_line(&mut s, format_args!("{loc}: warning: {m}"));
                 }
                 match (i.status, &i.new, &i.message) {

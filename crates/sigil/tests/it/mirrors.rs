@@ -5,7 +5,8 @@
 //! image, `fallback: origin` pins the origin with a warning, an audit
 //! annotation and a metric, without it the object is denied naming every
 //! mirror; a mirror serving another digest for the tag is refused under
-//! `requireSameDigest`.
+//! `requireSameDigest`; an image pinned by digest moves to a mirror only
+//! when the mirror serves that digest.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -303,4 +304,101 @@ async fn a_fallback_is_verified_at_the_origin() {
         .await;
     assert!(!got.allowed, "{}", got.message);
     assert!(got.message.contains("release"), "{}", got.message);
+}
+
+/// An image already pinned by digest (`controller:v1.15.1@sha256:…`) was
+/// rewritten to its mirror without asking the mirror: `-w` exited 0 and
+/// `--check` then passed, with a reference no registry serves (and the
+/// webhook admitted a Pod that stuck in ErrImagePull). Now the mirror is
+/// asked for the digest first: it is written at the mirror only when the
+/// mirror serves it; otherwise the object is refused naming the mirror, or
+/// kept at the origin with a warning under `fallback: origin`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_pinned_image_is_never_rewritten_to_a_mirror_that_lacks_its_digest() {
+    let (origin, a, _) = registries().await;
+    let (o, ha) = (origin.host(), a.host());
+    let d = push_same(&origin, "team/app", "v1", "app v1").await;
+    let pinned = format!("{o}/team/app:v1@{d}");
+    let dir = tempfile::tempdir().unwrap();
+    let pin = |p: &str, args: &[&str]| {
+        let file = dir.path().join("policy.yaml");
+        std::fs::write(&file, p).unwrap();
+        let manifest = dir.path().join("pod.yaml");
+        std::fs::write(
+            &manifest,
+            format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: shop}}\nspec:\n  containers:\n    - name: app\n      image: {pinned}\n"),
+        )
+        .unwrap();
+        let mut all = vec!["pin", "--policy", file.to_str().unwrap()];
+        all.extend(args);
+        all.push(manifest.to_str().unwrap());
+        let out = crate::support::sigil::run_sigil(&all, None);
+        let written = std::fs::read_to_string(&manifest).unwrap();
+        (out, written)
+    };
+    // The mirror lacks it: refused, naming the mirror; nothing written.
+    let p = policy(&o, &[&o, &ha], &format!("to: \"{ha}/m\""));
+    let (out, written) = pin(&p, &["-w"]);
+    let stderr = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the mirror does not serve that digest")
+            && stderr.contains(&format!("{ha}/m/team/app:v1@{d}")),
+        "{stderr}"
+    );
+    assert!(written.contains(&pinned), "{written}");
+    let (out, _) = pin(&p, &["--check"]);
+    assert_eq!(out.status.code(), Some(1));
+    let (s, got) = start_and_create(&p, &pinned).await;
+    assert!(
+        !got.allowed,
+        "the webhook admitted a digest its mirror lacks"
+    );
+    assert!(
+        got.message.contains("copy the image to the mirror"),
+        "{}",
+        got.message
+    );
+    drop(s);
+    // With fallback: kept at the origin (sigil cannot tell it from an image
+    // it pinned there itself when no mirror had it; the audit reports it
+    // once a mirror has it).
+    let fb = policy(
+        &o,
+        &[&o, &ha],
+        &format!("to: [\"{ha}/m\"], fallback: origin"),
+    );
+    let (out, written) = pin(&fb, &["-w"]);
+    let stderr = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(written.contains(&pinned), "{written}");
+    assert!(stderr.contains("1 already final"), "{stderr}");
+    // The mirror has it: written at the mirror, and the result is final.
+    push_same(&a, "m/team/app", "v1", "app v1").await;
+    let (out, written) = pin(&p, &["-w"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        written.contains(&format!("image: {ha}/m/team/app:v1@{d}")),
+        "{written}"
+    );
+    let (s, got) = start_and_create(&p, &pinned).await;
+    assert!(got.allowed, "{}", got.message);
+    assert_eq!(
+        got.object["spec"]["containers"][0]["image"],
+        format!("{ha}/m/team/app:v1@{d}").as_str()
+    );
+    drop(s);
 }
