@@ -148,6 +148,19 @@ class Repo:
         with open(out, "wb") as f:
             f.write(data)
 
+    def delegate(self, t, meta, version, role, paths, path, data):
+        """Delegates `paths` from targets `t` to `role` (terminating, the
+        delegate key), whose metadata of `version` holds `path` = `data`."""
+        d = Targets(version=version, expires=now() + timedelta(days=365))
+        self.add_target(d, path, data)
+        self.write(f"{version}.{role}.json", Metadata(d), self.keys("delegate"))
+        meta[f"{role}.json"] = MetaFile(version=version)
+        dk = self.keys("delegate")
+        t.delegations = Delegations(
+            keys={k["keyid"]: public(k) for k in dk},
+            roles={role: DelegatedRole(role, [k["keyid"] for k in dk], 1, True, paths=[paths])},
+        )
+
     def publish(self, target, timestamp_expires=timedelta(days=7)):
         layout = self.s["layout"]
         latest = self.latest("targets")
@@ -155,33 +168,11 @@ class Repo:
         meta = {}
         t = Targets(version=tv, expires=now() + timedelta(days=365))
         if layout == "delegated":
-            dv = tv
-            d = Targets(version=dv, expires=now() + timedelta(days=365))
-            self.add_target(d, TARGET, target)
-            self.write(f"{dv}.sigstore.json", Metadata(d), self.keys("delegate"))
-            meta["sigstore.json"] = MetaFile(version=dv)
-            dk = self.keys("delegate")
-            t.delegations = Delegations(
-                keys={k["keyid"]: public(k) for k in dk},
-                roles={"sigstore": DelegatedRole("sigstore", [k["keyid"] for k in dk], 1, True, paths=["*.json"])},
-            )
+            self.delegate(t, meta, tv, "sigstore", "*.json", TARGET, target)
         else:
             self.add_target(t, TARGET, target)
         if layout == "sigstore":
-            npm = b'{"keys": []}\n'
-            n = Targets(version=tv, expires=now() + timedelta(days=365))
-            self.add_target(n, NPM_TARGET, npm)
-            self.write(f"{tv}.registry.npmjs.org.json", Metadata(n), self.keys("delegate"))
-            meta["registry.npmjs.org.json"] = MetaFile(version=tv)
-            dk = self.keys("delegate")
-            t.delegations = Delegations(
-                keys={k["keyid"]: public(k) for k in dk},
-                roles={
-                    "registry.npmjs.org": DelegatedRole(
-                        "registry.npmjs.org", [k["keyid"] for k in dk], 1, True, paths=["registry.npmjs.org/*"]
-                    )
-                },
-            )
+            self.delegate(t, meta, tv, "registry.npmjs.org", "registry.npmjs.org/*", NPM_TARGET, b'{"keys": []}\n')
         self.write(f"{tv}.targets.json", Metadata(t), self.keys("targets"))
         meta["targets.json"] = MetaFile(version=tv)
         s = Snapshot(version=tv, expires=now() + timedelta(days=30), meta=meta)

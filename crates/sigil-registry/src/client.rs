@@ -156,6 +156,13 @@ pub(crate) struct Lookup<'a> {
     pub(crate) budget: Duration,
 }
 
+/// The `Docker-Content-Digest` a registry answered with, if readable.
+fn content_digest(headers: &http::HeaderMap) -> Option<&str> {
+    headers
+        .get("docker-content-digest")
+        .and_then(|v| v.to_str().ok())
+}
+
 impl Lookup<'_> {
     /// Resolves one reference with a tag to the digest its registry serves;
     /// a reference with a digest is confirmed served as it is
@@ -180,11 +187,7 @@ impl Lookup<'_> {
         if platform.is_none() {
             let r = self.send(Method::HEAD, &url, domain, &scope).await?;
             if r.status == StatusCode::OK {
-                if let Some(d) = r
-                    .headers
-                    .get("docker-content-digest")
-                    .and_then(|v| v.to_str().ok())
-                {
+                if let Some(d) = content_digest(&r.headers) {
                     return Digest::parse(d.trim()).map_err(|e| ResolveFailure::BadResponse {
                         detail: format!("Docker-Content-Digest {d:?}: {e}"),
                     });
@@ -201,10 +204,7 @@ impl Lookup<'_> {
             return Err(failure_for(&r));
         }
         let computed = Digest::from_sha256(&Sha256::digest(&r.body).into());
-        if let Some(h) = r
-            .headers
-            .get("docker-content-digest")
-            .and_then(|v| v.to_str().ok())
+        if let Some(h) = content_digest(&r.headers)
             && h.trim().starts_with("sha256:")
             && h.trim() != computed.as_str()
         {
@@ -236,10 +236,7 @@ impl Lookup<'_> {
         let scope = format!("repository:{}:pull", target.path());
         let r = self.send(Method::HEAD, &url, domain, &scope).await?;
         if r.status == StatusCode::OK {
-            if let Some(h) = r
-                .headers
-                .get("docker-content-digest")
-                .and_then(|v| v.to_str().ok())
+            if let Some(h) = content_digest(&r.headers)
                 && h.trim() != digest.as_str()
             {
                 return Err(ResolveFailure::BadResponse {

@@ -106,3 +106,48 @@ impl Case {
             .map(|s| s.trim().to_owned())
     }
 }
+
+/// A disagreement between sigil and another verifier on one case: (case,
+/// sigil accepts, the other accepts, both answers).
+pub type Found = (String, bool, bool, String);
+
+/// A triaged disagreement: (case, sigil accepts, the other accepts, who is
+/// right and why).
+pub type Triaged = (&'static str, bool, bool, &'static str);
+
+/// Records a disagreement between sigil's verdict `a` and the other's `b`.
+pub fn disagreement<T: std::fmt::Debug, U: std::fmt::Debug>(
+    found: &mut Vec<Found>,
+    name: impl Into<String>,
+    a: &Result<T, String>,
+    b: &Result<U, String>,
+) {
+    if a.is_ok() != b.is_ok() {
+        found.push((
+            name.into(),
+            a.is_ok(),
+            b.is_ok(),
+            format!("sigil {a:?}; the other {b:?}"),
+        ));
+    }
+}
+
+/// The disagreements found are exactly the triaged ones: a new one, or a
+/// verifier changing its mind, fails with both answers.
+pub fn assert_triaged(found: &[Found], triaged: &[Triaged]) {
+    let got: Vec<(&str, bool, bool)> = found
+        .iter()
+        .map(|(n, a, b, _)| (n.as_str(), *a, *b))
+        .collect();
+    let want: Vec<(&str, bool, bool)> = triaged.iter().map(|(n, a, b, _)| (*n, *a, *b)).collect();
+    assert_eq!(
+        got,
+        want,
+        "disagreements changed:\n{}",
+        found
+            .iter()
+            .map(|(n, _, _, d)| format!("{n}: {d}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

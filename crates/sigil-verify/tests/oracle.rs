@@ -11,7 +11,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use sigil_testkit::conformance::{self, Case};
+use sigil_testkit::conformance::{self, Case, Triaged, assert_triaged, disagreement};
 use sigil_verify::bundle::{Artifact, Matcher, Requirements, Signer};
 use sigil_verify::keys::PublicKey;
 use sigil_verify::trust::TrustedRoot;
@@ -20,46 +20,7 @@ use sigstore_verify::{PublicKeyVerificationPolicy, VerificationPolicy};
 
 /// Cases where the two verifiers disagree, with the triage: who is right
 /// and why. (case, sigil accepts, sigstore-verify accepts, why).
-const TRIAGED: &[(&str, bool, bool, &str)] = &[];
-
-/// A disagreement: (case, sigil accepts, sigstore-verify accepts, both answers).
-type Found = (String, bool, bool, String);
-
-/// Records a disagreement between sigil's verdict `a` and sigstore-verify's `b`.
-fn disagreement<T: std::fmt::Debug, U: std::fmt::Debug>(
-    found: &mut Vec<Found>,
-    name: impl Into<String>,
-    a: &Result<T, String>,
-    b: &Result<U, String>,
-) {
-    if a.is_ok() != b.is_ok() {
-        found.push((
-            name.into(),
-            a.is_ok(),
-            b.is_ok(),
-            format!("sigil {a:?}; sigstore-verify {b:?}"),
-        ));
-    }
-}
-
-/// The disagreements found are exactly the triaged ones.
-fn assert_triaged(found: &[Found], triaged: &[(&str, bool, bool, &str)]) {
-    let got: Vec<(&str, bool, bool)> = found
-        .iter()
-        .map(|(n, a, b, _)| (n.as_str(), *a, *b))
-        .collect();
-    let want: Vec<(&str, bool, bool)> = triaged.iter().map(|(n, a, b, _)| (*n, *a, *b)).collect();
-    assert_eq!(
-        got,
-        want,
-        "disagreements changed:\n{}",
-        found
-            .iter()
-            .map(|(n, _, _, d)| format!("{n}: {d}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-}
+const TRIAGED: &[Triaged] = &[];
 
 /// The public-good root, the suite's default.
 fn public_good_root() -> String {
@@ -169,7 +130,7 @@ fn sigil_and_the_sigstore_projects_verifier_agree_on_every_conformance_bundle() 
 
 /// Cases where the two disagree on the attestation vectors (real bundles
 /// made by GitHub, slsa-github-generator and sigstore-js), triaged as above.
-const TRIAGED_ATTESTATIONS: &[(&str, bool, bool, &str)] = &[];
+const TRIAGED_ATTESTATIONS: &[Triaged] = &[];
 
 /// The real attestation bundles that name their artifact: both verifiers
 /// on the bundle, the artifact's bytes and the signer's exact identity.
@@ -397,7 +358,7 @@ fn sigil_and_the_sigstore_projects_verifier_agree_on_every_registry_algorithm() 
 }
 
 /// Disagreements on the registry's algorithms, triaged.
-const TRIAGED_ALGORITHMS: &[(&str, bool, bool, &str)] = &[
+const TRIAGED_ALGORITHMS: &[Triaged] = &[
     (
         "ECDSA_P384_SHA_384 artifact",
         true,
@@ -513,7 +474,7 @@ fn sigil_and_the_sigstore_projects_verifier_agree_on_sigstore_gos_bundles() {
 }
 
 /// Disagreements on sigstore-go's bundles, triaged.
-const TRIAGED_SIGSTORE_GO: &[(&str, bool, bool, &str)] = &[(
+const TRIAGED_SIGSTORE_GO: &[Triaged] = &[(
     "othername artifact",
     true,
     false,

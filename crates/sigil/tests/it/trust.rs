@@ -28,21 +28,31 @@ async fn push_signed_by(w: &KeylessWorld, ss: &Sigstore, repo: &str) -> String {
 }
 
 async fn refreshes(sigil: &Sigil, result: &str) -> f64 {
+    refreshes_of(sigil, "public-good", result).await
+}
+
+/// How many refreshes of the root `root` ended with `result`.
+async fn refreshes_of(sigil: &Sigil, root: &str, result: &str) -> f64 {
     sigil
         .counter(
             "sigil_trust_root_refresh_total",
-            &[("trust_root", "public-good"), ("result", result)],
+            &[("trust_root", root), ("result", result)],
         )
         .await
 }
 
-/// Waits (at most 20 s) until the `result` refresh count reaches `n`.
+/// Waits (at most 20 s) until the public-good `result` refresh count reaches `n`.
 async fn wait_refreshes(sigil: &Sigil, result: &str, n: f64) {
+    wait_refreshes_of(sigil, "public-good", result, n).await;
+}
+
+/// Waits (at most 20 s) until the root `root`'s `result` refresh count reaches `n`.
+pub(crate) async fn wait_refreshes_of(sigil: &Sigil, root: &str, result: &str, n: f64) {
     let until = Instant::now() + Duration::from_secs(20);
-    while refreshes(sigil, result).await < n {
+    while refreshes_of(sigil, root, result).await < n {
         assert!(
             Instant::now() < until,
-            "no {result} refresh #{n}:\n{}",
+            "no {result} refresh #{n} of {root}:\n{}",
             sigil.logs()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -7,8 +7,6 @@
 //! root in force came from and when — and `public-good` from one in
 //! Sigstore's layout (root-signing's key IDs, a delegated role).
 
-use std::time::{Duration, Instant};
-
 use crate::support::attestations::{self as att, SLSA_V1};
 use crate::support::github::{Registry, push_to_registry};
 use crate::support::pytuf::PyRepo;
@@ -20,24 +18,7 @@ const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
 /// Waits (at most 20 s) until the root `name` has changed `n` times.
 async fn wait_changes_of(sigil: &Sigil, name: &str, n: f64) {
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        let got = sigil
-            .counter(
-                "sigil_trust_root_refresh_total",
-                &[("trust_root", name), ("result", "changed")],
-            )
-            .await;
-        if got >= n {
-            return;
-        }
-        assert!(
-            Instant::now() < until,
-            "the {name} root changed {got} times, not {n}:\n{}",
-            sigil.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::trust::wait_refreshes_of(sigil, name, "changed", n).await;
 }
 
 /// Waits (at most 20 s) until the github root has changed `n` times.
