@@ -616,36 +616,3 @@ fn a_team_policy_adds_attestation_requirements() {
     let err = Policy::from_documents(&bad).unwrap_err().to_string();
     assert!(err.contains("a deny rule verifies nothing"), "{err}");
 }
-
-/// An image pinned by digest was moved to its mirror with no lookup, so a
-/// reference no registry served could be written. Now a digest moved to a
-/// mirror is a lookup there (of that digest, kept as it is: tag, no tag);
-/// a digest already at its mirror, or not moved, is kept as before.
-#[test]
-fn regression_a_digest_moved_to_a_mirror_is_asked_for_there() {
-    let p = Policy::from_yaml(
-        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nspec:\n  mirrors: [{from: registry.k8s.io, to: mirror.example.com/k8s}]\n  rules: [{name: all, match: [\"**\"]}]\n",
-    )
-    .unwrap();
-    let d = format!("sha256:{}", "ab".repeat(32));
-    let digest = reference::Digest::parse(&d).unwrap();
-    for (written, at_mirror) in [
-        (
-            format!("registry.k8s.io/ingress-nginx/controller:v1.15.1@{d}"),
-            format!("mirror.example.com/k8s/ingress-nginx/controller:v1.15.1@{d}"),
-        ),
-        (
-            format!("registry.k8s.io/pause@{d}"),
-            format!("mirror.example.com/k8s/pause@{d}"),
-        ),
-    ] {
-        let plan = p.plan(&written).unwrap();
-        assert_eq!(plan.step, Step::Resolve, "{written}");
-        assert_eq!(plan.target.to_string(), at_mirror);
-        assert_eq!(plan.final_image(Some(&digest)), at_mirror);
-        let again = p.plan(&at_mirror).unwrap();
-        assert_eq!(again.step, Step::Keep, "{at_mirror}");
-    }
-    let elsewhere = format!("quay.io/app@{d}");
-    assert_eq!(p.plan(&elsewhere).unwrap().step, Step::Keep);
-}
