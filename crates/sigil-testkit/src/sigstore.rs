@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::signing::{Layer, Signer, b64, pem};
 use crate::timestamp::rfc3161;
+pub use crate::timestamp::{der, der_oid, seq};
 
 /// A Fulcio-like CA and a Rekor-like log, written out as a trusted_root.json.
 pub struct Sigstore {
@@ -378,47 +379,6 @@ fn signed_note(
     }
     out.push_str(&format!("\u{2014} {name} {}\n", b64(&sig)));
     out
-}
-
-/// DER: `tag`, definite length, `content`.
-pub fn der(tag: u8, content: &[u8]) -> Vec<u8> {
-    let n = content.len();
-    let mut out = vec![tag];
-    if n < 0x80 {
-        out.push(n as u8);
-    } else {
-        let b: Vec<u8> = n
-            .to_be_bytes()
-            .into_iter()
-            .skip_while(|x| *x == 0)
-            .collect();
-        out.push(0x80 | b.len() as u8);
-        out.extend(b);
-    }
-    out.extend_from_slice(content);
-    out
-}
-
-/// A DER SEQUENCE of `parts`.
-pub fn seq(parts: &[Vec<u8>]) -> Vec<u8> {
-    der(0x30, &parts.concat())
-}
-
-/// A DER OBJECT IDENTIFIER from its dotted form.
-pub fn der_oid(dotted: &str) -> Vec<u8> {
-    let arcs: Vec<u64> = dotted.split('.').map(|a| a.parse().unwrap()).collect();
-    let mut body = vec![(arcs[0] * 40 + arcs[1]) as u8];
-    for &a in &arcs[2..] {
-        let mut chunk = vec![(a & 0x7f) as u8];
-        let mut v = a >> 7;
-        while v > 0 {
-            chunk.push(0x80 | (v & 0x7f) as u8);
-            v >>= 7;
-        }
-        chunk.reverse();
-        body.extend(chunk);
-    }
-    der(0x06, &body)
 }
 
 /// RFC 6962 leaf hash.

@@ -2,10 +2,57 @@
 //! TimeStampResp whose SignedData carries a TSTInfo over a signature, signed
 //! attributes with the message digest and ESSCertIDv2, and the signer's
 //! issuer and serial), for any key and any certificates a test wants in the
-//! token — a forger's included. It checks nothing.
+//! token — a forger's included — and the DER they are built of. It checks
+//! nothing.
+
+use sha2::Digest as _;
 
 use crate::signing::Signer;
-use crate::sigstore::{der, der_oid, hex_sha, seq};
+
+fn hex_sha(d: &[u8]) -> Vec<u8> {
+    sha2::Sha256::digest(d).to_vec()
+}
+
+/// DER: `tag`, definite length, `content`.
+pub fn der(tag: u8, content: &[u8]) -> Vec<u8> {
+    let n = content.len();
+    let mut out = vec![tag];
+    if n < 0x80 {
+        out.push(n as u8);
+    } else {
+        let b: Vec<u8> = n
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|x| *x == 0)
+            .collect();
+        out.push(0x80 | b.len() as u8);
+        out.extend(b);
+    }
+    out.extend_from_slice(content);
+    out
+}
+
+/// A DER SEQUENCE of `parts`.
+pub fn seq(parts: &[Vec<u8>]) -> Vec<u8> {
+    der(0x30, &parts.concat())
+}
+
+/// A DER OBJECT IDENTIFIER from its dotted form.
+pub fn der_oid(dotted: &str) -> Vec<u8> {
+    let arcs: Vec<u64> = dotted.split('.').map(|a| a.parse().unwrap()).collect();
+    let mut body = vec![(arcs[0] * 40 + arcs[1]) as u8];
+    for &a in &arcs[2..] {
+        let mut chunk = vec![(a & 0x7f) as u8];
+        let mut v = a >> 7;
+        while v > 0 {
+            chunk.push(0x80 | (v & 0x7f) as u8);
+            v >>= 7;
+        }
+        chunk.reverse();
+        body.extend(chunk);
+    }
+    der(0x06, &body)
+}
 
 /// An RFC 3161 TimeStampResp over `signature` at `at` (Unix seconds),
 /// signed by `key`, carrying the certificates `embed` (none, or any a
