@@ -34,6 +34,7 @@ pub mod krm;
 pub mod mirror;
 pub mod node;
 pub mod node_check;
+pub mod node_env;
 pub mod node_sync;
 pub mod pin;
 pub mod policy;

@@ -12,11 +12,11 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result};
 use clap::{CommandFactory as _, Parser as _};
-use sigil::node::Verdict;
 use sigil::node::check::{self, Entry};
+use sigil::node::{Verdict, pull};
 
 use super::EXIT_FINDINGS;
-use super::node::NodeEnv;
+use super::node_env::NodeEnv;
 
 /// Runs `sigil node check`.
 pub fn run(config: &Path, images: &[String]) -> Result<ExitCode> {
@@ -83,7 +83,11 @@ pub fn run(config: &Path, images: &[String]) -> Result<ExitCode> {
 /// itself; no namespace can exempt them).
 fn answers(env: &NodeEnv, config: &str, images: &[String], report: &mut check::Report) {
     let sandbox = check::sandbox_image(config);
-    let policy = match super::node::load(env, &sandbox) {
+    let policy = match pull::load(
+        env.policy.as_deref(),
+        env.on_missing_policy == "allow",
+        &sandbox,
+    ) {
         Ok((p, _)) => p,
         Err(Verdict::Deny(why)) => {
             report
@@ -110,9 +114,11 @@ fn answers(env: &NodeEnv, config: &str, images: &[String], report: &mut check::R
             .join(", ")
     ));
     for image in std::iter::once(&sandbox).chain(images) {
-        let verdict = super::node::node_admits(&policy, image).unwrap_or_else(|| {
+        let verdict = pull::node_admits(&policy, image).unwrap_or_else(|| {
             let deadline = Instant::now() + env.timeout;
-            super::node::decide(policy.clone(), &env.creds, image, deadline)
+            env.creds
+                .sources()
+                .and_then(|s| Ok(pull::decide(policy.clone(), &s, image, deadline)?))
                 .unwrap_or_else(|e| Verdict::Deny(format!("{e:#}")))
         });
         match verdict {

@@ -9,11 +9,13 @@
 //! ([`Request::image`]: the name with the digest containerd resolved), the
 //! verdict read off the one per-object decision ([`Verdict::of`]), the
 //! verification cache on disk ([`cache`]) and the reading of containerd's
-//! configuration ([`check`]). It does not decide: the binary runs
-//! `Engine::decide` on a Pod holding the image, as every front end does.
+//! configuration ([`check`]), and the pull decision ([`pull`]: the node
+//! policy loaded, `nodeAdmits`, then `Engine::decide` on a Pod holding the
+//! image, as every front end decides).
 
 pub mod cache;
 pub mod check;
+pub mod pull;
 pub mod status;
 pub mod sync;
 
