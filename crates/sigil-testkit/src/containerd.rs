@@ -145,12 +145,16 @@ impl Containerd {
             format!(
                 "version = 3\nroot = \"{root}\"\nstate = \"{state}\"\ntemp = \"{tmp}\"\n\
                  [grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{sock}.ttrpc\"\n\
+                 [plugins.\"io.containerd.internal.v1.opt\"]\n  path = \"{opt}\"\n\
                  [plugins.\"io.containerd.image-verifier.v1.bindir\"]\n  bin_dir = \"{v}\"\n  max_verifiers = 10\n  per_verifier_timeout = \"{timeout}\"\n\
                  [plugins.\"io.containerd.cri.v1.images\"]\n  snapshotter = \"overlayfs\"\n{images}\n\
                  [plugins.\"io.containerd.cri.v1.images\".registry]\n  config_path = \"{certs}\"\n",
                 root = d.join("root").display(),
                 state = d.join("state").display(),
                 tmp = d.join("tmp").display(),
+                // Its `opt` plugin's directory (default /opt/containerd):
+                // a test writes only under its own temporary directory.
+                opt = d.join("opt").display(),
                 sock = socket.display(),
                 v = verifiers.display(),
                 certs = d.join("certs.d").display(),

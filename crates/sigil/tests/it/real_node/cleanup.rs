@@ -1,7 +1,8 @@
 //! A failing test leaves the machine clean: a node brought up with a Pod
 //! running on it, then a panic; afterwards no address, bridge, route,
 //! iptables chain, cgroup, process or mount of the node is left, and the
-//! kubelet's hard-coded directories were made only in the node's overlay.
+//! kubelet's hard-coded directories (and containerd's `/opt/containerd`)
+//! were made only in the node's overlay.
 
 use std::time::{Duration, Instant};
 
@@ -14,8 +15,15 @@ async fn a_node_test_that_panics_leaves_nothing_on_the_machine() {
     else {
         return;
     };
-    let had = ["/var/log/containers", "/var/lib/kubelet", "/run/netns"]
-        .map(|p| std::path::Path::new(p).exists());
+    // /opt/containerd: containerd's `opt` plugin's default, which the
+    // test kit's containerds once left on the host.
+    let had = [
+        "/var/log/containers",
+        "/var/lib/kubelet",
+        "/run/netns",
+        "/opt/containerd",
+    ]
+    .map(|p| std::path::Path::new(p).exists());
     let failing = tokio::spawn(async move {
         let node = Node::start(&assets).await;
         let image = format!("{}/box:1", node.registry.host());
@@ -77,7 +85,15 @@ async fn a_node_test_that_panics_leaves_nothing_on_the_machine() {
     assert!(running.is_empty(), "processes left: {running:#?}");
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains("sigil-node"), "mounts left: {mounts}");
-    let now = ["/var/log/containers", "/var/lib/kubelet", "/run/netns"]
-        .map(|p| std::path::Path::new(p).exists());
-    assert_eq!(had, now, "the kubelet's directories reached the host");
+    let now = [
+        "/var/log/containers",
+        "/var/lib/kubelet",
+        "/run/netns",
+        "/opt/containerd",
+    ]
+    .map(|p| std::path::Path::new(p).exists());
+    assert_eq!(
+        had, now,
+        "the kubelet's or containerd's directories reached the host"
+    );
 }
