@@ -358,6 +358,7 @@ pub fn not_mirrored_now(field: &mut FieldAudit, mirror: &Reference) {
 fn reason_of(d: &Denial) -> Reason {
     match d {
         Denial::InvalidReference { .. }
+        | Denial::NotAnImage { .. }
         | Denial::NoRule
         | Denial::StaticDeny { .. }
         | Denial::TooManyLookups { .. } => Reason::Denied,

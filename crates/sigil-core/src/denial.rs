@@ -39,6 +39,12 @@ pub enum Denial {
         /// Parser's reason.
         error: ReferenceError,
     },
+    /// A field an image extractor names holds no image string (a wrong
+    /// path would otherwise let images through unseen).
+    NotAnImage {
+        /// What it holds, and which extractor expected a string.
+        what: String,
+    },
     /// No rule's pattern matches the image's origin name.
     NoRule,
     /// A rule with `action: deny` matched.
@@ -92,6 +98,7 @@ impl Denial {
     pub fn kind(&self) -> &'static str {
         match self {
             Denial::InvalidReference { .. } => "invalid_reference",
+            Denial::NotAnImage { .. } => "not_an_image",
             Denial::NoRule => "no_rule",
             Denial::StaticDeny { .. } => "static_deny",
             Denial::Unresolved { .. } => "unresolved",
@@ -124,6 +131,7 @@ impl Denial {
             Denial::InvalidReference { error } => {
                 format!("is not a valid image reference: {error}")
             }
+            Denial::NotAnImage { what } => format!("is not an image string: {what}"),
             Denial::NoRule => "matches no rule of the policy".to_owned(),
             Denial::StaticDeny { rule, source } => {
                 format!("is denied by rule {rule:?}{}", of(source))
@@ -184,6 +192,9 @@ impl Denial {
             }
             Denial::NoRule => {
                 "add a rule whose match covers this image (e.g. a catch-all \"**\" rule)"
+            }
+            Denial::NotAnImage { .. } => {
+                "write an image reference there, or ask the platform team to fix the path in the policy's imageExtractors (sigil policy check lists them)"
             }
             Denial::StaticDeny { .. } => {
                 "use an image the policy allows, or ask the platform team to change the rule"

@@ -300,16 +300,18 @@ pub fn plan_object(policy: &Policy, facts: ObjectFacts<'_>) -> ObjectPlan {
     if facts.namespace.is_some_and(|ns| policy.is_exempt(ns)) {
         return ObjectPlan::Skip(Skip::ExemptNamespace);
     }
-    let Some(object) = facts.object else {
+    let Some(mut object) = facts.object else {
         return ObjectPlan::Skip(Skip::NoObject);
     };
+    // Images in custom resources, where the policy's extractors say.
+    policy.extractors.apply(&mut object);
     let pull = PullContext::of(
         facts.namespace.unwrap_or_default(),
         facts.kind,
         &object.pull_secrets,
         object.service_account.as_deref(),
     );
-    let fields = object.fields;
+    let mut fields = object.fields;
     let known;
     let labels = match (facts.namespace_labels, facts.namespace) {
         (Some(l), _) => Some(l),
@@ -321,10 +323,14 @@ pub fn plan_object(policy: &Policy, facts: ObjectFacts<'_>) -> ObjectPlan {
         }
         (None, None) => None,
     };
-    let plans: Vec<Result<Arc<Plan>, Denial>> = fields
+    let mut plans: Vec<Result<Arc<Plan>, Denial>> = fields
         .iter()
         .map(|f| policy.plan_shared(&f.value, labels))
         .collect();
+    for p in object.problems {
+        fields.push(p.field);
+        plans.push(Err(Denial::NotAnImage { what: p.what }));
+    }
     let team_policies = facts
         .namespace
         .and_then(|ns| policy.namespaced.get(ns))

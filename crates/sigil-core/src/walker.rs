@@ -30,6 +30,8 @@ pub enum FieldKind {
     EphemeralContainer,
     /// `volumes[].image.reference`
     ImageVolume,
+    /// A field an image extractor names (`spec.steps[].image`).
+    Extracted,
 }
 
 /// One image string and where it lives.
@@ -55,6 +57,12 @@ impl ImageField {
             FieldKind::InitContainer => "init container",
             FieldKind::EphemeralContainer => "ephemeral container",
             FieldKind::ImageVolume => "image volume",
+            FieldKind::Extracted => {
+                return match &self.name {
+                    Some(n) => format!("{} ({n:?})", self.dotted()),
+                    None => self.dotted(),
+                };
+            }
         };
         match &self.name {
             Some(n) => format!("{what} {n:?}"),
@@ -104,6 +112,15 @@ pub struct ObjectSummary {
     pub fields: Vec<ImageField>,
     /// `kind`, if a string.
     pub kind: Option<String>,
+    /// `apiVersion`, if a string.
+    pub api_version: Option<String>,
+    /// The object's top-level fields beside `apiVersion`, `kind`,
+    /// `metadata` and `status`, kept only for a custom group (or an object
+    /// whose `apiVersion` comes after them), for [`Extractors::apply`];
+    /// `None` once applied.
+    pub custom: Option<serde_json::Map<String, Value>>,
+    /// Fields an extractor names that hold no image string.
+    pub problems: Vec<extract::Problem>,
     /// `metadata.name`.
     pub name: Option<String>,
     /// `metadata.generateName`.
@@ -222,12 +239,33 @@ struct Walker {
 }
 
 impl Walker {
+    /// Whether the object's other top-level fields are kept for the image
+    /// extractors: for a custom group (a CRD's group has a dot and is not a
+    /// `*.k8s.io` one), or while `apiVersion` is not known yet.
+    fn keeps_custom(&self) -> bool {
+        match &self.summary.api_version {
+            None => true,
+            Some(v) => is_custom(v),
+        }
+    }
+
     fn finish(mut self) -> ObjectSummary {
+        if !self.summary.api_version.as_deref().is_some_and(is_custom) {
+            self.summary.custom = None;
+        }
         // Stable: document order within one (location, kind) group.
         self.found.sort_by_key(|(rank, _)| *rank);
         self.summary.fields = self.found.into_iter().map(|(_, f)| f).collect();
         self.summary
     }
+}
+
+/// Whether `api_version` is a custom resource's group (which has a dot and
+/// is not one of Kubernetes' own `*.k8s.io` groups).
+fn is_custom(api_version: &str) -> bool {
+    api_version
+        .rsplit_once('/')
+        .is_some_and(|(g, _)| g.contains('.') && !g.ends_with(".k8s.io") && g != "k8s.io")
 }
 
 /// Where in the object the walker is.
@@ -377,6 +415,7 @@ fn kind_rank(k: FieldKind) -> u8 {
         FieldKind::Container => 1,
         FieldKind::EphemeralContainer => 2,
         FieldKind::ImageVolume => 3,
+        FieldKind::Extracted => 4,
     }
 }
 
@@ -445,6 +484,36 @@ impl<'de, B: Beside<'de>> serde::de::Visitor<'de> for Seed<'_, B> {
             let child = match (self.node, k.as_ref()) {
                 (Node::Root, "kind") => {
                     w.summary.kind = a.next_value_seed(Str)?;
+                    continue;
+                }
+                (Node::Root, "apiVersion") => {
+                    w.summary.api_version = a.next_value_seed(Str)?;
+                    continue;
+                }
+                (Node::Root, key) if key != "metadata" && key != "status" && w.keeps_custom() => {
+                    let v = a.next_value::<Value>()?;
+                    if matches!(key, "spec" | "template") {
+                        let node = if key == "spec" {
+                            Node::TopSpec
+                        } else {
+                            Node::Template(3)
+                        };
+                        w.path.push(key.to_owned());
+                        let r = serde::de::DeserializeSeed::deserialize(
+                            Seed {
+                                w: &mut *w,
+                                b: &mut (),
+                                node,
+                            },
+                            &v,
+                        );
+                        w.path.pop();
+                        r.map_err(serde::de::Error::custom)?;
+                    }
+                    w.summary
+                        .custom
+                        .get_or_insert_with(Default::default)
+                        .insert(key.to_owned(), v);
                     continue;
                 }
                 (Node::Metadata, "name") => {
@@ -550,7 +619,7 @@ impl<'de, B: Beside<'de>> serde::de::Visitor<'de> for Seed<'_, B> {
                 acc
             });
             w.found.push((
-                rank * 4 + kind_rank(kind),
+                rank * 5 + kind_rank(kind),
                 ImageField {
                     pointer,
                     path,
@@ -568,4 +637,6 @@ impl<'de, B: Beside<'de>> serde::de::Visitor<'de> for Seed<'_, B> {
 mod tests;
 mod walked;
 
+pub mod extract;
+pub use extract::{Extractor, ExtractorSpec, Extractors, FieldPath};
 pub use walked::Walked;

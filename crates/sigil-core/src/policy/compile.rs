@@ -204,10 +204,20 @@ impl Policy {
                     .map_err(|e: PatternError| invalid(p, format!("nodeAdmits: {e}")))?,
             );
         }
+        let extractors = crate::walker::Extractors::defaults()
+            .with(
+                &spec.image_extractors,
+                &format!("{} {}", doc.kind.value, doc.metadata.name),
+            )
+            .map_err(|message| PolicyError::Invalid {
+                line: None,
+                message,
+            })?;
         Ok(Policy {
             plans: Default::default(),
             index,
             node_admits,
+            extractors: std::sync::Arc::new(extractors),
             name: doc.metadata.name,
             mirrors,
             registries,

@@ -199,6 +199,29 @@ impl Policy {
                     .join(", ")
             );
         }
+        let _ = writeln!(
+            s,
+            "images in custom resources (imageExtractors; pod-shaped fields of every kind are found by shape):"
+        );
+        for e in p.extractors.list() {
+            let paths = if e.paths.is_empty() {
+                "off".to_owned()
+            } else {
+                e.paths
+                    .iter()
+                    .map(|x| x.text.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let _ = writeln!(
+                s,
+                "  {} {} ({}; {}): {paths}",
+                e.api_version(),
+                e.kind,
+                e.resource,
+                e.source
+            );
+        }
         for t in p.namespaced.values().flatten() {
             let _ = writeln!(
                 s,

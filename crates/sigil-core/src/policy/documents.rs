@@ -318,9 +318,17 @@ impl Policy {
         for (ns, list) in other.exceptions {
             exceptions.entry(ns).or_default().extend(list);
         }
+        let extractors = self
+            .extractors
+            .merged(&other.extractors)
+            .map_err(|message| PolicyError::Invalid {
+                line: None,
+                message,
+            })?;
         let index = super::plan::index_of(&rules, &order);
         Ok(Policy {
             plans: Default::default(),
+            extractors: Arc::new(extractors),
             exceptions,
             index,
             name: format!("{}+{}", self.name, other.name),

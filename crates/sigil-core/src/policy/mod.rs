@@ -307,6 +307,8 @@ pub struct Policy {
     /// sandbox image, CNI's, kube-proxy's, static Pods'. A node has no
     /// namespace, so `exemptNamespaces` cannot say this for it.
     pub node_admits: Vec<Pattern>,
+    /// Image fields in custom resources: the defaults and the policy's.
+    pub extractors: Arc<crate::walker::Extractors>,
     /// Teams' namespaced ImagePolicies, by namespace (tighten only).
     pub namespaced: std::collections::BTreeMap<String, Vec<Arc<NamespacePolicy>>>,
     /// Accepted `ImagePolicyException`s, by namespace (expired ones too:

@@ -57,6 +57,10 @@ pub struct Spec {
     /// admission.
     #[serde(default)]
     pub node_admits: Vec<Spanned<String>>,
+    /// Where images live in custom resources, per kind, beside the shipped
+    /// defaults (docs/pin.md).
+    #[serde(default)]
+    pub image_extractors: Vec<crate::walker::ExtractorSpec>,
 }
 
 /// One origin → mirror mapping.

@@ -11,6 +11,7 @@
 //! (`certs`), serving, or decisions.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
@@ -88,6 +89,42 @@ pub struct Settings {
     pub state_configmap: String,
     /// How often each replica re-checks the marker and its registration.
     pub interval: Duration,
+    /// The custom resources the policy in force names image fields in
+    /// (its `imageExtractors`), registered beside the built-in kinds.
+    pub custom_kinds: CustomKinds,
+}
+
+/// The (group, resource) pairs of the policy in force's image extractors,
+/// read at each reconcile so an edited policy's kinds are registered
+/// without a restart.
+#[derive(Clone)]
+pub struct CustomKinds(pub Arc<dyn Fn() -> Vec<(String, String)> + Send + Sync>);
+
+impl CustomKinds {
+    /// The kinds of `extractors` with at least one path.
+    pub fn of(extractors: &sigil_core::walker::Extractors) -> Vec<(String, String)> {
+        extractors
+            .list()
+            .iter()
+            .filter(|e| !e.paths.is_empty())
+            .map(|e| (e.group.clone(), e.resource.clone()))
+            .collect()
+    }
+}
+
+impl Default for CustomKinds {
+    /// The shipped defaults.
+    fn default() -> Self {
+        CustomKinds(Arc::new(|| {
+            CustomKinds::of(&sigil_core::walker::Extractors::defaults())
+        }))
+    }
+}
+
+impl std::fmt::Debug for CustomKinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries((self.0)()).finish()
+    }
 }
 
 /// Where the caBundle written into the configuration comes from.

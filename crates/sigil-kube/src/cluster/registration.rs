@@ -46,6 +46,38 @@ const RULES: &[(&str, &str, &[&str])] = &[
     ("sources.knative.dev", "*", &["containersources"]),
 ];
 
+/// The webhook's rules: the built-in kinds, then one rule per custom group
+/// the image extractors name (every version; `*` scope, as a CRD may be
+/// cluster-scoped, like Argo's ClusterWorkflowTemplate), groups and
+/// resources sorted so a re-read compares equal.
+pub fn rules(custom: &[(String, String)]) -> Vec<RuleWithOperations> {
+    let rule =
+        |group: &str, version: &str, resources: Vec<String>, scope: &str| RuleWithOperations {
+            api_groups: Some(vec![group.to_owned()]),
+            api_versions: Some(vec![version.to_owned()]),
+            operations: Some(owned(&["CREATE", "UPDATE"])),
+            resources: Some(resources),
+            scope: Some(scope.into()),
+        };
+    let mut out: Vec<RuleWithOperations> = RULES
+        .iter()
+        .map(|(g, v, r)| rule(g, v, owned(r), "Namespaced"))
+        .collect();
+    let mut by_group: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
+    for (g, r) in custom {
+        by_group.entry(g).or_default().insert(r);
+    }
+    for (g, rs) in by_group {
+        out.push(rule(
+            g,
+            "*",
+            rs.into_iter().map(str::to_owned).collect(),
+            "*",
+        ));
+    }
+    out
+}
+
 fn owned(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| (*s).to_owned()).collect()
 }
@@ -101,16 +133,7 @@ pub fn webhook_configuration(
             }),
         },
     };
-    let rules = RULES
-        .iter()
-        .map(|(group, version, resources)| RuleWithOperations {
-            api_groups: Some(owned(&[group])),
-            api_versions: Some(owned(&[version])),
-            operations: Some(owned(&["CREATE", "UPDATE"])),
-            resources: Some(owned(resources)),
-            scope: Some("Namespaced".into()),
-        })
-        .collect();
+    let rules = rules(&(s.custom_kinds.0)());
     MutatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(s.config_name.clone()),
@@ -386,6 +409,7 @@ mod tests {
             timeout_seconds: 10,
             state_configmap: "sigil-state".into(),
             interval: Duration::from_secs(30),
+            custom_kinds: Default::default(),
         }
     }
 

@@ -250,6 +250,7 @@ impl ClusterArgs {
             timeout_seconds: 10,
             state_configmap: self.state_configmap.clone(),
             interval: Duration::from_secs(30),
+            custom_kinds: Default::default(),
         }
     }
 }

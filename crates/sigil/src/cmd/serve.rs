@@ -377,6 +377,7 @@ async fn configure(
         ca_source,
         cert_settings,
         &metrics,
+        &live,
     );
     if let Some(task) = args.tuf.task(trust.clone(), live.clone())? {
         tasks.0.push(task);

@@ -16,6 +16,7 @@ mod deploy;
 mod drain;
 mod entry_kinds;
 mod exceptions;
+mod extractors;
 mod github_attest;
 mod hardening;
 mod helm;

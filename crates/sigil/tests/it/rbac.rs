@@ -229,6 +229,7 @@ fn the_charts_own_webhook_configuration_is_what_sigil_registers() {
         timeout_seconds: 10,
         state_configmap: "sigil-state".into(),
         interval: std::time::Duration::from_secs(60),
+        custom_kinds: Default::default(),
     };
     let mut sigils = serde_json::to_value(webhook_configuration(&settings, b"", None)).unwrap();
     sigils["webhooks"][0]["clientConfig"]

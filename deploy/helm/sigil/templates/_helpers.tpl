@@ -30,3 +30,44 @@ subjects:
 {{- fail "replicas must be at least 1" }}
 {{- end }}
 {{- end }}
+
+{{/* Kubernetes' default plural of a kind (sigil_core::walker::extract::plural). */}}
+{{- define "sigil.plural" -}}
+{{- $k := lower . -}}
+{{- if or (hasSuffix "s" $k) (hasSuffix "x" $k) (hasSuffix "z" $k) (hasSuffix "ch" $k) (hasSuffix "sh" $k) -}}
+{{ $k }}es
+{{- else if regexMatch "[^aeiou]y$" $k -}}
+{{ trimSuffix "y" $k }}ies
+{{- else -}}
+{{ $k }}s
+{{- end -}}
+{{- end }}
+
+{{/* The custom resources the image extractors name, by API group: the
+     shipped list (files/image-extractors.yaml, the same file sigil embeds)
+     with the policy's spec.imageExtractors on top (one naming the same group
+     and kind replaces it; paths: [] turns it off). A JSON object of group ->
+     sorted resources, read by the webhook rules and the audit's RBAC. */}}
+{{- define "sigil.customKinds" -}}
+{{- $byKind := dict -}}
+{{- range (.Files.Get "files/image-extractors.yaml" | fromYamlArray) -}}
+{{- $_ := set $byKind (printf "%s/%s" (first (splitList "/" .apiVersion)) .kind) . -}}
+{{- end -}}
+{{- $pol := .Values.policy | fromYaml -}}
+{{- range (dig "spec" "imageExtractors" list $pol) -}}
+{{- $_ := set $byKind (printf "%s/%s" (first (splitList "/" .apiVersion)) .kind) . -}}
+{{- end -}}
+{{- $groups := dict -}}
+{{- range $k, $e := $byKind -}}
+{{- if $e.paths -}}
+{{- $g := first (splitList "/" $e.apiVersion) -}}
+{{- $r := $e.resource | default (include "sigil.plural" $e.kind) -}}
+{{- $_ := set $groups $g (append (get $groups $g | default list) $r) -}}
+{{- end -}}
+{{- end -}}
+{{- $out := dict -}}
+{{- range $g, $rs := $groups -}}
+{{- $_ := set $out $g ($rs | uniq | sortAlpha) -}}
+{{- end -}}
+{{- $out | toJson -}}
+{{- end }}

@@ -91,12 +91,19 @@ pub(super) fn cluster_tasks(
     ca_source: Option<CaSource>,
     cert_settings: certs::CertSettings,
     metrics: &Arc<Metrics>,
+    live: &Arc<Live>,
 ) -> Tasks {
     let mut tasks: Vec<Task> = Vec::new();
     let Some(client) = client else {
         return Tasks(tasks);
     };
-    let settings = settings(args, &namespace);
+    let mut settings = settings(args, &namespace);
+    // The webhook's rules follow the policy in force's image extractors.
+    let in_force = live.clone();
+    settings.custom_kinds = cluster::CustomKinds(Arc::new(move || {
+        use sigil_kube::InForce as _;
+        cluster::CustomKinds::of(&in_force.policy().extractors)
+    }));
     if args.self_managed_certs {
         let (client, metrics, config) = (
             client.clone(),
