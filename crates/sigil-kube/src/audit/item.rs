@@ -163,7 +163,7 @@ impl<'a> Head<'a> {
             .map(|r| format!("{}/{}", text(&r.kind), text(&r.name)));
         ObjectMeta {
             namespace: summary.namespace.clone().unwrap_or_default(),
-            kind: kind.kind.to_owned(),
+            kind: kind.kind.to_string(),
             name: summary.name.clone().unwrap_or_default(),
             uid: text(&m.uid).to_owned(),
             api_version: kind.api_version(),

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt as _;
 use kube::api::{DynamicObject, ListParams};
+use kube::discovery::ApiResource;
 use kube::{Api, Client};
 use serde_json::Value;
 use sigil_core::audit::{audit_object, mirror_to_check, not_mirrored_now, running_images};
@@ -68,7 +69,8 @@ pub const DEFAULT_PAGE: u32 = 500;
 pub struct Options {
     /// One namespace, or all.
     pub namespace: Option<String>,
-    /// Kinds to list.
+    /// Kinds to list; empty: every kind under the policy in force
+    /// ([`kinds::all`]).
     pub kinds: Vec<Kind>,
     /// Label selector passed to the API server.
     pub label_selector: Option<String>,
@@ -86,7 +88,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             namespace: None,
-            kinds: kinds::ALL.to_vec(),
+            kinds: Vec::new(),
             label_selector: None,
             since: None,
             concurrency: 16,
@@ -126,15 +128,22 @@ pub async fn run(
     let before = requests();
     let mut objects = Vec::new();
     let mut errors = Vec::new();
-    for kind in &opts.kinds {
-        progress.listing(kind.plural);
+    let every;
+    let kinds = if opts.kinds.is_empty() {
+        every = kinds::all(&engine.policy().extractors);
+        &every
+    } else {
+        &opts.kinds
+    };
+    for kind in kinds {
+        progress.listing(&kind.plural);
         if let Err(e) = audit_kind(client, &engine, opts, kind, progress, &mut objects).await {
             errors.push(e.to_string());
         }
     }
     let scope = Scope {
         namespace: opts.namespace.clone(),
-        kinds: opts.kinds.iter().map(|k| k.plural.to_owned()).collect(),
+        kinds: kinds.iter().map(|k| k.plural.to_string()).collect(),
         label_selector: opts.label_selector.clone(),
         since: opts.since.map(report::rfc3339),
     };
@@ -158,7 +167,13 @@ async fn audit_kind(
     progress: &dyn Progress,
     out: &mut Vec<ObjectReport>,
 ) -> Result<()> {
-    let ar = kind.api_resource();
+    let Some((ar, cluster_scoped)) = served(client, kind).await? else {
+        return Ok(());
+    };
+    if cluster_scoped && opts.namespace.is_some() {
+        // A cluster-scoped kind (ClusterWorkflowTemplate) is in no namespace.
+        return Ok(());
+    }
     let api: Api<DynamicObject> = match &opts.namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
         None => Api::all_with(client.clone(), &ar),
@@ -185,6 +200,44 @@ async fn audit_kind(
             Some(c) if pages < 100_000 => lp.continue_token = Some(c),
             _ => return Ok(()),
         }
+    }
+}
+
+/// How to list `kind` and whether it is cluster-scoped: a built-in kind as
+/// written; a custom one at the version discovery recommends (or the one
+/// its extractor names). `None` when an optional kind is not served.
+async fn served(client: &Client, kind: &Kind) -> Result<Option<(ApiResource, bool)>> {
+    if kind.group.is_empty() || !kind.group.contains('.') {
+        return Ok(Some((kind.api_resource(), false)));
+    }
+    let group = match kube::discovery::group(client, &kind.group).await {
+        Ok(g) => g,
+        Err(e) if kind.optional => {
+            tracing::debug!(group = %kind.group, error = %e, "not served; not audited");
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(Error::Invalid(format!(
+                "the API server does not serve {} ({}): {e}",
+                kind.plural, kind.group
+            )));
+        }
+    };
+    let found = if kind.version.is_empty() {
+        group.recommended_kind(&kind.kind)
+    } else {
+        group
+            .versioned_resources(&kind.version)
+            .into_iter()
+            .find(|(ar, _)| ar.kind == kind.kind)
+    };
+    match found {
+        Some((ar, caps)) => Ok(Some((ar, caps.scope == kube::discovery::Scope::Cluster))),
+        None if kind.optional => Ok(None),
+        None => Err(Error::Invalid(format!(
+            "the API server serves {} but not its kind {}",
+            kind.group, kind.kind
+        ))),
     }
 }
 
@@ -263,7 +316,7 @@ async fn audit_one(
             ObjectFacts {
                 operation: Operation::Create,
                 source: Source::Admission,
-                kind: kind.kind,
+                kind: &kind.kind,
                 namespace,
                 object: Some(summary),
                 old_object: None,
@@ -343,7 +396,7 @@ fn object_meta(v: &Value, kind: &Kind) -> ObjectMeta {
     });
     ObjectMeta {
         namespace: s(&m["namespace"]),
-        kind: kind.kind.to_owned(),
+        kind: kind.kind.to_string(),
         name: s(&m["name"]),
         uid: s(&m["uid"]),
         api_version: kind.api_version(),

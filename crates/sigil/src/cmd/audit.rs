@@ -92,8 +92,8 @@ const PULL_SECRET_WAIT: Duration = Duration::from_secs(15);
 
 /// Runs `sigil audit`: exit 0 compliant, 1 violations, 2 error.
 pub fn run(args: AuditArgs) -> Result<ExitCode> {
-    let kinds = sigil_kube::audit::kinds::parse(&args.kinds)?;
     let mut policy = load_policy(args.policy.as_deref())?;
+    let kinds = sigil_kube::audit::kinds::parse(&args.kinds, &policy.extractors)?;
     if args.no_verify {
         policy = policy.without_verification();
     }

@@ -366,10 +366,11 @@ fn base_renders_and_carries_the_safe_settings() {
         }
     }
     listed.sort();
-    let mut want: Vec<String> = sigil_kube::audit::kinds::ALL
-        .iter()
-        .map(|k| k.plural.to_owned())
-        .collect();
+    let mut want: Vec<String> =
+        sigil_kube::audit::kinds::all(&sigil_core::walker::Extractors::defaults())
+            .iter()
+            .map(|k| k.plural.to_string())
+            .collect();
     want.sort();
     assert_eq!(listed, want, "RBAC lists exactly the audited kinds");
     assert!(by["Role/sigil"].to_string().contains("sigil-audit"));

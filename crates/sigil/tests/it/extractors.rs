@@ -374,3 +374,53 @@ async fn a_policys_own_extractor_pins_a_custom_kind_and_a_map_at_its_path_is_ref
         "{err}"
     );
 }
+
+/// The webhook's rules for custom resources come from one list: `--register`
+/// writes them from the policy in force, the chart renders them from the
+/// shipped file and its `policy` value, the Kustomize base carries the
+/// shipped ones — all equal.
+#[test]
+fn the_chart_the_base_and_register_render_the_same_rules_from_the_extractors() {
+    use sigil_core::walker::Extractors;
+    use sigil_kube::cluster::{CustomKinds, registration};
+    let rules_of = |objects: &[serde_json::Value]| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == "MutatingWebhookConfiguration")
+            .expect("a webhook configuration")["webhooks"][0]["rules"]
+            .clone()
+    };
+    let shipped = serde_json::to_value(registration::rules(&CustomKinds::of(
+        &Extractors::defaults(),
+    )))
+    .unwrap();
+    assert_eq!(rules_of(&crate::deploy::render("base")), shipped, "base");
+    assert_eq!(rules_of(&crate::helm::rendered(&[])), shipped, "chart");
+    assert_eq!(
+        std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../deploy/helm/sigil/files/image-extractors.yaml")
+        )
+        .unwrap(),
+        sigil_core::walker::extract::DEFAULTS_YAML,
+        "the chart's copy of the shipped list is the embedded one"
+    );
+    // A policy with a kind of its own and a default turned off.
+    let dir = tempfile::tempdir().unwrap();
+    let policy = "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: cluster}\nspec:\n  rules: [{name: all, match: [\"**\"]}]\n  imageExtractors:\n    - {apiVersion: example.com/v1, kind: Widget, paths: [spec.image]}\n    - {apiVersion: tekton.dev/*, kind: ClusterTask, paths: []}\n    - {apiVersion: example.com/v1, kind: Gadget, resource: gizmos, paths: [spec.image]}\n";
+    let file = dir.path().join("policy.yaml");
+    std::fs::write(&file, policy).unwrap();
+    let loaded = sigil_core::Policy::from_yaml(policy).unwrap();
+    let want =
+        serde_json::to_value(registration::rules(&CustomKinds::of(&loaded.extractors))).unwrap();
+    let chart = rules_of(&crate::helm::rendered(&[&format!(
+        "@policy={}",
+        file.display()
+    )]));
+    assert_eq!(chart, want);
+    let text = chart.to_string();
+    assert!(
+        text.contains("\"gizmos\",\"widgets\"") && !text.contains("clustertasks"),
+        "{text}"
+    );
+}

@@ -70,7 +70,8 @@ async fn the_service_accounts_rights_on_a_real_api_server_are_the_written_ones()
 /// RBAC, the empty certificate Secret, the webhook configuration pointed at
 /// sigil on loopback): sigil runs as its Deployment says, with its
 /// ServiceAccount's token, fills in the configuration's caBundle, and the
-/// API server's own call pins a Pod. Stopped, it fails closed for the
+/// API server's own call pins a Pod and an Argo Workflow (a custom resource
+/// the shipped image extractors name). Stopped, it fails closed for the
 /// namespaces it guards while kube-system and sigil's namespace admit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_base_as_shipped_pins_through_the_real_api_server_and_fails_closed_when_down() {
@@ -96,6 +97,77 @@ async fn the_base_as_shipped_pins_through_the_real_api_server_and_fails_closed_w
         created["spec"]["containers"][0]["image"],
         format!("{image}@{digest}"),
         "the API server's own call to sigil pinned the Pod"
+    );
+    // A custom resource with images (Argo's Workflow, its own CRD): the
+    // base's rules send it to sigil and the shipped extractors pin it.
+    kube.apply(&fixture_crds(&["argoproj.io_workflows.yaml"]))
+        .await;
+    let workflow = serde_json::json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "hello", "namespace": "shop"},
+        "spec": {"entrypoint": "main", "templates": [
+            {"name": "main", "container": {"image": image, "command": ["true"]}},
+            {"name": "py", "script": {"image": image, "source": "print(1)"}}]}});
+    let (status, created) = kube
+        .request(
+            "POST",
+            "/apis/argoproj.io/v1alpha1/namespaces/shop/workflows",
+            Some(&workflow),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}\n{}", launched.sigil.logs());
+    for t in 0..2 {
+        let field = if t == 0 { "container" } else { "script" };
+        assert_eq!(
+            created["spec"]["templates"][t][field]["image"],
+            format!("{image}@{digest}"),
+            "the Workflow came back pinned: {created}"
+        );
+    }
+    // The audit lists Workflows too (discovery finds their version): one
+    // created where the webhook never looked (sigil.dev/ignore) is reported.
+    kube.apply(
+        &[serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "legacy", "labels": {"sigil.dev/ignore": "true"}}})],
+    )
+    .await;
+    let mut unpinned = workflow.clone();
+    unpinned["metadata"]["namespace"] = "legacy".into();
+    let (status, v) = kube
+        .request(
+            "POST",
+            "/apis/argoproj.io/v1alpha1/namespaces/legacy/workflows",
+            Some(&unpinned),
+        )
+        .await;
+    assert_eq!(status, 201, "{v}");
+    assert_eq!(
+        v["spec"]["templates"][0]["container"]["image"],
+        image.as_str()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let deny = dir.path().join("policy.yaml");
+    std::fs::write(
+        &deny,
+        "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: audit}\nspec:\n  rules: [{name: no-shop, match: [\"**\"], action: deny}]\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(crate::support::sigil::bin())
+        .args(["audit", "-n", "legacy", "-o", "json", "--policy"])
+        .arg(&deny)
+        .env("KUBECONFIG", kube.admin_kubeconfig())
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        report.contains("\"Workflow\"") && report.contains("spec.templates[1].script.image"),
+        "{report}"
     );
     // Down: fail closed where sigil guards; kube-system and sigil's own
     // namespace are never sent to it.
