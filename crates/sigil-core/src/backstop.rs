@@ -47,6 +47,9 @@ pub const NAME: &str = "sigil-backstop";
 pub struct Options {
     /// sigil's own namespace: exempt, as from the webhook.
     pub namespace: String,
+    /// The node tier's namespace (its DaemonSet, by tag, must start while
+    /// the webhook is down): exempt too, when the node tier is installed.
+    pub node_namespace: Option<String>,
 }
 
 /// The generated objects, and what the policy says that they leave to the
@@ -209,6 +212,11 @@ pub fn generate(policy: &Policy, opts: &Options) -> Backstop {
         left.push("team ImagePolicies (they only tighten; left to the webhook)".to_owned());
     }
     let mut exempt = vec!["kube-system".to_owned(), opts.namespace.clone()];
+    if let Some(n) = &opts.node_namespace
+        && !exempt.contains(n)
+    {
+        exempt.push(n.clone());
+    }
     for n in &policy.exempt_namespaces {
         if !exempt.contains(n) {
             exempt.push(n.clone());

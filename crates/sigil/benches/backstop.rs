@@ -119,6 +119,7 @@ async fn run(n: usize) {
             &policy,
             &sigil_core::backstop::Options {
                 namespace: "sigil-system".into(),
+                node_namespace: None,
             },
         );
         assert!(backstop.unfit.is_empty(), "{:?}", backstop.unfit);

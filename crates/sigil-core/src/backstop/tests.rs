@@ -84,6 +84,7 @@ fn verdicts(policy: &Policy, object: &Value, old: Option<&Value>) -> Vec<String>
         policy,
         &Options {
             namespace: "sigil".to_owned(),
+            node_namespace: None,
         },
     );
     eval::verdicts(&b.objects[0], object, old)
@@ -242,11 +243,25 @@ fn exemptions_and_what_is_left_to_the_webhook_are_the_policys() {
         &policy,
         &Options {
             namespace: "sigil".to_owned(),
+            node_namespace: None,
         },
     );
     let exempt = &b.objects[0]["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"]
         [0]["values"];
     assert_eq!(exempt, &json!(["kube-system", "sigil", "playground"]));
+    // The node tier's namespace, when named, right after sigil's own.
+    let with_node = generate(
+        &policy,
+        &Options {
+            namespace: "sigil".to_owned(),
+            node_namespace: Some("sigil-node".to_owned()),
+        },
+    );
+    assert_eq!(
+        with_node.objects[0]["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+            [0]["values"],
+        json!(["kube-system", "sigil", "sigil-node", "playground"])
+    );
     assert!(
         b.left_to_webhook
             .iter()
@@ -307,6 +322,7 @@ fn regression_a_large_policy_stays_inside_the_api_servers_limits_and_decides_as_
         &policy,
         &Options {
             namespace: "sigil".to_owned(),
+            node_namespace: None,
         },
     );
     assert!(b.unfit.is_empty(), "{:?}", b.unfit);
@@ -360,6 +376,7 @@ fn regression_a_policy_past_the_cost_envelope_is_unfit_and_says_why() {
         &policy,
         &Options {
             namespace: "sigil".to_owned(),
+            node_namespace: None,
         },
     );
     assert!(

@@ -299,6 +299,7 @@ pub async fn run(
     ready.await;
     let opts = sigil_core::backstop::Options {
         namespace: s.namespace.clone(),
+        node_namespace: s.node_namespace.clone(),
     };
     let mut last: Option<Reconciled> = None;
     let mut failures = 0u32;
@@ -453,6 +454,7 @@ mod tests {
             &sigil_core::Policy::embedded_default(),
             &sigil_core::backstop::Options {
                 namespace: "sigil-system".into(),
+                node_namespace: None,
             },
         );
         let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {

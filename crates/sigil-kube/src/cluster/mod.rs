@@ -73,6 +73,9 @@ impl FailurePolicy {
 pub struct Settings {
     /// sigil's own namespace (exempted; holds the Secret and the state ConfigMap).
     pub namespace: String,
+    /// The node tier's namespace, exempted as sigil's own is (its
+    /// DaemonSet must start, and arm new nodes, while the webhook is down).
+    pub node_namespace: Option<String>,
     /// Name of the MutatingWebhookConfiguration.
     pub config_name: String,
     /// Service in front of the replicas.

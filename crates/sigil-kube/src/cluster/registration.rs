@@ -86,10 +86,12 @@ fn owned(v: &[&str]) -> Vec<String> {
 /// labelled [`IGNORE_LABEL`]. This is what makes a cluster restart safe with a
 /// fail-closed configuration in place: sigil's pods (and the system pods it
 /// depends on) are admitted without sigil, so they can start first.
-pub fn namespace_selector(own_namespace: &str) -> LabelSelector {
+pub fn namespace_selector(own_namespace: &str, node_namespace: Option<&str>) -> LabelSelector {
     let mut exempt = vec!["kube-system".to_owned()];
-    if own_namespace != "kube-system" {
-        exempt.push(own_namespace.to_owned());
+    for ns in std::iter::once(own_namespace).chain(node_namespace) {
+        if !exempt.iter().any(|e| e == ns) {
+            exempt.push(ns.to_owned());
+        }
     }
     LabelSelector {
         match_expressions: Some(vec![
@@ -150,7 +152,10 @@ pub fn webhook_configuration(
             client_config,
             failure_policy: Some(s.failure_policy.as_str().into()),
             match_policy: Some("Equivalent".into()),
-            namespace_selector: Some(namespace_selector(&s.namespace)),
+            namespace_selector: Some(namespace_selector(
+                &s.namespace,
+                s.node_namespace.as_deref(),
+            )),
             object_selector: Some(LabelSelector::default()),
             reinvocation_policy: Some("IfNeeded".into()),
             rules: Some(rules),
@@ -401,6 +406,7 @@ mod tests {
     fn settings() -> Settings {
         Settings {
             namespace: "sigil-system".into(),
+            node_namespace: None,
             config_name: "sigil".into(),
             service: "sigil".into(),
             service_port: 443,
@@ -443,13 +449,23 @@ mod tests {
 
     #[test]
     fn namespace_selector_exempts_kube_system_own_namespace_and_ignore_label() {
-        let sel = namespace_selector("sigil-system");
+        let sel = namespace_selector("sigil-system", None);
         assert!(!selects(&sel, &ns("kube-system", &[])));
         assert!(!selects(&sel, &ns("sigil-system", &[])));
         assert!(!selects(&sel, &ns("team-a", &[(IGNORE_LABEL, "true")])));
         assert!(!selects(&sel, &ns("team-a", &[(IGNORE_LABEL, "")])));
         assert!(selects(&sel, &ns("team-a", &[])));
         assert!(selects(&sel, &ns("default", &[("sigil.dev/other", "x")])));
+        // The node tier's namespace only when it is named.
+        assert!(selects(&sel, &ns("sigil-node", &[])));
+        let sel = namespace_selector("sigil-system", Some("sigil-node"));
+        assert!(!selects(&sel, &ns("sigil-node", &[])));
+        assert!(!selects(&sel, &ns("sigil-system", &[])));
+        assert!(selects(&sel, &ns("team-a", &[])));
+        // Named twice (or as kube-system), it is listed once.
+        let sel = namespace_selector("kube-system", Some("kube-system"));
+        let values = &sel.match_expressions.as_ref().unwrap()[0].values;
+        assert_eq!(values.as_deref(), Some(&["kube-system".to_owned()][..]));
     }
 
     #[test]

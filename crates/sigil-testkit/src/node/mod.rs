@@ -461,17 +461,19 @@ impl Node {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
-    /// The last lines of every node process's log, and the control plane's.
+    /// The last lines of every node process's log, then the control
+    /// plane's (a CI report keeps only the beginning of a long failure).
     pub fn logs(&self) -> String {
-        let mut out = self.kube.logs();
+        let mut out = String::new();
         for n in [
-            "containerd.log",
             "kubelet.log",
+            "containerd.log",
             "kube-proxy.log",
             "holder.log",
         ] {
-            out.push_str(&format!("\n--- {n} ---\n{}", self.tail(n)));
+            out.push_str(&format!("--- {n} ---\n{}\n", self.tail(n)));
         }
+        out.push_str(&self.kube.logs());
         out
     }
 

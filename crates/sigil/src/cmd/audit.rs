@@ -116,6 +116,7 @@ pub fn run(args: AuditArgs) -> Result<ExitCode> {
                 namespace: Some(args.sigil_namespace.clone()),
                 webhook_name: "sigil".into(),
                 state_configmap: args.state_configmap.clone(),
+                node_namespace: None,
             }
             .settings(args.sigil_namespace.clone());
             Some(sigil_kube::audit::since_break_glass(&client, &s).await?)

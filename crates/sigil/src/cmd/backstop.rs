@@ -20,6 +20,10 @@ pub struct BackstopArgs {
     /// sigil's namespace: exempt from the backstop as from the webhook.
     #[arg(long, env = "POD_NAMESPACE", default_value = "sigil-system")]
     pub namespace: String,
+    /// The node tier's namespace (docs/node.md), exempt as sigil's own is:
+    /// its DaemonSet must start while the webhook is down.
+    #[arg(long, env = "SIGIL_NODE_NAMESPACE")]
+    pub node_namespace: Option<String>,
 }
 
 /// Runs `sigil backstop`.
@@ -29,6 +33,7 @@ pub fn run(args: BackstopArgs) -> Result<ExitCode> {
         &policy,
         &sigil_core::backstop::Options {
             namespace: args.namespace,
+            node_namespace: args.node_namespace,
         },
     );
     if !b.unfit.is_empty() {

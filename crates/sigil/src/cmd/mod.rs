@@ -235,6 +235,11 @@ pub struct ClusterArgs {
     /// ConfigMap in sigil's namespace that carries the break-glass marker.
     #[arg(long, default_value = "sigil-state", env = "SIGIL_STATE_CONFIGMAP")]
     pub state_configmap: String,
+    /// The node tier's namespace (docs/node.md), when it is installed:
+    /// exempt from the webhook and the backstop as sigil's own namespace is,
+    /// so its DaemonSet arms new nodes while the webhook is down.
+    #[arg(long, env = "SIGIL_NODE_NAMESPACE")]
+    pub node_namespace: Option<String>,
 }
 
 impl ClusterArgs {
@@ -242,6 +247,7 @@ impl ClusterArgs {
     pub fn settings(&self, namespace: String) -> Settings {
         Settings {
             namespace,
+            node_namespace: self.node_namespace.clone(),
             config_name: self.webhook_name.clone(),
             service: "sigil".into(),
             service_port: 443,

@@ -50,6 +50,7 @@ fn check(file: &Path, schema_only: bool) -> Result<ExitCode> {
         &p,
         &sigil_core::backstop::Options {
             namespace: "sigil-system".to_owned(),
+            node_namespace: None,
         },
     );
     if !b.unfit.is_empty() {

@@ -221,6 +221,7 @@ fn the_charts_own_webhook_configuration_is_what_sigil_registers() {
         .clone();
     let settings = Settings {
         namespace: NS.into(),
+        node_namespace: None,
         config_name: "sigil".into(),
         service: "sigil".into(),
         service_port: 443,

@@ -107,18 +107,31 @@ impl Drop for RealKube {
 }
 
 impl RealKube {
-    /// The last lines of the API server's and etcd's logs.
+    /// The last lines of the control plane's logs (controller-manager,
+    /// scheduler, API server, etcd).
     pub fn logs(&self) -> String {
+        // The API server's boot-time warnings about its own requests say
+        // nothing about a failure and would fill the tail.
         let tail = |name: &str| {
             let text = std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
+            let lines: Vec<&str> = text
+                .lines()
+                .filter(|l| !l.contains("before server is ready"))
+                .collect();
             lines[lines.len().saturating_sub(40)..].join("\n")
         };
-        format!(
-            "--- kube-apiserver ---\n{}\n--- etcd ---\n{}",
-            tail("kube-apiserver.log"),
-            tail("etcd.log")
-        )
+        let mut out = String::new();
+        for name in [
+            "kube-controller-manager.log",
+            "kube-scheduler.log",
+            "kube-apiserver.log",
+            "etcd.log",
+        ] {
+            if self.dir.path().join(name).exists() {
+                out.push_str(&format!("--- {name} ---\n{}\n", tail(name)));
+            }
+        }
+        out
     }
 
     /// The API server's whole log so far.

@@ -30,6 +30,7 @@ async fn installed_by_its_chart_sigil_pins_refuses_and_the_node_refuses_what_no_
     wait_default_account(&i, "shop").await;
     everyday(&i).await;
     pods_stay_on_this_machine(&i).await;
+    the_node_tier_starts_while_the_webhook_is_down(&i).await;
     webhook_gone(&i).await;
     super::restart::after_a_power_cut_the_cluster_comes_back_failing_closed_with_no_manual_step(&i)
         .await;
@@ -254,6 +255,125 @@ async fn pods_stay_on_this_machine(i: &Installed) {
         // kube-proxy's one rule masquerades only packets it marked for a
         // Service; the guard drops them before they could leave.
         assert!(l.starts_with("-A KUBE-POSTROUTING"), "{l}");
+    }
+}
+
+/// The webhook at zero replicas, failing closed: a new DaemonSet Pod is
+/// still created (the node tier's namespace is exempt, as sigil's own is),
+/// by tag (the backstop exempts it too), and arms the node again; then the
+/// webhook comes back.
+async fn the_node_tier_starts_while_the_webhook_is_down(i: &Installed) {
+    kubectl(
+        &i.node,
+        &[
+            "-n",
+            "sigil-system",
+            "scale",
+            "deployment/sigil",
+            "--replicas=0",
+        ],
+    );
+    kubectl(
+        &i.node,
+        &[
+            "-n",
+            "sigil-system",
+            "wait",
+            "--for=delete",
+            "pod",
+            "-l",
+            "app.kubernetes.io/name=sigil",
+            "--timeout=120s",
+        ],
+    );
+    // Still failing closed for everyone else.
+    let (status, answer) = i.create(&workload("shop", "while-down", &i.signed.0)).await;
+    assert!(status >= 400, "the webhook fails closed: {answer:#}");
+    let before = kubectl(&i.node, &["-n", "sigil-node", "get", "pods", "-o", "name"]);
+    kubectl(
+        &i.node,
+        &[
+            "-n",
+            "sigil-node",
+            "delete",
+            "pod",
+            "--all",
+            "--wait=true",
+            "--timeout=60s",
+        ],
+    );
+    let until = Instant::now() + Duration::from_secs(60);
+    let after = loop {
+        let now = kubectl(&i.node, &["-n", "sigil-node", "get", "pods", "-o", "name"]);
+        if !now.trim().is_empty() && now != before {
+            break now;
+        }
+        assert!(
+            Instant::now() < until,
+            "no new DaemonSet Pod while the webhook is down: {}",
+            kubectl(&i.node, &["-n", "sigil-node", "get", "events"])
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    kubectl(
+        &i.node,
+        &[
+            "-n",
+            "sigil-node",
+            "wait",
+            "--for=condition=Ready",
+            after.trim(),
+            "--timeout=120s",
+        ],
+    );
+    daemonset_available(i, "sigil-node", "sigil-node", Duration::from_secs(180)).await;
+    let events = kubectl(
+        &i.node,
+        &["-n", "sigil-node", "get", "events", "-o", "json"],
+    );
+    assert!(
+        !events.contains("FailedCreate"),
+        "no Pod creation refused: {events}"
+    );
+    kubectl(
+        &i.node,
+        &[
+            "-n",
+            "sigil-system",
+            "scale",
+            "deployment/sigil",
+            "--replicas=3",
+        ],
+    );
+    rollout_status(&i.node, "sigil-system", "deployment/sigil", "180s");
+}
+
+/// Waits until the DaemonSet's controller counts every scheduled Pod as
+/// available (what `kubectl rollout status` waits for), or fails the test
+/// with the DaemonSet's status, its Pods and the node's logs.
+async fn daemonset_available(i: &Installed, ns: &str, name: &str, within: Duration) {
+    let path = format!("/apis/apps/v1/namespaces/{ns}/daemonsets/{name}");
+    let until = Instant::now() + within;
+    loop {
+        let ds = i.node.kube.get(&path).await.unwrap_or_default();
+        let status = &ds["status"];
+        let desired = status["desiredNumberScheduled"].as_u64().unwrap_or(0);
+        if desired > 0
+            && status["numberAvailable"].as_u64() == Some(desired)
+            && status["updatedNumberScheduled"].as_u64() == Some(desired)
+            && status["observedGeneration"] == ds["metadata"]["generation"]
+        {
+            return;
+        }
+        if Instant::now() > until {
+            panic!(
+                "DaemonSet {ns}/{name} not available within {within:?}: {status:#}\n{}\n{}\n{}",
+                kubectl(&i.node, &["-n", ns, "get", "pods", "-o", "wide"]),
+                kubectl(&i.node, &["-n", ns, "get", "events"]),
+                i.node.logs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
