@@ -71,6 +71,32 @@ fn a_link_planted_at_the_temporary_name_is_never_followed() {
     );
 }
 
+/// Tekton steps, sidecars and step templates, an Argo Workflow's script and
+/// container set, and a Prometheus's `spec.image` were never reported:
+/// `--check` passed with all of them unpinned. The shipped extractors find
+/// every one (each named by its path and kind in the report).
+#[test]
+fn regression_images_in_custom_resources_are_invisible_to_pin_check() {
+    let d = tempfile::tempdir().unwrap();
+    write(
+        &d.path().join("crs.yaml"),
+        "apiVersion: tekton.dev/v1\nkind: Task\nmetadata: {name: build}\nspec:\n  stepTemplate: {image: alpine:3.20}\n  steps:\n    - {name: a, image: golang:1.23}\n  sidecars:\n    - {name: d, image: docker:dind}\n---\napiVersion: argoproj.io/v1alpha1\nkind: Workflow\nmetadata: {name: w}\nspec:\n  templates:\n    - name: s\n      script: {image: python:3.12}\n    - name: c\n      containerSet:\n        containers:\n          - {name: x, image: busybox:1.36}\n---\napiVersion: monitoring.coreos.com/v1\nkind: Prometheus\nmetadata: {name: p}\nspec:\n  image: quay.io/prometheus/prometheus:v3.0.0\n",
+    );
+    let (code, out, err) = pin(d.path(), &["--check", "crs.yaml"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let all = format!("{out}{err}");
+    for seen in [
+        "spec.stepTemplate.image of Task build",
+        "spec.steps[0].image (\"a\") of Task build",
+        "spec.sidecars[0].image (\"d\") of Task build",
+        "spec.templates[0].script.image (\"s\") of Workflow w",
+        "spec.templates[1].containerSet.containers[0].image (\"x\") of Workflow w",
+        "spec.image of Prometheus p",
+    ] {
+        assert!(all.contains(seen), "{seen} not reported:\n{all}");
+    }
+}
+
 /// `ln -s . d/loop1` made one file processed (and written) 41 times; two
 /// such links made `--check` never finish.
 #[test]
