@@ -5,13 +5,22 @@
 //! the node decides by the same policy as the webhook. Team ImagePolicies
 //! are not read: namespaces do not exist at a pull. It writes nothing to
 //! the API and decides nothing.
+//!
+//! [`watch`] is how a node follows the policy: list once, then watch (the
+//! ConfigMap by a `metadata.name` field selector, the ClusterImagePolicies
+//! with bookmarks), composing only when an input's `resourceVersion`
+//! changed. A watch that breaks resumes from its last resourceVersion; a
+//! 410 Gone relists (kube-runtime's watcher). [`NodeComposer::read`] is the
+//! one-shot read (the fleet benchmark's polling baseline).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use futures_util::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, ListParams};
+use kube::runtime::{WatchStreamExt as _, reflector, watcher};
 use sigil_core::Policy;
 
 use crate::crd::ClusterImagePolicy;
@@ -68,16 +77,7 @@ impl NodeComposer {
         objects: bool,
         now: i64,
     ) -> Result<NodePolicy> {
-        let file = configmap_file(client, namespace, name, "policy.yaml")
-            .await?
-            .ok_or_else(|| {
-                Error::Invalid(format!("ConfigMap {namespace}/{name} has no policy.yaml"))
-            })?;
-        let policy = Policy::from_documents_at(&file, Some(now)).map_err(|e| {
-            Error::Invalid(format!(
-                "the policy in ConfigMap {namespace}/{name} is invalid: {e}"
-            ))
-        })?;
+        let file = configmap_file(client, namespace, name, "policy.yaml").await?;
         let cips: Vec<Arc<ClusterImagePolicy>> = if objects {
             Api::<ClusterImagePolicy>::all(client.clone())
                 // Any resourceVersion: served from the API server's watch
@@ -92,7 +92,28 @@ impl NodeComposer {
         } else {
             Vec::new()
         };
-        let composed = compose::cluster(Some(policy), &cips, &mut self.good);
+        self.compose((namespace, name), file, &cips, now)
+    }
+
+    /// Composes the node policy from the ConfigMap's `policy.yaml` (`None`:
+    /// the ConfigMap or its key is missing, an error) and the
+    /// ClusterImagePolicies, loaded at `now`.
+    pub fn compose(
+        &mut self,
+        (namespace, name): (&str, &str),
+        file: Option<String>,
+        cips: &[Arc<ClusterImagePolicy>],
+        now: i64,
+    ) -> Result<NodePolicy> {
+        let file = file.ok_or_else(|| {
+            Error::Invalid(format!("ConfigMap {namespace}/{name} has no policy.yaml"))
+        })?;
+        let policy = Policy::from_documents_at(&file, Some(now)).map_err(|e| {
+            Error::Invalid(format!(
+                "the policy in ConfigMap {namespace}/{name} is invalid: {e}"
+            ))
+        })?;
+        let composed = compose::cluster(Some(policy), cips, &mut self.good);
         // Objects deleted since: forget them.
         self.good
             .retain(|uid, _| cips.iter().any(|c| c.metadata.uid.as_deref() == Some(uid)));
@@ -113,5 +134,128 @@ impl NodeComposer {
                 .ok_or_else(|| Error::Invalid("no policy was composed".to_owned()))?,
             left_out,
         })
+    }
+}
+
+/// What [`watch`] reports after its inputs moved.
+#[derive(Debug)]
+pub enum Change {
+    /// An input changed: the policy composed from them now.
+    Composed(Box<NodePolicy>),
+    /// The watches listed again (after an error or a 410 Gone) and found
+    /// the inputs as they were: the policy last reported stands.
+    Unchanged,
+}
+
+/// The `resourceVersion`s the last composition was made from: the
+/// ConfigMap's, then each ClusterImagePolicy's (by uid, sorted).
+type Inputs = (Option<String>, Vec<(String, String)>);
+
+/// Follows the node policy's inputs — ConfigMap `namespace/name` (key
+/// `policy.yaml`) and, with `objects`, the ClusterImagePolicies — by
+/// list-then-watch, calling `on` once both have listed and again each time
+/// an input changed (events that arrive together are composed once), with
+/// an error when a watch fails (it retries with backoff, resuming from its
+/// last resourceVersion) or the inputs do not compose. In steady state it
+/// makes no request beyond its two watches. Runs until the process ends.
+pub async fn watch(
+    client: Client,
+    (namespace, name): (&str, &str),
+    objects: bool,
+    mut on: impl FnMut(Result<Change>),
+) {
+    let (cm_store, cm_writer) = reflector::store::<ConfigMap>();
+    let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let cms = reflector::reflector(
+        cm_writer,
+        watcher::watcher(Api::namespaced(client.clone(), namespace), by_name),
+    )
+    .default_backoff()
+    .map(|e| {
+        e.map(|_| ())
+            .map_err(|e| Error::Invalid(format!("watching the policy ConfigMap: {e}")))
+    });
+    let (cip_store, cip_writer) = reflector::store::<ClusterImagePolicy>();
+    let cips = if objects {
+        reflector::reflector(
+            cip_writer,
+            watcher::watcher(Api::all(client), watcher::Config::default()),
+        )
+        .default_backoff()
+        .map(|e| {
+            e.map(|_| ())
+                .map_err(|e| Error::Invalid(format!("watching ClusterImagePolicies: {e}")))
+        })
+        .boxed()
+    } else {
+        futures_util::stream::empty::<Result<()>>().boxed()
+    };
+    let mut events = futures_util::stream::select(cms.boxed(), cips);
+    let mut composer = NodeComposer::default();
+    let mut last: Option<Inputs> = None;
+    let mut failed = false;
+    while let Some(ev) = events.next().await {
+        let mut errors = Vec::new();
+        if let Err(e) = ev {
+            errors.push(e);
+        }
+        // Events already here (a list's objects, a burst of edits): one
+        // composition for all of them.
+        while let Some(Some(ev)) = events.next().now_or_never() {
+            if let Err(e) = ev {
+                errors.push(e);
+            }
+        }
+        if let Some(e) = errors.pop() {
+            failed = true;
+            on(Err(e));
+            continue;
+        }
+        let listed = cm_store.wait_until_ready().now_or_never().is_some()
+            && (!objects || cip_store.wait_until_ready().now_or_never().is_some());
+        if !listed {
+            continue;
+        }
+        let cm = cm_store
+            .state()
+            .into_iter()
+            .find(|c| c.metadata.name.as_deref() == Some(name));
+        let objs = if objects {
+            cip_store.state()
+        } else {
+            Vec::new()
+        };
+        let mut versions: Vec<(String, String)> = objs
+            .iter()
+            .map(|c| {
+                (
+                    c.metadata.uid.clone().unwrap_or_default(),
+                    c.metadata.resource_version.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        versions.sort_unstable();
+        let inputs = (
+            cm.as_ref()
+                .and_then(|c| c.metadata.resource_version.clone()),
+            versions,
+        );
+        if last.as_ref() == Some(&inputs) {
+            if std::mem::take(&mut failed) {
+                on(Ok(Change::Unchanged));
+            }
+            continue;
+        }
+        last = Some(inputs);
+        failed = false;
+        let file = cm.and_then(|c| c.data.as_ref().and_then(|d| d.get("policy.yaml").cloned()));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let composed = composer.compose((namespace, name), file, &objs, now);
+        if composed.is_err() {
+            failed = true;
+        }
+        on(composed.map(|p| Change::Composed(Box::new(p))));
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result};
 use sigil::node::sync::{MAX_POLICY_BYTES, Status};
 use sigil_core::Policy;
-use sigil_kube::node::{NodeComposer, NodePolicy};
+use sigil_kube::node::{Change, NodePolicy};
 
 /// Flags of `sigil node sync`.
 #[derive(clap::Args, Debug)]
@@ -49,10 +49,6 @@ pub struct SyncArgs {
     /// linked there.
     #[arg(long, env = "SIGIL_NODE_VERIFIER_DIR")]
     verifier_dir: PathBuf,
-    /// How often the policy is read again (two reads per node per interval,
-    /// the list from the API server's cache).
-    #[arg(long, env = "SIGIL_NODE_SYNC_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
-    interval: Duration,
     /// The binary copied to the host as the verifier: the image's static
     /// build (`/usr/local/bin/sigil-static`, which runs on any Linux host
     /// of its architecture); without, this process's own binary.
@@ -90,12 +86,21 @@ pub fn run(args: SyncArgs) -> Result<std::process::ExitCode> {
             tokio::spawn(sigil::node::status::serve(l, status.clone()));
         }
         let client = sigil_kube::cluster::connect("sigil node sync").await?;
-        let mut composer = NodeComposer::default();
         let mut installed = false;
-        loop {
-            match sync_once(&args, &client, &mut composer, (&ns, &name)).await {
-                Ok(policy) => {
-                    status.synced(policy.text.len(), policy.left_out.len(), now());
+        // The last policy given to the node: its size and what it left out.
+        let mut last = (0, 0);
+        let on = |change: sigil_kube::Result<Change>| {
+            let synced = change.map_err(anyhow::Error::from).and_then(|c| match c {
+                Change::Composed(policy) => {
+                    apply(&args, &policy)?;
+                    last = (policy.text.len(), policy.left_out.len());
+                    Ok(())
+                }
+                Change::Unchanged => Ok(()),
+            });
+            match synced {
+                Ok(()) => {
+                    status.synced(last.0, last.1, now());
                     if !installed {
                         match install(&args) {
                             Ok(()) => {
@@ -117,8 +122,9 @@ pub fn run(args: SyncArgs) -> Result<std::process::ExitCode> {
                     status.failed(why);
                 }
             }
-            tokio::time::sleep(args.interval).await;
-        }
+        };
+        sigil_kube::node::watch(client, (&ns, &name), args.watch_policies, on).await;
+        anyhow::bail!("the policy watches ended")
     })
 }
 
@@ -126,33 +132,18 @@ fn now() -> u64 {
     u64::try_from(sigil::engine::unix_now()).unwrap_or(0)
 }
 
-/// One sync: the policy the webhook has in force, checked as the node will
-/// load it, written when it changed. An error leaves the node's file as it
-/// was.
-async fn sync_once(
-    args: &SyncArgs,
-    client: &kube::Client,
-    composer: &mut NodeComposer,
-    configmap: (&str, &str),
-) -> Result<NodePolicy> {
-    let policy = composer
-        .read(
-            client,
-            configmap,
-            args.watch_policies,
-            sigil::engine::unix_now(),
-        )
-        .await?;
+/// Gives the node a newly composed policy: checked as the node will load
+/// it, written when it changed. An error leaves the node's file as it was.
+fn apply(args: &SyncArgs, policy: &NodePolicy) -> Result<()> {
     for (cip, why) in &policy.left_out {
         tracing::warn!(policy = %cip, error = %why, "ClusterImagePolicy not in force as it is (the webhook leaves it out too)");
     }
     // What the node has already passed these checks.
     if std::fs::read(&args.out).is_ok_and(|b| b == policy.text.as_bytes()) {
-        return Ok(policy);
+        return Ok(());
     }
-    let node = node_policy_problems(&policy)?;
-    write_if_changed(&args.out, node.as_bytes())?;
-    Ok(policy)
+    let node = node_policy_problems(policy)?;
+    write_if_changed(&args.out, node.as_bytes())
 }
 
 /// The node policy's text, or why a node cannot be given it: too large for

@@ -79,7 +79,6 @@ pub(super) fn launch(
     cmd.args(&args)
         .env_clear()
         .env("KUBECONFIG", kubeconfig)
-        .env("SIGIL_NODE_SYNC_INTERVAL", "1s")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
     let port = crate::support::ports::free_port();
