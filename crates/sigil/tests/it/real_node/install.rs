@@ -263,29 +263,7 @@ async fn pods_stay_on_this_machine(i: &Installed) {
 /// by tag (the backstop exempts it too), and arms the node again; then the
 /// webhook comes back.
 async fn the_node_tier_starts_while_the_webhook_is_down(i: &Installed) {
-    kubectl(
-        &i.node,
-        &[
-            "-n",
-            "sigil-system",
-            "scale",
-            "deployment/sigil",
-            "--replicas=0",
-        ],
-    );
-    kubectl(
-        &i.node,
-        &[
-            "-n",
-            "sigil-system",
-            "wait",
-            "--for=delete",
-            "pod",
-            "-l",
-            "app.kubernetes.io/name=sigil",
-            "--timeout=120s",
-        ],
-    );
+    webhook_down(i);
     // Still failing closed for everyone else.
     let (status, answer) = i.create(&workload("shop", "while-down", &i.signed.0)).await;
     assert!(status >= 400, "the webhook fails closed: {answer:#}");
@@ -335,6 +313,34 @@ async fn the_node_tier_starts_while_the_webhook_is_down(i: &Installed) {
         !events.contains("FailedCreate"),
         "no Pod creation refused: {events}"
     );
+    webhook_up(i);
+}
+
+/// Scales sigil's Deployment to zero and waits until its Pods are gone.
+fn webhook_down(i: &Installed) {
+    let ns = "sigil-system";
+    kubectl(
+        &i.node,
+        &["-n", ns, "scale", "deployment/sigil", "--replicas=0"],
+    );
+    let selector = "app.kubernetes.io/name=sigil";
+    kubectl(
+        &i.node,
+        &[
+            "-n",
+            ns,
+            "wait",
+            "--for=delete",
+            "pod",
+            "-l",
+            selector,
+            "--timeout=120s",
+        ],
+    );
+}
+
+/// Scales sigil's Deployment back to three replicas and waits for them.
+fn webhook_up(i: &Installed) {
     kubectl(
         &i.node,
         &[
@@ -396,29 +402,7 @@ async fn webhook_gone(i: &Installed) {
             "webhook.failurePolicy=Ignore",
         ],
     );
-    kubectl(
-        &i.node,
-        &[
-            "-n",
-            "sigil-system",
-            "scale",
-            "deployment/sigil",
-            "--replicas=0",
-        ],
-    );
-    kubectl(
-        &i.node,
-        &[
-            "-n",
-            "sigil-system",
-            "wait",
-            "--for=delete",
-            "pod",
-            "-l",
-            "app.kubernetes.io/name=sigil",
-            "--timeout=120s",
-        ],
-    );
+    webhook_down(i);
     let (status, answer) = i.create(&workload("shop", "by-tag", &i.signed.0)).await;
     let message = answer["message"].as_str().unwrap_or_default();
     assert_eq!(status, 403, "{answer:#}");
@@ -436,17 +420,7 @@ async fn webhook_gone(i: &Installed) {
     );
     let reason = wait_pull_refused(i, "shop", "unsigned-pinned").await;
     assert!(reason.contains("sigil"), "{reason}");
-    kubectl(
-        &i.node,
-        &[
-            "-n",
-            "sigil-system",
-            "scale",
-            "deployment/sigil",
-            "--replicas=3",
-        ],
-    );
-    rollout_status(&i.node, "sigil-system", "deployment/sigil", "180s");
+    webhook_up(i);
     let (status, answer) = i.create(&workload("shop", "back", &i.signed.0)).await;
     assert_eq!(status, 201, "{answer:#}");
     assert_eq!(
