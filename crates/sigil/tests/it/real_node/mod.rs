@@ -224,6 +224,9 @@ pub(crate) async fn install(assets: &node::Assets) -> Installed {
         ],
     );
     rollout_status(&node, "sigil-node", "daemonset/sigil-node", "180s");
+    // The node's namespace joins the webhook's exemptions, which rolls the
+    // Deployment too: wait for it, or its Service briefly has a fourth Pod.
+    rollout_status(&node, "sigil-system", "deployment/sigil", "180s");
     let installed = Installed {
         host: host.clone(),
         signed: (format!("{host}/apps/app:1"), signed_digest),
