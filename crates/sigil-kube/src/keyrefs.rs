@@ -7,9 +7,11 @@
 //! watches last saw. Every change is signalled ([`KeyRefs::changed`]) so the
 //! binary rebuilds its verifiers: a rotated key is in force within seconds,
 //! without a restart. A missing object or key is an answer (the reason), never
-//! a crash; what the PEM means is sigil-verify's.
+//! a crash; what the PEM means is sigil-verify's. Of a Secret only the keys
+//! a reference names are kept. [`KeyRefs::resolve`] is what `sigil node
+//! sync` carries to nodes: the PEM with where it came from.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt as _;
@@ -18,6 +20,7 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, ResourceExt as _};
 use sigil_core::verify::keyref::KeyRefKind;
+use sigil_core::verify::node_keys::{Origin, ResolvedKey};
 use sigil_core::verify::{KeyRef, KeySource};
 
 /// (kind, namespace, name).
@@ -28,14 +31,17 @@ type Object = (KeyRefKind, String, String);
 enum Seen {
     /// Not listed yet.
     Pending,
-    /// The object's data (values as text).
-    Data(BTreeMap<String, String>),
+    /// The object's uid and resourceVersion, and its data (values as
+    /// text; a Secret's only under the keys named).
+    Data(String, String, BTreeMap<String, String>),
     /// Not there (or the watch is refused: the reason).
     Missing(String),
 }
 
 struct Watch {
     seen: Arc<Mutex<Seen>>,
+    /// The keys the references name (all a Secret's watch keeps).
+    keys: BTreeSet<String>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -79,15 +85,20 @@ fn data_of_configmap(c: &ConfigMap) -> BTreeMap<String, String> {
     out
 }
 
-fn data_of_secret(s: &Secret) -> BTreeMap<String, String> {
+/// A Secret's `data` under the keys named, and the names of the rest
+/// (their values are dropped at once: sigil keeps no key it was not asked
+/// for).
+fn data_of_secret(s: &Secret, named: &BTreeSet<String>) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for (k, v) in s.data.iter().flatten() {
-        if let Ok(t) = String::from_utf8(v.0.clone()) {
+        let value = if named.contains(k) {
+            String::from_utf8(v.0.clone()).ok()
+        } else {
+            Some(String::new())
+        };
+        if let Some(t) = value {
             out.insert(k.clone(), t);
         }
-    }
-    for (k, v) in s.string_data.iter().flatten() {
-        out.insert(k.clone(), v.clone());
     }
     out
 }
@@ -132,7 +143,7 @@ impl KeyRefs {
         (kind, ns, name.to_owned())
     }
 
-    fn start(&self, (kind, ns, name): &Object) -> Watch {
+    fn start(&self, (kind, ns, name): &Object, keys: BTreeSet<String>) -> Watch {
         let seen = Arc::new(Mutex::new(Seen::Pending));
         let (s, changed) = (seen.clone(), self.changed.clone());
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
@@ -144,10 +155,46 @@ impl KeyRefs {
             }
             KeyRefKind::Secret => {
                 let api: Api<Secret> = Api::namespaced(self.client.clone(), ns);
-                tokio::spawn(follow(api, config, data_of_secret, s, changed, what))
+                let named = keys.clone();
+                let data = move |s: &Secret| data_of_secret(s, &named);
+                tokio::spawn(follow(api, config, data, s, changed, what))
             }
         };
-        Watch { seen, task }
+        Watch { seen, keys, task }
+    }
+
+    /// `r` as a node policy carries it: the PEM with where it came from,
+    /// or why it cannot be read.
+    pub fn resolve(&self, r: &KeyRef) -> ResolvedKey {
+        let o = self.object(r);
+        let seen = {
+            let watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+            watches
+                .get(&o)
+                .map(|w| w.seen.lock().unwrap_or_else(|e| e.into_inner()).clone())
+        };
+        let (pem, from) = match (seen, self.pem(r)) {
+            (Some(Seen::Data(uid, rv, _)), Ok(pem)) => {
+                let from = Origin::of(o.1, uid, rv, &pem);
+                (Ok(pem), Some(from))
+            }
+            (_, Ok(_)) => (Err(format!("{r} has not been read yet")), None),
+            (_, Err(e)) => (Err(e), None),
+        };
+        match pem {
+            Ok(pem) => ResolvedKey {
+                key_ref: r.clone(),
+                pem: Some(pem),
+                from,
+                error: None,
+            },
+            Err(e) => ResolvedKey {
+                key_ref: r.clone(),
+                pem: None,
+                from: None,
+                error: Some(e),
+            },
+        }
     }
 }
 
@@ -155,7 +202,7 @@ impl KeyRefs {
 async fn follow<K>(
     api: Api<K>,
     config: watcher::Config,
-    data: fn(&K) -> BTreeMap<String, String>,
+    data: impl Fn(&K) -> BTreeMap<String, String> + Send + 'static,
     seen: Arc<Mutex<Seen>>,
     changed: Arc<tokio::sync::Notify>,
     what: String,
@@ -164,7 +211,15 @@ async fn follow<K>(
     K::DynamicType: Default,
 {
     let mut events = watcher::watcher(api, config).default_backoff().boxed();
-    let mut listing: Option<BTreeMap<String, String>> = None;
+    let mut listing: Option<Seen> = None;
+    let read = |o: &K| {
+        let m = o.meta();
+        Seen::Data(
+            m.uid.clone().unwrap_or_default(),
+            m.resource_version.clone().unwrap_or_default(),
+            data(o),
+        )
+    };
     let set = |v: Seen| {
         *seen.lock().unwrap_or_else(|e| e.into_inner()) = v;
         changed.notify_one();
@@ -172,14 +227,13 @@ async fn follow<K>(
     while let Some(ev) = events.next().await {
         match ev {
             Ok(watcher::Event::Init) => listing = None,
-            Ok(watcher::Event::InitApply(o)) => listing = Some(data(&o)),
-            Ok(watcher::Event::InitDone) => set(match listing.take() {
-                Some(d) => Seen::Data(d),
-                None => Seen::Missing(format!("{what} not found")),
-            }),
+            Ok(watcher::Event::InitApply(o)) => listing = Some(read(&o)),
+            Ok(watcher::Event::InitDone) => set(listing
+                .take()
+                .unwrap_or_else(|| Seen::Missing(format!("{what} not found")))),
             Ok(watcher::Event::Apply(o)) => {
                 tracing::info!(object = %what, name = %o.name_any(), "a keyRef object changed");
-                set(Seen::Data(data(&o)));
+                set(read(&o));
             }
             Ok(watcher::Event::Delete(_)) => set(Seen::Missing(format!("{what} was deleted"))),
             Err(e) => {
@@ -206,7 +260,7 @@ impl KeySource for KeyRefs {
         match seen {
             Seen::Pending => Err(format!("{r} has not been read yet")),
             Seen::Missing(why) => Err(why),
-            Seen::Data(d) => d.get(&r.key).cloned().ok_or_else(|| {
+            Seen::Data(_, _, d) => d.get(&r.key).cloned().ok_or_else(|| {
                 let keys: Vec<&str> = d.keys().map(String::as_str).collect();
                 format!(
                     "{} {}/{} has no key {:?} (it has: {})",
@@ -225,12 +279,20 @@ impl KeySource for KeyRefs {
     }
 
     fn want(&self, refs: &[KeyRef]) {
-        let wanted: Vec<Object> = refs.iter().map(|r| self.object(r)).collect();
+        let mut wanted: BTreeMap<Object, BTreeSet<String>> = BTreeMap::new();
+        for r in refs {
+            wanted
+                .entry(self.object(r))
+                .or_default()
+                .insert(r.key.clone());
+        }
         let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
-        watches.retain(|o, _| wanted.contains(o));
-        for o in wanted {
+        // A Secret's watch keeps only the keys named when it started: one
+        // naming another key starts again.
+        watches.retain(|o, w| wanted.get(o).is_some_and(|k| *k == w.keys));
+        for (o, keys) in wanted {
             if let std::collections::hash_map::Entry::Vacant(v) = watches.entry(o) {
-                let w = self.start(v.key());
+                let w = self.start(v.key(), keys);
                 v.insert(w);
             }
         }

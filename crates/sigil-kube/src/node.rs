@@ -12,6 +12,12 @@
 //! changed. A watch that breaks resumes from its last resourceVersion; a
 //! 410 Gone relists (kube-runtime's watcher). [`NodeComposer::read`] is the
 //! one-shot read (the fleet benchmark's polling baseline).
+//!
+//! The `keyRef`s of the policy composed are followed too (one watch per
+//! object named, [`crate::keyrefs::KeyRefs`], in the policy ConfigMap's
+//! namespace unless a reference names another), and the node policy
+//! carries what they hold as a `NodeKeys` document: a rotated key reaches
+//! the nodes as a policy edit does.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,6 +28,8 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt as _, reflector, watcher};
 use sigil_core::Policy;
+
+use sigil_core::verify::node_keys::{self, NodeKeys};
 
 use crate::crd::ClusterImagePolicy;
 use crate::error::{Context as _, Error, Result};
@@ -54,6 +62,28 @@ pub struct NodePolicy {
     pub policy: Policy,
     /// ClusterImagePolicies not in force as they are now, and why.
     pub left_out: Vec<(String, String)>,
+    /// What the policy's `keyRef`s hold (in `text` as its last document
+    /// when there are any).
+    pub keys: NodeKeys,
+}
+
+impl NodePolicy {
+    /// This policy carrying `keys`: its text with them as the last
+    /// document.
+    fn with_keys(&self, keys: NodeKeys) -> NodePolicy {
+        let mut text = self.text.clone();
+        if !keys.keys.is_empty() {
+            text.push_str("\n---\n");
+            text.push_str(&keys.document());
+            text.push('\n');
+        }
+        NodePolicy {
+            text,
+            policy: self.policy.clone(),
+            left_out: self.left_out.clone(),
+            keys,
+        }
+    }
 }
 
 /// Composes the node policy across syncs as the webhook does (one code
@@ -133,6 +163,7 @@ impl NodeComposer {
                 .policy
                 .ok_or_else(|| Error::Invalid("no policy was composed".to_owned()))?,
             left_out,
+            keys: NodeKeys::default(),
         })
     }
 }
@@ -152,12 +183,15 @@ pub enum Change {
 type Inputs = (Option<String>, Vec<(String, String)>);
 
 /// Follows the node policy's inputs — ConfigMap `namespace/name` (key
-/// `policy.yaml`) and, with `objects`, the ClusterImagePolicies — by
-/// list-then-watch, calling `on` once both have listed and again each time
-/// an input changed (events that arrive together are composed once), with
-/// an error when a watch fails (it retries with backoff, resuming from its
-/// last resourceVersion) or the inputs do not compose. In steady state it
-/// makes no request beyond its two watches. Runs until the process ends.
+/// `policy.yaml`), with `objects` the ClusterImagePolicies, and the objects
+/// the composed policy's `keyRef`s name — by list-then-watch, calling `on`
+/// once all have listed and again each time an input changed (events that
+/// arrive together are composed once), with an error when a watch fails (it
+/// retries with backoff, resuming from its last resourceVersion) or the
+/// inputs do not compose. A `keyRef` that cannot be read is carried as its
+/// reason (the verifiers naming it fail on the node, as at the webhook). In
+/// steady state it makes no request beyond its watches. Runs until the
+/// process ends.
 pub async fn watch(
     client: Client,
     (namespace, name): (&str, &str),
@@ -179,7 +213,7 @@ pub async fn watch(
     let cips = if objects {
         reflector::reflector(
             cip_writer,
-            watcher::watcher(Api::all(client), watcher::Config::default()),
+            watcher::watcher(Api::all(client.clone()), watcher::Config::default()),
         )
         .default_backoff()
         .map(|e| {
@@ -191,71 +225,121 @@ pub async fn watch(
         futures_util::stream::empty::<Result<()>>().boxed()
     };
     let mut events = futures_util::stream::select(cms.boxed(), cips);
+    let key_refs = crate::keyrefs::KeyRefs::new(client, namespace.to_owned());
+    let keys_changed = key_refs.changed();
     let mut composer = NodeComposer::default();
     let mut last: Option<Inputs> = None;
     let mut failed = false;
-    while let Some(ev) = events.next().await {
-        let mut errors = Vec::new();
-        if let Err(e) = ev {
-            errors.push(e);
-        }
-        // Events already here (a list's objects, a burst of edits): one
-        // composition for all of them.
-        while let Some(Some(ev)) = events.next().now_or_never() {
+    // The policy last composed (without keys), and whether it has been
+    // reported; the keys last reported with it.
+    let mut composed: Option<(NodePolicy, bool)> = None;
+    let mut reported_keys: Option<NodeKeys> = None;
+    loop {
+        let ev = tokio::select! {
+            ev = events.next() => match ev {
+                Some(ev) => Some(ev),
+                None => return,
+            },
+            () = keys_changed.notified() => None,
+        };
+        if let Some(ev) = ev {
+            let mut errors = Vec::new();
             if let Err(e) = ev {
                 errors.push(e);
             }
-        }
-        if let Some(e) = errors.pop() {
-            failed = true;
-            on(Err(e));
-            continue;
-        }
-        let listed = cm_store.wait_until_ready().now_or_never().is_some()
-            && (!objects || cip_store.wait_until_ready().now_or_never().is_some());
-        if !listed {
-            continue;
-        }
-        let cm = cm_store
-            .state()
-            .into_iter()
-            .find(|c| c.metadata.name.as_deref() == Some(name));
-        let objs = if objects {
-            cip_store.state()
-        } else {
-            Vec::new()
-        };
-        let mut versions: Vec<(String, String)> = objs
-            .iter()
-            .map(|c| {
-                (
-                    c.metadata.uid.clone().unwrap_or_default(),
-                    c.metadata.resource_version.clone().unwrap_or_default(),
-                )
-            })
-            .collect();
-        versions.sort_unstable();
-        let inputs = (
-            cm.as_ref()
-                .and_then(|c| c.metadata.resource_version.clone()),
-            versions,
-        );
-        if last.as_ref() == Some(&inputs) {
-            if std::mem::take(&mut failed) {
-                on(Ok(Change::Unchanged));
+            // Events already here (a list's objects, a burst of edits): one
+            // composition for all of them.
+            while let Some(Some(ev)) = events.next().now_or_never() {
+                if let Err(e) = ev {
+                    errors.push(e);
+                }
             }
+            if let Some(e) = errors.pop() {
+                failed = true;
+                on(Err(e));
+                continue;
+            }
+            let listed = cm_store.wait_until_ready().now_or_never().is_some()
+                && (!objects || cip_store.wait_until_ready().now_or_never().is_some());
+            if !listed {
+                continue;
+            }
+            let cm = cm_store
+                .state()
+                .into_iter()
+                .find(|c| c.metadata.name.as_deref() == Some(name));
+            let objs = if objects {
+                cip_store.state()
+            } else {
+                Vec::new()
+            };
+            let inputs = inputs_of(cm.as_deref(), &objs);
+            if last.as_ref() == Some(&inputs) {
+                if std::mem::take(&mut failed) {
+                    on(Ok(Change::Unchanged));
+                }
+                continue;
+            }
+            last = Some(inputs);
+            failed = false;
+            let file = cm.and_then(|c| c.data.as_ref().and_then(|d| d.get("policy.yaml").cloned()));
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+            match composer.compose((namespace, name), file, &objs, now) {
+                Ok(p) => {
+                    sigil_core::verify::KeySource::want(
+                        key_refs.as_ref(),
+                        &node_keys::cluster_refs(&p.policy),
+                    );
+                    composed = Some((p, false));
+                }
+                Err(e) => {
+                    failed = true;
+                    on(Err(e));
+                    continue;
+                }
+            }
+        }
+        // Report once every keyRef object has been read: the composed
+        // policy when it is new, or when what its keys hold changed.
+        let Some((policy, reported)) = composed.as_mut() else {
+            continue;
+        };
+        if !key_refs.all_listed() {
             continue;
         }
-        last = Some(inputs);
-        failed = false;
-        let file = cm.and_then(|c| c.data.as_ref().and_then(|d| d.get("policy.yaml").cloned()));
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        let composed = composer.compose((namespace, name), file, &objs, now);
-        if composed.is_err() {
-            failed = true;
+        let keys = NodeKeys {
+            keys: node_keys::cluster_refs(&policy.policy)
+                .iter()
+                .map(|r| key_refs.resolve(r))
+                .collect(),
+        };
+        if *reported && reported_keys.as_ref() == Some(&keys) {
+            continue;
         }
-        on(composed.map(|p| Change::Composed(Box::new(p))));
+        *reported = true;
+        on(Ok(Change::Composed(Box::new(
+            policy.with_keys(keys.clone()),
+        ))));
+        reported_keys = Some(keys);
     }
+}
+
+/// The `resourceVersion`s of the ConfigMap and the ClusterImagePolicies.
+fn inputs_of(cm: Option<&ConfigMap>, objs: &[Arc<ClusterImagePolicy>]) -> Inputs {
+    let mut versions: Vec<(String, String)> = objs
+        .iter()
+        .map(|c| {
+            (
+                c.metadata.uid.clone().unwrap_or_default(),
+                c.metadata.resource_version.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    versions.sort_unstable();
+    (
+        cm.and_then(|c| c.metadata.resource_version.clone()),
+        versions,
+    )
 }

@@ -156,20 +156,7 @@ impl Material {
 
     /// The `keyRef`s the policy's verifiers name (to watch exactly those).
     pub fn key_refs(policy: &Policy) -> Vec<KeyRef> {
-        let mut out: Vec<KeyRef> = Vec::new();
-        for (_, v) in policy.verifications() {
-            let attestors = v.attestations.iter().flat_map(|a| &a.attestors);
-            for spec in v.verifiers.iter().chain(attestors) {
-                let cosign = spec.cosign.iter().flat_map(|c| c.key_ref.iter());
-                let notation = spec.notation.iter().flat_map(|n| n.refs());
-                for r in cosign.chain(notation) {
-                    if !out.contains(r) {
-                        out.push(r.clone());
-                    }
-                }
-            }
-        }
-        out
+        sigil_core::verify::node_keys::refs_of(policy)
     }
 
     /// (rule, verifier, why) for each verifier whose trust material is not

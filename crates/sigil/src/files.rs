@@ -40,6 +40,18 @@ pub fn dir_of(path: &Path) -> &Path {
 /// `path` that is a symlink is replaced by a regular file: callers that
 /// mean to write through a link resolve it first.
 pub fn write_atomic(path: &Path, contents: &[u8], durability: Durability) -> Result<()> {
+    write_atomic_mode(path, contents, durability, None)
+}
+
+/// [`write_atomic`] with the file's mode set to `mode` (`None`: the mode
+/// the file had, else 0644). A file that may hold a Secret's key is written
+/// 0600 from its first byte.
+pub fn write_atomic_mode(
+    path: &Path,
+    contents: &[u8],
+    durability: Durability,
+    mode: Option<u32>,
+) -> Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     let synced = durability == Durability::Synced;
     let dir = dir_of(path);
@@ -47,9 +59,11 @@ pub fn write_atomic(path: &Path, contents: &[u8], durability: Durability) -> Res
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".into());
-    let mode = std::fs::metadata(path)
-        .map(|m| m.permissions().mode() & 0o7777)
-        .unwrap_or(0o644);
+    let mode = mode.unwrap_or_else(|| {
+        std::fs::metadata(path)
+            .map(|m| m.permissions().mode() & 0o7777)
+            .unwrap_or(0o644)
+    });
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(".sigil.tmp")

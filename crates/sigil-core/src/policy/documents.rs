@@ -76,6 +76,26 @@ impl Policy {
     /// exist, allow exceptions, and it lasts no longer than they allow), else
     /// the file does not load — as a conflict between documents does not.
     pub fn from_documents_at(text: &str, now: Option<i64>) -> Result<Policy, PolicyError> {
+        Policy::load_documents(text, now, None)
+    }
+
+    /// A node policy (what `sigil node sync` writes): [`Self::from_documents_at`]
+    /// plus the `NodeKeys` documents that answer its `keyRef`s on a node
+    /// (empty when it names none).
+    pub fn from_node_documents_at(
+        text: &str,
+        now: Option<i64>,
+    ) -> Result<(Policy, crate::verify::node_keys::NodeKeys), PolicyError> {
+        let mut keys = crate::verify::node_keys::NodeKeys::default();
+        let policy = Policy::load_documents(text, now, Some(&mut keys))?;
+        Ok((policy, keys))
+    }
+
+    fn load_documents(
+        text: &str,
+        now: Option<i64>,
+        mut keys: Option<&mut crate::verify::node_keys::NodeKeys>,
+    ) -> Result<Policy, PolicyError> {
         let mut cluster: Vec<Policy> = Vec::new();
         let mut teams: Vec<NamespacePolicy> = Vec::new();
         let mut exceptions: Vec<(u64, crate::exception::Exception)> = Vec::new();
@@ -91,6 +111,25 @@ impl Policy {
                 }
                 KIND | CLUSTER_KIND => {
                     cluster.push(Policy::from_yaml(&doc).map_err(|e| shift(e, line))?)
+                }
+                crate::verify::node_keys::KIND => {
+                    let invalid = |message: String| {
+                        shift(
+                            PolicyError::Invalid {
+                                line: None,
+                                message,
+                            },
+                            line,
+                        )
+                    };
+                    let Some(keys) = keys.as_deref_mut() else {
+                        return Err(invalid(format!(
+                            "kind {kind} is written by sigil node sync into a node policy; a policy file names keys by keyRef (docs/trust.md)"
+                        )));
+                    };
+                    let more =
+                        crate::verify::node_keys::NodeKeys::from_yaml(&doc).map_err(invalid)?;
+                    keys.keys.extend(more.keys);
                 }
                 crate::exception::KIND => exceptions.push((
                     line,

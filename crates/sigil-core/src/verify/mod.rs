@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 pub mod attestations;
 mod compile;
 pub mod keyref;
+pub mod node_keys;
 pub mod notation;
 pub mod platforms;
 mod problem;

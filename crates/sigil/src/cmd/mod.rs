@@ -35,6 +35,7 @@ pub mod mirror;
 pub mod node;
 pub mod node_check;
 pub mod node_env;
+pub mod node_rbac;
 pub mod node_sync;
 pub mod pin;
 pub mod policy;

@@ -50,6 +50,10 @@ pub enum NodeCommand {
     /// What the node DaemonSet runs: keeps the node policy file equal to
     /// the cluster's policy and installs sigil-containerd (docs/node.md).
     Sync(Box<super::node_sync::SyncArgs>),
+    /// Prints the Roles the node DaemonSet needs for a policy: the policy
+    /// ConfigMap and exactly the ConfigMaps and Secrets its keyRefs name,
+    /// each by name (what the Kustomize component ships; docs/node.md).
+    Rbac(super::node_rbac::RbacArgs),
 }
 
 /// Runs `sigil node …`.
@@ -58,6 +62,7 @@ pub fn run(command: NodeCommand) -> Result<ExitCode> {
         NodeCommand::Verify { args } => Ok(verify(&args)),
         NodeCommand::Check { config, images } => super::node_check::run(&config, &images),
         NodeCommand::Sync(args) => super::node_sync::run(*args),
+        NodeCommand::Rbac(args) => super::node_rbac::run(args),
     }
 }
 
@@ -109,7 +114,7 @@ fn decide_pull(args: &[String], started: Instant) -> Verdict {
     };
     let deadline = started + env.timeout;
     let image = req.image();
-    let (policy, bytes) = match pull::load(
+    let loaded = match pull::load(
         env.policy.as_deref(),
         env.on_missing_policy == "allow",
         &image,
@@ -117,11 +122,12 @@ fn decide_pull(args: &[String], started: Instant) -> Verdict {
         Ok(p) => p,
         Err(v) => return v,
     };
-    if let Some(v) = pull::node_admits(&policy, &image) {
+    if let Some(v) = pull::node_admits(&loaded.policy, &image) {
         return v;
     }
     let cache = env.cache.as_deref().and_then(|dir| {
-        let fp = cache::fingerprint(&bytes, &sigil_verify::Material::files(&policy));
+        let files = sigil_verify::Material::files(&loaded.policy);
+        let fp = cache::fingerprint(&loaded.bytes, &files);
         Cache::open(dir, fp, env.cache_ttl, env.cache_entries)
             .map_err(|e| eprintln!("sigil-containerd: cache {}: {e}", dir.display()))
             .ok()
@@ -139,7 +145,7 @@ fn decide_pull(args: &[String], started: Instant) -> Verdict {
     let verdict = match env
         .creds
         .sources()
-        .and_then(|s| Ok(pull::decide(policy, &s, &image, deadline)?))
+        .and_then(|s| Ok(pull::decide(loaded, &s, &image, deadline)?))
     {
         Ok(v) => v,
         Err(e) => Verdict::Deny(format!("sigil refused {image} at pull: {e:#}")),

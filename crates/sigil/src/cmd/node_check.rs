@@ -83,12 +83,12 @@ pub fn run(config: &Path, images: &[String]) -> Result<ExitCode> {
 /// itself; no namespace can exempt them).
 fn answers(env: &NodeEnv, config: &str, images: &[String], report: &mut check::Report) {
     let sandbox = check::sandbox_image(config);
-    let policy = match pull::load(
+    let loaded = match pull::load(
         env.policy.as_deref(),
         env.on_missing_policy == "allow",
         &sandbox,
     ) {
-        Ok((p, _)) => p,
+        Ok(l) => l,
         Err(Verdict::Deny(why)) => {
             report
                 .problems
@@ -103,6 +103,7 @@ fn answers(env: &NodeEnv, config: &str, images: &[String], report: &mut check::R
             return;
         }
     };
+    let policy = &loaded.policy;
     report.settings.push(format!(
         "node policy: {} rule(s), nodeAdmits [{}]",
         policy.rules.len(),
@@ -113,12 +114,30 @@ fn answers(env: &NodeEnv, config: &str, images: &[String], report: &mut check::R
             .collect::<Vec<_>>()
             .join(", ")
     ));
+    for k in &loaded.keys.keys {
+        match (&k.from, &k.error) {
+            (Some(o), _) => report.settings.push(format!(
+                "keyRef {}: from {}/{} (uid {}, resourceVersion {}, sha256 {})",
+                k.key_ref,
+                o.namespace,
+                k.key_ref.object().1,
+                o.uid,
+                o.resource_version,
+                o.sha256
+            )),
+            (None, Some(e)) => report.problems.push(format!(
+                "keyRef {} could not be read by sigil node sync, so its verifiers refuse every image: {e}",
+                k.key_ref
+            )),
+            (None, None) => {}
+        }
+    }
     for image in std::iter::once(&sandbox).chain(images) {
-        let verdict = pull::node_admits(&policy, image).unwrap_or_else(|| {
+        let verdict = pull::node_admits(policy, image).unwrap_or_else(|| {
             let deadline = Instant::now() + env.timeout;
             env.creds
                 .sources()
-                .and_then(|s| Ok(pull::decide(policy.clone(), &s, image, deadline)?))
+                .and_then(|s| Ok(pull::decide(loaded.clone(), &s, image, deadline)?))
                 .unwrap_or_else(|e| Verdict::Deny(format!("{e:#}")))
         });
         match verdict {

@@ -87,13 +87,15 @@ pub fn run(args: SyncArgs) -> Result<std::process::ExitCode> {
         }
         let client = sigil_kube::cluster::connect("sigil node sync").await?;
         let mut installed = false;
-        // The last policy given to the node: its size and what it left out.
-        let mut last = (0, 0);
+        // The last policy given to the node: its size, what it left out and
+        // how many of its keyRefs could not be read.
+        let mut last = (0, 0, 0);
         let on = |change: sigil_kube::Result<Change>| {
             let synced = change.map_err(anyhow::Error::from).and_then(|c| match c {
                 Change::Composed(policy) => {
                     apply(&args, &policy)?;
-                    last = (policy.text.len(), policy.left_out.len());
+                    let unreadable = policy.keys.keys.iter().filter(|k| k.error.is_some()).count();
+                    last = (policy.text.len(), policy.left_out.len(), unreadable);
                     Ok(())
                 }
                 Change::Unchanged => Ok(()),
@@ -101,6 +103,7 @@ pub fn run(args: SyncArgs) -> Result<std::process::ExitCode> {
             match synced {
                 Ok(()) => {
                     status.synced(last.0, last.1, now());
+                    status.keys_unreadable(last.2);
                     if !installed {
                         match install(&args) {
                             Ok(()) => {
@@ -138,6 +141,17 @@ fn apply(args: &SyncArgs, policy: &NodePolicy) -> Result<()> {
     for (cip, why) in &policy.left_out {
         tracing::warn!(policy = %cip, error = %why, "ClusterImagePolicy not in force as it is (the webhook leaves it out too)");
     }
+    for k in &policy.keys.keys {
+        match (&k.from, &k.error) {
+            (Some(o), _) => {
+                tracing::info!(key_ref = %k.key_ref, namespace = %o.namespace, resource_version = %o.resource_version, sha256 = %o.sha256, "keyRef carried to the node")
+            }
+            (None, Some(e)) => {
+                tracing::warn!(key_ref = %k.key_ref, error = %e, "keyRef not readable: its verifiers refuse every image on the node, as at the webhook (allow it: sigil node rbac, the chart's node.keyRefs)")
+            }
+            (None, None) => {}
+        }
+    }
     // What the node has already passed these checks.
     if std::fs::read(&args.out).is_ok_and(|b| b == policy.text.as_bytes()) {
         return Ok(());
@@ -164,7 +178,7 @@ fn node_policy_problems(policy: &NodePolicy) -> Result<&str> {
             elsewhere.join("; ")
         );
     }
-    let loaded = Policy::from_documents_at(text, Some(sigil::engine::unix_now()))
+    let (loaded, _) = Policy::from_node_documents_at(text, Some(sigil::engine::unix_now()))
         .context("the node policy does not load as written")?;
     anyhow::ensure!(
         loaded.rules.len() == policy.policy.rules.len(),
@@ -175,12 +189,14 @@ fn node_policy_problems(policy: &NodePolicy) -> Result<&str> {
     Ok(text)
 }
 
-/// Writes `bytes` to `path` (temporary file, then rename) unless it holds them.
+/// Writes `bytes` to `path` (temporary file, then rename) unless it holds
+/// them, readable by root only: it may carry a Secret's key.
 fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<()> {
     if std::fs::read(path).is_ok_and(|b| b == bytes) {
         return Ok(());
     }
-    sigil::files::write_atomic(path, bytes, sigil::files::Durability::Synced)
+    let mode = Some(0o600);
+    sigil::files::write_atomic_mode(path, bytes, sigil::files::Durability::Synced, mode)
         .with_context(|| format!("writing the node policy {}", path.display()))?;
     tracing::info!(path = %path.display(), "node policy written");
     Ok(())
@@ -278,6 +294,7 @@ mod tests {
                 .unwrap_or_else(|_| Policy::embedded_default()),
             text,
             left_out: Vec::new(),
+            keys: Default::default(),
         }
     }
 

@@ -16,6 +16,7 @@
 pub mod cache;
 pub mod check;
 pub mod pull;
+pub mod rbac;
 pub mod status;
 pub mod sync;
 

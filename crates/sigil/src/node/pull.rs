@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde_json::json;
+use sigil_core::verify::node_keys::NodeKeys;
 use sigil_core::walker::summarize_value;
 use sigil_core::{ObjectFacts, Operation, Policy, Source};
 
@@ -16,14 +17,22 @@ use super::Verdict;
 use crate::engine::Sources;
 use crate::error::{Context as _, Result};
 
+/// A node policy as loaded: the policy, what its `keyRef`s hold (the
+/// `NodeKeys` sync wrote), and the file's bytes.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The policy.
+    pub policy: Policy,
+    /// The keys it carries.
+    pub keys: NodeKeys,
+    /// The file as read (the verdict cache's fingerprint).
+    pub bytes: Vec<u8>,
+}
+
 /// The node policy the verifier decides by, as containerd's environment
 /// names it (or the file sync writes), or the verdict every pull gets
 /// without one.
-pub fn load(
-    policy: Option<&Path>,
-    allow_missing: bool,
-    image: &str,
-) -> Result<(Policy, Vec<u8>), Verdict> {
+pub fn load(policy: Option<&Path>, allow_missing: bool, image: &str) -> Result<Loaded, Verdict> {
     let (path, named) = match policy {
         Some(p) => (p.to_owned(), "SIGIL_NODE_POLICY"),
         None => (
@@ -52,9 +61,14 @@ pub fn load(
     match std::str::from_utf8(&bytes)
         .map_err(|e| e.to_string())
         .and_then(|t| {
-            Policy::from_documents_at(t, Some(crate::engine::unix_now())).map_err(|e| e.to_string())
+            Policy::from_node_documents_at(t, Some(crate::engine::unix_now()))
+                .map_err(|e| e.to_string())
         }) {
-        Ok(p) => Ok((p, bytes)),
+        Ok((policy, keys)) => Ok(Loaded {
+            policy,
+            keys,
+            bytes,
+        }),
         Err(e) => Err(Verdict::Deny(format!(
             "sigil refused {image} at pull: the node policy {} is invalid: {e}",
             path.display()
@@ -90,15 +104,21 @@ fn missing(allow: bool, image: &str, why: &str) -> Verdict {
 }
 
 /// The one decision, on a Pod holding the image (no namespace: rules that
-/// select namespaces cannot apply at the node).
+/// select namespaces cannot apply at the node), its `keyRef`s answered by
+/// the keys the node policy carries.
 pub fn decide(
-    policy: Policy,
+    loaded: Loaded,
     sources: &Sources,
     image: &str,
     deadline: Instant,
 ) -> Result<Verdict> {
     let metrics = std::sync::Arc::new(crate::metrics::Metrics::default());
-    let engine = crate::engine::engine_for(std::sync::Arc::new(policy), None, sources, &metrics)?;
+    let sources = Sources {
+        keys: std::sync::Arc::new(loaded.keys),
+        ..sources.clone()
+    };
+    let policy = std::sync::Arc::new(loaded.policy);
+    let engine = crate::engine::engine_for(policy, None, &sources, &metrics)?;
     let pod = json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "sigil-containerd"},
         "spec": {"containers": [{"name": "pull", "image": image}]}});

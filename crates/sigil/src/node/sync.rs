@@ -4,8 +4,10 @@
 //! wrote (docs/node.md).
 //!
 //! Owns the limits on the file ([`MAX_POLICY_BYTES`]), the trust material a
-//! node cannot have ([`elsewhere`]: files and `keyRef`s that exist in the
-//! webhook's Pod, not on a host), and the sync's state as `/readyz` and
+//! node cannot have ([`elsewhere`]: files that exist in the webhook's Pod,
+//! not on a host; `keyRef`s are resolved by sync and carried in the file),
+//! the RBAC a node needs for them ([`rbac`]), and the sync's state as
+//! `/readyz` and
 //! `/metrics` show it ([`Status`]). The composition is sigil-kube's (the
 //! webhook's own); serving HTTP is [`super::status`].
 
@@ -19,9 +21,9 @@ pub const MAX_POLICY_BYTES: usize = sigil_registry::file::MAX_CONFIG_BYTES as us
 
 /// Trust material the policy names that a node does not have, one line per
 /// rule or registry: key and certificate files (they are mounted into the
-/// webhook's Pod, not onto hosts) and `keyRef`s (resolved by the webhook's
-/// watch of its own namespace). A policy with any is not given to nodes:
-/// every signed image would be refused there.
+/// webhook's Pod, not onto hosts; a `keyRef` is read by sync and carried in
+/// the node policy instead). A policy with any is not given to nodes: every
+/// signed image would be refused there.
 pub fn elsewhere(policy: &Policy) -> Vec<String> {
     let mut out = Vec::new();
     for (rule, v) in policy.verifications() {
@@ -29,15 +31,7 @@ pub fn elsewhere(policy: &Policy) -> Vec<String> {
         for spec in v.verifiers.iter().chain(attestors) {
             for (field, path) in spec.files() {
                 out.push(format!(
-                    "rule {rule:?}, verifier {:?}: {field} names the file {path}, which is in the webhook's Pod, not on the node: put the PEM in the policy itself",
-                    spec.name
-                ));
-            }
-            let cosign = spec.cosign.iter().flat_map(|c| c.key_ref.iter());
-            let notation = spec.notation.iter().flat_map(|n| n.refs());
-            for r in cosign.chain(notation) {
-                out.push(format!(
-                    "rule {rule:?}, verifier {:?}: keyRef {r} is read by the webhook from the API, which the node's verifier does not call: put the PEM in the policy itself",
+                    "rule {rule:?}, verifier {:?}: {field} names the file {path}, which is in the webhook's Pod, not on the node: put the PEM in the policy itself, or name it by keyRef (a ConfigMap or Secret sync carries to nodes)",
                     spec.name
                 ));
             }
@@ -48,7 +42,7 @@ pub fn elsewhere(policy: &Policy) -> Vec<String> {
             && !ca.contains("-----BEGIN ")
         {
             out.push(format!(
-                "registry {}: ca names the file {ca}, which is in the webhook's Pod, not on the node: put the PEM in the policy itself",
+                "registry {}: ca names the file {ca}, which is in the webhook's Pod, not on the node: put the PEM in the policy itself, or name it by keyRef (a ConfigMap or Secret sync carries to nodes)",
                 r.host
             ));
         }
@@ -107,6 +101,7 @@ struct State {
     last_success: Option<u64>,
     bytes: usize,
     left_out: usize,
+    keys_unreadable: usize,
 }
 
 impl Status {
@@ -123,6 +118,12 @@ impl Status {
             s.bytes = bytes;
             s.left_out = left_out;
         });
+    }
+
+    /// How many `keyRef`s of the policy given to the node could not be
+    /// read (their verifiers refuse every image there, as at the webhook).
+    pub fn keys_unreadable(&self, n: usize) {
+        self.with(|s| s.keys_unreadable = n);
     }
 
     /// A sync that failed: the node keeps the policy it has.
@@ -203,6 +204,12 @@ impl Status {
             "gauge",
             "ClusterImagePolicies not in force as they are (invalid or in conflict; the webhook leaves them out too).",
             s.left_out.to_string(),
+        );
+        family(
+            "sigil_node_keyrefs_unreadable",
+            "gauge",
+            "keyRefs of the node policy that could not be read (their verifiers refuse every image, as at the webhook).",
+            s.keys_unreadable.to_string(),
         );
         family(
             "sigil_node_verifier_installed",

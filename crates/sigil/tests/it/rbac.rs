@@ -182,6 +182,68 @@ fn the_node_component_grants_only_reading_the_policy() {
     assert_lines("node-sa", grants_of(&objects, "sigil-node", "sigil-node"));
 }
 
+/// The component's `policy-rbac.yaml` is what `sigil node rbac` renders
+/// from the base's policy, byte for byte: regenerated, not hand-edited.
+#[test]
+fn the_node_components_policy_reads_are_rendered_from_the_base_policy() {
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kustomize");
+    let out = std::process::Command::new(crate::support::sigil::bin())
+        .args(["node", "rbac", "--policy"])
+        .arg(deploy.join("base/policy.yaml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let shipped = std::fs::read_to_string(deploy.join("components/node/policy-rbac.yaml")).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        shipped,
+        "regenerate: sigil node rbac --policy deploy/kustomize/base/policy.yaml > deploy/kustomize/components/node/policy-rbac.yaml"
+    );
+}
+
+/// A policy naming keys by `keyRef` (a ConfigMap in sigil's namespace, a
+/// Secret in another, a notation root; a team's Secret, which nodes never
+/// enforce) and one more object for a ClusterImagePolicy applied later:
+/// the chart and `sigil node rbac` give the node's ServiceAccount the same
+/// reads — each named object, by name, and nothing else.
+#[test]
+fn the_chart_and_sigil_node_rbac_give_the_node_the_same_named_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, "apiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: cluster}\nspec:\n  rules:\n    - name: a\n      match: [\"r.example.com/a/**\"]\n      verify:\n        - {name: k, cosign: {keyRef: {configMap: keys, key: a.pub}}}\n        - {name: s, cosign: {keyRef: {secret: vendor, key: v.pub, namespace: vendors}}}\n    - name: b\n      match: [\"r.example.com/b/**\"]\n      verify: [{name: n, notation: {trustRootRefs: [{configMap: ca, key: ca.crt}]}}]\n---\napiVersion: sigil.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: team, namespace: team-a}\nspec:\n  rules: [{name: t, match: [\"r.example.com/t/**\"], verify: [{name: k, cosign: {keyRef: {secret: team-key, key: k}}}]}]\n").unwrap();
+    let file = format!("@policy={}", policy.display());
+    let chart =
+        crate::helm::rendered(&["node.enabled=true", &file, "node.keyRefs[0].secret=later"]);
+    let out = std::process::Command::new(crate::support::sigil::bin())
+        .args(["node", "rbac", "--allow", "secret/later", "--policy"])
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let printed = crate::deploy::objects(&String::from_utf8_lossy(&out.stdout));
+    let from_chart = grants_of(&chart, "sigil-node", "sigil-node");
+    let from_sigil = grants_of(&printed, "sigil-node", "sigil-node");
+    let expected: BTreeSet<String> = [
+        "namespace/sigil-system {v} core/configmaps/sigil-policy",
+        "namespace/sigil-system {v} core/configmaps/keys",
+        "namespace/sigil-system {v} core/configmaps/ca",
+        "namespace/sigil-system {v} core/secrets/later",
+        "namespace/vendors {v} core/secrets/vendor",
+    ]
+    .iter()
+    .flat_map(|l| ["get", "list", "watch"].map(|v| l.replace("{v}", v)))
+    .collect();
+    assert_eq!(from_sigil, expected);
+    let namespaced: BTreeSet<String> = from_chart
+        .into_iter()
+        .filter(|l| l.starts_with("namespace/"))
+        .collect();
+    assert_eq!(
+        namespaced, expected,
+        "the chart differs from sigil node rbac"
+    );
+}
+
 #[test]
 fn the_chart_grants_exactly_what_it_says() {
     for (name, sets) in [

@@ -71,3 +71,50 @@ subjects:
 {{- end -}}
 {{- $out | toJson -}}
 {{- end }}
+
+{{/*
+What the node DaemonSet reads, by namespace (YAML: NAMESPACE: {configmaps:
+[...], secrets: [...]}): the policy ConfigMap, and every ConfigMap and
+Secret a keyRef of the policy's cluster rules names (their verifiers' and
+attestors' cosign.keyRef, notation.trustRootRefs and tsaRootRefs) or
+node.keyRefs lists; a keyRef without a namespace is read in the release's.
+A team's ImagePolicy (metadata.namespace set) is not enforced at nodes.
+`sigil node rbac` derives the same (a test holds them equal).
+*/}}
+{{- define "sigil.nodeReads" -}}
+{{- $own := .Release.Namespace -}}
+{{- $reads := dict $own (dict "configmaps" (list "sigil-policy") "secrets" (list)) -}}
+{{- $refs := list -}}
+{{- range $doc := regexSplit "(?m)^---[ \\t]*$" (.Values.policy | default "") -1 -}}
+{{- $d := fromYaml $doc -}}
+{{- if and $d (kindIs "map" $d) (not (dig "metadata" "namespace" "" $d)) (has (get $d "kind") (list "ImagePolicy" "ClusterImagePolicy")) -}}
+{{- range $rule := (dig "spec" "rules" (list) $d) -}}
+{{- $specs := (get $rule "verify") | default (list) -}}
+{{- range $a := ((get $rule "attestations") | default (list)) -}}
+{{- $specs = concat $specs ((get $a "attestors") | default (list)) -}}
+{{- end -}}
+{{- range $s := $specs -}}
+{{- with (dig "cosign" "keyRef" "" $s) -}}
+{{- $refs = append $refs . -}}
+{{- end -}}
+{{- $refs = concat $refs (dig "notation" "trustRootRefs" (list) $s) (dig "notation" "tsaRootRefs" (list) $s) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $refs = concat $refs (.Values.node.keyRefs | default (list)) -}}
+{{- range $r := $refs -}}
+{{- $rns := (get $r "namespace") | default $own -}}
+{{- if not (hasKey $reads $rns) -}}
+{{- $_ := set $reads $rns (dict "configmaps" (list) "secrets" (list)) -}}
+{{- end -}}
+{{- $e := get $reads $rns -}}
+{{- with (get $r "configMap") -}}
+{{- $_ := set $e "configmaps" (append (get $e "configmaps") . | uniq) -}}
+{{- end -}}
+{{- with (get $r "secret") -}}
+{{- $_ := set $e "secrets" (append (get $e "secrets") . | uniq) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $reads -}}
+{{- end -}}

@@ -373,6 +373,27 @@ impl RealKube {
         v["status"]["token"].as_str().unwrap().to_owned()
     }
 
+    /// GET `path` as the identity `token` holds (a ServiceAccount's):
+    /// (status, answer) — what RBAC really lets it read.
+    pub async fn get_as(&self, token: &str, path: &str) -> (u16, Value) {
+        let client = reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(self.ca_pem.as_bytes()).unwrap()])
+            .build()
+            .unwrap();
+        let resp = client
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
     /// What `token` may do in `namespace`: the API
     /// server's own SelfSubjectRulesReview, asked as that identity.
     pub async fn rules_review(&self, token: &str, namespace: &str) -> Value {

@@ -16,6 +16,7 @@ mod image;
 mod loopback;
 mod monitoring;
 mod node;
+mod node_keyrefs;
 mod node_sync;
 
 /// What the API server itself says sigil's ServiceAccount may do, once the
