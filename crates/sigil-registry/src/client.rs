@@ -18,6 +18,7 @@ use sigil_core::{Digest, Platform, Reference, ResolveFailure};
 use tokio::sync::Semaphore;
 
 use crate::auth::{Challenge, CredentialSource, TokenCache, parse_challenge};
+use crate::probe::{Learned, Scheme};
 use crate::response::{Resp, error_detail, failure_for, pick_platform, retry_after};
 use crate::{Observer, RegistryError};
 
@@ -28,7 +29,7 @@ use tls::{extra_roots, tls_config};
 pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
 /// Largest manifest body sigil reads (the distribution spec suggests 4 MiB).
 pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
-pub(crate) const DEFAULT_MAX_CONCURRENT: u32 = 32;
+pub(crate) const DEFAULT_MAX_CONCURRENT: u32 = 128;
 const USER_AGENT: &str = concat!("sigil/", env!("CARGO_PKG_VERSION"));
 
 /// Connection settings for one registry host.
@@ -151,9 +152,22 @@ pub(crate) struct Lookup<'a> {
     /// The credential this lookup authenticates with (`None`: anonymous).
     pub(crate) credential: Option<&'a Credential>,
     pub(crate) tokens: &'a TokenCache,
+    /// How each host authenticates, probed once per host.
+    pub(crate) schemes: &'a Learned<Scheme>,
     pub(crate) observer: &'a dyn Observer,
     pub(crate) deadline: Instant,
     pub(crate) budget: Duration,
+}
+
+/// What a challenge says about the host.
+fn scheme_of(c: &Challenge) -> Scheme {
+    match c {
+        Challenge::Basic => Scheme::Basic,
+        Challenge::Bearer { realm, service, .. } => Scheme::Bearer {
+            realm: realm.clone(),
+            service: service.clone(),
+        },
+    }
 }
 
 /// The `Docker-Content-Digest` a registry answered with, if readable.
@@ -297,6 +311,9 @@ impl Lookup<'_> {
             .tokens
             .get(domain, scope, identity)
             .map(|t| format!("Bearer {t}"));
+        if auth.is_none() {
+            auth = self.ahead(domain, scope, identity).await?;
+        }
         let mut authed_once = false;
         let mut rate_limited_once = false;
         let mut conn_retried = false;
@@ -322,6 +339,9 @@ impl Lookup<'_> {
                     .get(header::WWW_AUTHENTICATE)
                     .and_then(|v| v.to_str().ok())
                     .and_then(parse_challenge);
+                if let Some(c) = &challenge {
+                    self.schemes.record(domain, scheme_of(c));
+                }
                 auth = match challenge {
                     Some(Challenge::Basic) => match self.credential {
                         Some(c) => Some(c.basic_header().to_string()),
@@ -361,6 +381,57 @@ impl Lookup<'_> {
 
     fn remaining(&self) -> Duration {
         self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// The `Authorization` a first request to `domain` carries, from how
+    /// the host authenticates (probed once per host, [`Lookup::probe`]):
+    /// Basic credentials, or a token fetched for `scope` at once — instead
+    /// of a 401 round trip per request (Basic) or per repository (Bearer).
+    /// `None` for an open host, a Basic host without credentials, or a
+    /// probe that failed (the request then learns as it goes).
+    async fn ahead(
+        &self,
+        domain: &str,
+        scope: &str,
+        identity: &str,
+    ) -> Result<Option<String>, ResolveFailure> {
+        let scheme = match self.schemes.known(domain) {
+            Some(s) => s,
+            None => match self.schemes.learn(domain, || self.probe(domain)).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(domain, error = %e, "registry auth probe failed");
+                    return Ok(None);
+                }
+            },
+        };
+        match scheme {
+            Scheme::Open => Ok(None),
+            Scheme::Basic => Ok(self.credential.map(|c| c.basic_header().to_string())),
+            Scheme::Bearer { realm, service } => {
+                let token = self
+                    .fetch_token(domain, &realm, service.as_deref(), scope, self.credential)
+                    .await?;
+                self.tokens
+                    .put(domain, scope, identity, token.0.clone(), token.1);
+                Ok(Some(format!("Bearer {}", token.0)))
+            }
+        }
+    }
+
+    /// `GET /v2/` anonymously: how the host asks to be authenticated.
+    async fn probe(&self, domain: &str) -> Result<Scheme, ResolveFailure> {
+        let url = format!("{}://{}/v2/", self.host.scheme, api_host(domain));
+        self.observer.probe(domain, "auth");
+        let r = self.once(Method::GET, &url, domain, None).await?;
+        if r.status != StatusCode::UNAUTHORIZED {
+            return Ok(Scheme::Open);
+        }
+        Ok(r.headers
+            .get(header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_challenge)
+            .map_or(Scheme::Open, |c| scheme_of(&c)))
     }
 
     async fn once(

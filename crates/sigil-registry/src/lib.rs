@@ -19,6 +19,7 @@ pub mod helper;
 mod hosts;
 pub mod keychain;
 pub mod layout;
+pub mod probe;
 pub mod provider;
 mod response;
 
@@ -67,6 +68,10 @@ pub trait Observer: Send + Sync + 'static {
     /// (`secret`, `serviceaccount`, `policy`, `docker-config`, `helper`,
     /// `provider`, `anonymous`).
     fn credential(&self, _source: &str) {}
+    /// sigil asked `host` what it supports (`kind`: `auth`, the `GET /v2/`
+    /// probe; `referrers`, the first referrers request): once per host
+    /// while the answer is kept.
+    fn probe(&self, _host: &str, _kind: &str) {}
     /// A host's circuit breaker changed state: 0 closed, 1 open, 2 half-open.
     fn breaker(&self, _host: &str, _state: i64) {}
     /// A copy into a mirror started.
@@ -173,21 +178,21 @@ pub(crate) struct Inner {
     hosts: hosts::Hosts,
     keychain: Arc<keychain::Keychain>,
     tokens: auth::TokenCache,
+    /// How each host authenticates (one probe per host).
+    schemes: probe::Learned<probe::Scheme>,
     cache: cache::Cache<Answer>,
     cache_config: CacheConfig,
     observer: Arc<dyn Observer>,
     lookups: AtomicU64,
     /// A circuit breaker per host: a dark registry fails fast.
     breakers: breaker::Breakers,
-    /// Hosts known to lack the referrers API, and since when: clients go
-    /// straight to the tag schema instead of paying a 404 round trip each time.
-    no_referrers_api: std::sync::Mutex<std::collections::HashMap<String, Instant>>,
+    /// Whether each host has the referrers API (its first referrers answer,
+    /// single-flighted): a host without goes straight to the tag schema
+    /// instead of paying a 404 per image.
+    referrers_api: probe::Learned<bool>,
     /// Copies into mirrors, one per image at a time.
     copies: copy::Copies,
 }
-
-/// How long a host's missing referrers API is remembered (it may be upgraded).
-const REFERRERS_API_MEMORY: Duration = Duration::from_secs(600);
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -215,12 +220,13 @@ impl Registry {
                 hosts: hosts::Hosts::new(specs)?,
                 keychain,
                 tokens: auth::TokenCache::default(),
+                schemes: probe::Learned::default(),
                 cache: cache::Cache::new(cache.capacity, cache.ttl),
                 cache_config: cache,
                 observer,
                 lookups: AtomicU64::new(0),
                 breakers: breaker::Breakers::new(breaker),
-                no_referrers_api: Default::default(),
+                referrers_api: probe::Learned::default(),
                 copies: copy::Copies::new(copies),
             }),
         })
@@ -252,6 +258,7 @@ impl Registry {
             permits: self.inner.hosts.permits(target.domain()),
             credential,
             tokens: &self.inner.tokens,
+            schemes: &self.inner.schemes,
             observer: self.inner.observer.as_ref(),
             deadline,
             budget: deadline.saturating_duration_since(Instant::now()),
@@ -529,33 +536,37 @@ impl sigil_core::ArtifactSource for Registry {
         deadline: Instant,
     ) -> Result<Option<Vec<u8>>, ResolveFailure> {
         // A registry with the referrers API never answers it with 404 (OCI
-        // distribution spec), so 404 means "no API": remember it per host.
-        let host = repository.domain().to_owned();
-        let known_missing = self
-            .inner
-            .no_referrers_api
-            .lock()
-            .map(|m| {
-                m.get(&host)
-                    .is_some_and(|t| t.elapsed() < REFERRERS_API_MEMORY)
-            })
-            .unwrap_or(false);
-        if known_missing {
-            return Ok(None);
-        }
+        // distribution spec), so 404 means "no API". The first request to a
+        // host is its probe: others arriving meanwhile wait for its answer.
+        let host = repository.domain();
         let rest = &format!("referrers/{digest}");
-        let r = self
-            .with_candidates(repository, creds, |c| async move {
+        let ask = || async {
+            self.with_candidates(repository, creds, |c| async move {
                 self.get_optional(repository, rest, c.as_ref(), deadline)
                     .await
             })
-            .await?;
-        if r.is_none()
-            && let Ok(mut m) = self.inner.no_referrers_api.lock()
-        {
-            m.insert(host, Instant::now());
+            .await
+        };
+        if let Some(has) = self.inner.referrers_api.known(host) {
+            return if has { ask().await } else { Ok(None) };
         }
-        Ok(r)
+        let mut mine = None;
+        let has = self
+            .inner
+            .referrers_api
+            .learn(host, || async {
+                self.inner.observer.probe(host, "referrers");
+                let r = ask().await?;
+                let has = r.is_some();
+                mine = Some(r);
+                Ok::<_, ResolveFailure>(has)
+            })
+            .await?;
+        match mine {
+            Some(r) => Ok(r),
+            None if has => ask().await,
+            None => Ok(None),
+        }
     }
 
     async fn blob(

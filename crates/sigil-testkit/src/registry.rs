@@ -25,6 +25,12 @@ pub enum Mode {
         user: &'static str,
         password: &'static str,
     },
+    /// [`Mode::Htpasswd`] with the registry on HTTPS (a test CA): what a
+    /// registry at a distance looks like (HTTP/2 where the client asks).
+    TlsHtpasswd {
+        user: &'static str,
+        password: &'static str,
+    },
     /// Bearer tokens from this token service (realm), verified with its certificate.
     Token {
         realm: String,
@@ -114,7 +120,10 @@ impl TestRegistry {
             let mut ca_pem = None;
             let mut basic = None;
             let mut scheme = "http";
-            if matches!(mode, Mode::Tls | Mode::TlsToken { .. }) {
+            if matches!(
+                mode,
+                Mode::Tls | Mode::TlsToken { .. } | Mode::TlsHtpasswd { .. }
+            ) {
                 let (ca, cert, key) = test_ca();
                 std::fs::write(dir.path().join("cert.pem"), &cert).unwrap();
                 std::fs::write(dir.path().join("key.pem"), &key).unwrap();
@@ -128,7 +137,7 @@ impl TestRegistry {
             }
             match &mode {
                 Mode::Plain | Mode::PlainV6 | Mode::Tls => {}
-                Mode::Htpasswd { user, password } => {
+                Mode::Htpasswd { user, password } | Mode::TlsHtpasswd { user, password } => {
                     let out = Command::new("htpasswd")
                         .args(["-Bbn", user, password])
                         .output()
@@ -200,6 +209,11 @@ impl TestRegistry {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         false
+    }
+
+    /// The registry process's id (to read its CPU time).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn host(&self) -> String {
@@ -425,8 +439,11 @@ impl TestRegistry {
 
     /// The size of a pushed OCI manifest (for descriptors that point at it).
     pub async fn manifest_size(&self, repo: &str, digest: &str) -> usize {
-        let r = reqwest::Client::new()
-            .get(format!("{}/v2/{repo}/manifests/{digest}", self.base()))
+        let r = self
+            .auth(
+                self.http
+                    .get(format!("{}/v2/{repo}/manifests/{digest}", self.base())),
+            )
             .header(
                 "accept",
                 "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json",

@@ -87,6 +87,7 @@ pub struct Metrics {
     verifications: Family<VerifierLabels, Counter>,
     verification_cache: Family<CacheLabels, Counter>,
     credential_lookups: Family<SourceLabels, Counter>,
+    registry_probes: Family<ProbeLabels, Counter>,
     trust_root_expiry: Family<TrustRootLabels, Gauge>,
     trust_root_refreshes: Family<TrustRefreshLabels, Counter>,
     crl_fetches: Family<ResultLabels, Counter>,
@@ -119,6 +120,12 @@ struct TrustRefreshLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SourceLabels {
     source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProbeLabels {
+    host: String,
+    kind: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -157,6 +164,7 @@ impl Default for Metrics {
             verifications: Family::default(),
             verification_cache: Family::default(),
             credential_lookups: Family::default(),
+            registry_probes: Family::default(),
             trust_root_expiry: Family::default(),
             trust_root_refreshes: Family::default(),
             crl_fetches: Family::default(),
@@ -177,6 +185,11 @@ impl Default for Metrics {
             "registry_credential_lookups",
             "Registry lookups answered, by the kind of credential that was accepted (secret, serviceaccount, policy, docker-config, helper, provider, anonymous)",
             m.credential_lookups.clone(),
+        );
+        registry.register(
+            "registry_probes",
+            "What sigil asked a registry host about itself, by host and kind (auth: GET /v2/; referrers: whether it has the referrers API): once per host while the answer is kept",
+            m.registry_probes.clone(),
         );
         registry.register(
             "signature_verifications",
@@ -435,6 +448,15 @@ impl sigil_registry::Observer for Metrics {
                 host: host.to_owned(),
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    fn probe(&self, host: &str, kind: &str) {
+        self.registry_probes
+            .get_or_create(&ProbeLabels {
+                host: host.to_owned(),
+                kind: kind.to_owned(),
+            })
+            .inc();
     }
 
     fn credential(&self, source: &str) {

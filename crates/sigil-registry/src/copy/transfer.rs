@@ -172,6 +172,7 @@ impl<'a> Repo<'a> {
                         permits: self.inner.hosts.permits(domain),
                         credential: self.credential.as_ref(),
                         tokens: &self.inner.tokens,
+                        schemes: &self.inner.schemes,
                         observer: self.inner.observer.as_ref(),
                         deadline: Instant::now() + REQUEST_TIMEOUT,
                         budget: REQUEST_TIMEOUT,

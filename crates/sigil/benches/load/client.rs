@@ -40,10 +40,10 @@ pub fn client_tls(ca_pem: &[u8]) -> Arc<rustls::ClientConfig> {
     Arc::new(cfg)
 }
 
-type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+pub type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
 /// One keep-alive HTTPS connection, as the API server opens them.
-async fn connect(addr: SocketAddr, tls: Arc<rustls::ClientConfig>) -> Sender {
+pub async fn connect(addr: SocketAddr, tls: Arc<rustls::ClientConfig>) -> Sender {
     let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
     tcp.set_nodelay(true).expect("nodelay");
     let stream = tokio_rustls::TlsConnector::from(tls)
@@ -61,12 +61,14 @@ async fn connect(addr: SocketAddr, tls: Arc<rustls::ClientConfig>) -> Sender {
 }
 
 /// One `POST /mutate`; the answer's body.
-async fn send(sender: &mut Sender, body: Vec<u8>) -> Bytes {
+pub async fn send(sender: &mut Sender, body: Vec<u8>) -> Bytes {
     let req = http::Request::post("/mutate?timeout=10s")
         .header("host", "localhost")
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(body)))
         .expect("request");
+    // The previous answer read, the connection may not have taken it in yet.
+    sender.ready().await.expect("connection ready");
     let resp = sender.send_request(req).await.expect("send");
     assert!(resp.status().is_success(), "status {}", resp.status());
     resp.into_body().collect().await.expect("body").to_bytes()
