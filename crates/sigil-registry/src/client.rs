@@ -22,7 +22,9 @@ use crate::probe::{Learned, Scheme};
 use crate::response::{Resp, error_detail, failure_for, pick_platform, retry_after};
 use crate::{Observer, RegistryError};
 
+mod ahead;
 mod tls;
+use ahead::scheme_of;
 use tls::{extra_roots, tls_config};
 
 /// Media types sigil accepts for a manifest lookup, most preferred first.
@@ -157,17 +159,6 @@ pub(crate) struct Lookup<'a> {
     pub(crate) observer: &'a dyn Observer,
     pub(crate) deadline: Instant,
     pub(crate) budget: Duration,
-}
-
-/// What a challenge says about the host.
-fn scheme_of(c: &Challenge) -> Scheme {
-    match c {
-        Challenge::Basic => Scheme::Basic,
-        Challenge::Bearer { realm, service, .. } => Scheme::Bearer {
-            realm: realm.clone(),
-            service: service.clone(),
-        },
-    }
 }
 
 /// The `Docker-Content-Digest` a registry answered with, if readable.
@@ -311,17 +302,26 @@ impl Lookup<'_> {
             .tokens
             .get(domain, scope, identity)
             .map(|t| format!("Bearer {t}"));
+        // The first request to an unknown host is its probe: answered here.
+        let mut answered = None;
         if auth.is_none() {
-            auth = self.ahead(domain, scope, identity).await?;
+            match self.ahead((&method, url), domain, scope, identity).await? {
+                ahead::Ahead::Auth(a) => auth = a,
+                ahead::Ahead::Answered(r) => answered = Some(r),
+            }
         }
         let mut authed_once = false;
         let mut rate_limited_once = false;
         let mut conn_retried = false;
         loop {
-            let r = match self
-                .once(method.clone(), url, domain, auth.as_deref())
-                .await
-            {
+            let sent = match answered.take() {
+                Some(r) => Ok(r),
+                None => {
+                    self.once(method.clone(), url, domain, auth.as_deref())
+                        .await
+                }
+            };
+            let r = match sent {
                 Ok(r) => r,
                 Err(ResolveFailure::Unreachable { detail })
                     if !conn_retried && self.remaining() > Duration::from_millis(50) =>
@@ -381,57 +381,6 @@ impl Lookup<'_> {
 
     fn remaining(&self) -> Duration {
         self.deadline.saturating_duration_since(Instant::now())
-    }
-
-    /// The `Authorization` a first request to `domain` carries, from how
-    /// the host authenticates (probed once per host, [`Lookup::probe`]):
-    /// Basic credentials, or a token fetched for `scope` at once — instead
-    /// of a 401 round trip per request (Basic) or per repository (Bearer).
-    /// `None` for an open host, a Basic host without credentials, or a
-    /// probe that failed (the request then learns as it goes).
-    async fn ahead(
-        &self,
-        domain: &str,
-        scope: &str,
-        identity: &str,
-    ) -> Result<Option<String>, ResolveFailure> {
-        let scheme = match self.schemes.known(domain) {
-            Some(s) => s,
-            None => match self.schemes.learn(domain, || self.probe(domain)).await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::debug!(domain, error = %e, "registry auth probe failed");
-                    return Ok(None);
-                }
-            },
-        };
-        match scheme {
-            Scheme::Open => Ok(None),
-            Scheme::Basic => Ok(self.credential.map(|c| c.basic_header().to_string())),
-            Scheme::Bearer { realm, service } => {
-                let token = self
-                    .fetch_token(domain, &realm, service.as_deref(), scope, self.credential)
-                    .await?;
-                self.tokens
-                    .put(domain, scope, identity, token.0.clone(), token.1);
-                Ok(Some(format!("Bearer {}", token.0)))
-            }
-        }
-    }
-
-    /// `GET /v2/` anonymously: how the host asks to be authenticated.
-    async fn probe(&self, domain: &str) -> Result<Scheme, ResolveFailure> {
-        let url = format!("{}://{}/v2/", self.host.scheme, api_host(domain));
-        self.observer.probe(domain, "auth");
-        let r = self.once(Method::GET, &url, domain, None).await?;
-        if r.status != StatusCode::UNAUTHORIZED {
-            return Ok(Scheme::Open);
-        }
-        Ok(r.headers
-            .get(header::WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_challenge)
-            .map_or(Scheme::Open, |c| scheme_of(&c)))
     }
 
     async fn once(

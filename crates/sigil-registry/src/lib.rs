@@ -68,9 +68,10 @@ pub trait Observer: Send + Sync + 'static {
     /// (`secret`, `serviceaccount`, `policy`, `docker-config`, `helper`,
     /// `provider`, `anonymous`).
     fn credential(&self, _source: &str) {}
-    /// sigil asked `host` what it supports (`kind`: `auth`, the `GET /v2/`
-    /// probe; `referrers`, the first referrers request): once per host
-    /// while the answer is kept.
+    /// sigil asked `host` what it supports (`kind`: `auth`, the first
+    /// request, whose anonymous answer says how the host authenticates;
+    /// `referrers`, the first referrers request): once per host while the
+    /// answer is kept.
     fn probe(&self, _host: &str, _kind: &str) {}
     /// A host's circuit breaker changed state: 0 closed, 1 open, 2 half-open.
     fn breaker(&self, _host: &str, _state: i64) {}

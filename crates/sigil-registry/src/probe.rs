@@ -1,7 +1,7 @@
 //! What sigil learns once about each registry host, so that a burst of
 //! never-seen images does not pay for it once per image: how the host
-//! authenticates (one anonymous `GET /v2/`, the distribution spec's API
-//! check) and whether it has the referrers API (the first referrers
+//! authenticates (the first request's anonymous answer: a 401's challenge,
+//! or none) and whether it has the referrers API (the first referrers
 //! request's answer). Each is one probe per host, single-flighted: callers
 //! that arrive while it is in flight wait for its answer instead of asking
 //! again. A failed probe is not remembered (the next caller asks); an
@@ -21,7 +21,8 @@ use tokio::sync::OnceCell;
 /// How long an answer is kept.
 pub const MEMORY: Duration = Duration::from_secs(600);
 
-/// How a host asked to be authenticated at `GET /v2/`.
+/// How a host asked to be authenticated, by its answer to an anonymous
+/// request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scheme {
     /// It answered without asking (or said nothing usable): requests go

@@ -46,9 +46,9 @@ impl Observer for Counted {
 
 /// A burst of never-seen images on a Basic-auth registry paid a 401 round
 /// trip per request: each went anonymously, was challenged, and went again
-/// with credentials. Now the host is probed once (`GET /v2/`,
-/// single-flighted: the burst's other lookups wait for it) and every
-/// request carries the credentials the host asked for.
+/// with credentials. Now the first request is the host's probe (its 401
+/// says Basic; single-flighted: the burst's other lookups wait for it) and
+/// every other request carries the credentials the host asked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_a_burst_to_a_basic_auth_registry_pays_one_challenge_not_one_per_request() {
     use sigil_testkit::registry::{Mode, TestRegistry};

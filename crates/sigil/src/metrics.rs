@@ -188,7 +188,7 @@ impl Default for Metrics {
         );
         registry.register(
             "registry_probes",
-            "What sigil asked a registry host about itself, by host and kind (auth: GET /v2/; referrers: whether it has the referrers API): once per host while the answer is kept",
+            "What sigil asked a registry host about itself, by host and kind (auth: how it authenticates, from the first request's anonymous answer; referrers: whether it has the referrers API): once per host while the answer is kept",
             m.registry_probes.clone(),
         );
         registry.register(

@@ -8,7 +8,9 @@
 //! alternating rounds at 8 connections and at 1; compares cached verified
 //! with cached unverified decisions; runs Pods of images sigil has never
 //! seen (counting registry requests); fills the digest cache with 100,000
-//! answers and loads it again, sampling RSS. Prints one table.
+//! answers and loads it again, sampling RSS. Prints one table; then a
+//! rollout's burst at a registry's distance (`burst.rs`, printed by
+//! `burst_report.rs`; `BENCH_ONLY=burst` runs only that).
 //!
 //! `cargo bench -p sigil --bench load` runs the full size; run without
 //! `--bench` (as `cargo test --benches` does) it runs a small smoke.
@@ -25,6 +27,7 @@ use sigil_testkit::sigil::{KillOnDrop as Proc, bin, wait_http};
 use sigil_testkit::signing::{Signer, push_signed};
 
 mod burst;
+mod burst_report;
 mod client;
 mod cold;
 mod echo;
@@ -114,59 +117,9 @@ async fn start_echo(dir: &std::path::Path) -> (Proc, Target) {
     (echo, target)
 }
 
-/// The burst's size: the figures in full, a small smoke that still
-/// asserts its counts.
-fn burst_size(full: bool) -> burst::Size {
-    if full {
-        burst::Size {
-            rtts: vec![0, 50, 150],
-            images: 100,
-            pods_per_image: 10,
-            offered_over: Duration::from_secs(10),
-            connections: 64,
-            sequential: 20,
-            replicas: vec![1, 3],
-        }
-    } else {
-        burst::Size {
-            rtts: vec![50],
-            images: 6,
-            pods_per_image: 3,
-            offered_over: Duration::from_secs(1),
-            connections: 8,
-            sequential: 2,
-            replicas: vec![1, 3],
-        }
-    }
-}
-
-async fn run_burst(full: bool) {
-    let mut size = burst_size(full);
-    // While iterating: `BENCH_BURST_RTTS=150` and `BENCH_BURST_REPLICAS=1`.
-    let list = |name: &str| -> Option<Vec<u64>> {
-        std::env::var(name)
-            .ok()
-            .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
-    };
-    if let Some(r) = list("BENCH_BURST_RTTS") {
-        size.rtts = r;
-    }
-    if let Some(r) = list("BENCH_BURST_REPLICAS") {
-        size.replicas = r.into_iter().map(|n| n as usize).collect();
-    }
-    let auth = if std::env::var("BENCH_BURST_AUTH").as_deref() == Ok("none") {
-        burst::Auth::Anonymous
-    } else {
-        burst::Auth::Basic
-    };
-    let (colds, bursts) = burst::run(&size, auth).await;
-    burst::print(&colds, &bursts, auth);
-    burst::check(&bursts);
-}
-
 async fn run(size: Size, full: bool) {
     if std::env::var("BENCH_ONLY").as_deref() == Ok("burst") {
-        return run_burst(full).await;
+        return burst_report::run(full).await;
     }
     let dir = tempfile::tempdir().expect("tmp");
     // Registry.
@@ -578,7 +531,7 @@ async fn run(size: Size, full: bool) {
         "the cache holds what was filled ({} entries)",
         filled.entries
     );
-    run_burst(full).await;
+    burst_report::run(full).await;
 }
 
 /// `sigil serve` as the benchmark runs it: production log level (or
