@@ -109,7 +109,13 @@ fuzz_target!(|data: &[u8]| {
         .map(|(n, (i, _))| json!({"name": format!("c{n}"), "image": i}))
         .collect();
     let pod = json!({"spec": {"containers": containers}});
-    let b = generate(&policy, &Options { namespace: "sigil".into() });
+    let b = generate(
+        &policy,
+        &Options {
+            namespace: "sigil".into(),
+            node_namespace: None,
+        },
+    );
     let got = eval::verdicts(&b.objects[0], &pod, None).unwrap_or_else(|e| panic!("{e}\n{text}"));
     // Images written twice in one Pod are checked once each (as listed).
     assert_eq!(got.len(), decided.len(), "{text}");
