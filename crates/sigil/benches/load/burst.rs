@@ -425,8 +425,9 @@ async fn counters(sigils: &[Replica]) -> [u64; 4] {
         )
         .await;
         out[1] += crate::metric_sum(s.admin, "sigil_registry_requests_total").await;
-        out[2] += metric_with(s.admin, "sigil_registry_probes_total{", "kind=\"auth\"").await;
-        out[3] += metric_with(
+        out[2] +=
+            crate::metric_with(s.admin, "sigil_registry_probes_total{", "kind=\"auth\"").await;
+        out[3] += crate::metric_with(
             s.admin,
             "sigil_registry_probes_total{",
             "kind=\"referrers\"",
@@ -434,20 +435,6 @@ async fn counters(sigils: &[Replica]) -> [u64; 4] {
         .await;
     }
     out
-}
-
-/// The sum of `name`'s series whose labels contain `label`.
-async fn metric_with(admin: u16, name: &str, label: &str) -> u64 {
-    let text = reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics body");
-    text.lines()
-        .filter(|l| l.starts_with(name) && l.contains(label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }
 
 /// The floor for one cold image of each kind: its dependent requests

@@ -563,6 +563,11 @@ fn ms(d: Duration) -> f64 {
 
 /// Sum of every sample of a metric on sigil's admin port whose line starts with `prefix`.
 async fn metric_sum(admin: u16, prefix: &str) -> u64 {
+    metric_with(admin, prefix, "").await
+}
+
+/// [`metric_sum`] of the samples whose line also contains `label`.
+async fn metric_with(admin: u16, prefix: &str, label: &str) -> u64 {
     let text = reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
         .await
         .expect("metrics")
@@ -570,7 +575,7 @@ async fn metric_sum(admin: u16, prefix: &str) -> u64 {
         .await
         .expect("metrics body");
     text.lines()
-        .filter(|l| l.starts_with(prefix))
+        .filter(|l| l.starts_with(prefix) && l.contains(label))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
 }
