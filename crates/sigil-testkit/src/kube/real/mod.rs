@@ -173,12 +173,7 @@ impl RealKube {
             .send()
             .await
             .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-        let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.unwrap_or_default();
-        (
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
+        answer(resp).await
     }
 
     /// GET `path` as admin: the object, or `None` on 404.
@@ -373,35 +368,33 @@ impl RealKube {
         v["status"]["token"].as_str().unwrap().to_owned()
     }
 
+    /// A client that trusts the API server's CA and sends no credential of
+    /// its own (the caller adds a token).
+    fn client_trusting_ca(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(self.ca_pem.as_bytes()).unwrap()])
+            .build()
+            .unwrap()
+    }
+
     /// GET `path` as the identity `token` holds (a ServiceAccount's):
     /// (status, answer) — what RBAC really lets it read.
     pub async fn get_as(&self, token: &str, path: &str) -> (u16, Value) {
-        let client = reqwest::Client::builder()
-            .tls_certs_only([reqwest::Certificate::from_pem(self.ca_pem.as_bytes()).unwrap()])
-            .build()
-            .unwrap();
-        let resp = client
+        let resp = self
+            .client_trusting_ca()
             .get(format!("{}{path}", self.url))
             .bearer_auth(token)
             .send()
             .await
             .unwrap_or_else(|e| panic!("GET {path}: {e}"));
-        let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.unwrap_or_default();
-        (
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
+        answer(resp).await
     }
 
     /// What `token` may do in `namespace`: the API
     /// server's own SelfSubjectRulesReview, asked as that identity.
     pub async fn rules_review(&self, token: &str, namespace: &str) -> Value {
-        let client = reqwest::Client::builder()
-            .tls_certs_only([reqwest::Certificate::from_pem(self.ca_pem.as_bytes()).unwrap()])
-            .build()
-            .unwrap();
-        let resp = client
+        let resp = self
+            .client_trusting_ca()
             .post(format!(
                 "{}/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
                 self.url
@@ -419,4 +412,14 @@ impl RealKube {
         assert_eq!(resp.status(), 201, "SelfSubjectRulesReview");
         serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap()
     }
+}
+
+/// An API answer: (status, JSON body or `Null`).
+async fn answer(resp: reqwest::Response) -> (u16, Value) {
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await.unwrap_or_default();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
