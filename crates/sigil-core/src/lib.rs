@@ -156,6 +156,15 @@ pub trait ArtifactSource: Send + Sync {
         deadline: Instant,
     ) -> impl Future<Output = Result<Option<Vec<u8>>, ResolveFailure>> + Send;
 
+    /// Whether this source is still learning if `repository`'s host has the
+    /// referrers API (its first referrers request is out). Meanwhile a
+    /// caller asks the tag schema at the same time as the API and keeps the
+    /// API's answer when there is one: an image arriving during a cold
+    /// host's probe then waits for neither answer in turn.
+    fn referrers_api_unknown(&self, _repository: &Reference) -> bool {
+        false
+    }
+
     /// A blob, checked against its digest, at most `max` bytes.
     fn blob(
         &self,

@@ -570,6 +570,13 @@ impl sigil_core::ArtifactSource for Registry {
         }
     }
 
+    fn referrers_api_unknown(&self, repository: &Reference) -> bool {
+        self.inner
+            .referrers_api
+            .known(repository.domain())
+            .is_none()
+    }
+
     async fn blob(
         &self,
         repository: &Reference,

@@ -16,6 +16,10 @@ pub struct MemorySource {
     pub manifests: HashMap<String, Vec<u8>>,
     pub blobs: HashMap<String, Vec<u8>>,
     pub referrers: Option<Vec<u8>>,
+    /// A host whose referrers API is being learned: the source says so, and
+    /// each referrers request answers (`answered <digest>`) only once the
+    /// tag schema has been asked too, or after 2 s.
+    pub learning: bool,
     /// `manifest <ref>`, `referrers <digest>`, `blob <digest>`, in call order.
     pub calls: Mutex<Vec<String>>,
 }
@@ -47,7 +51,19 @@ impl ArtifactSource for MemorySource {
         _: Instant,
     ) -> Result<Option<Vec<u8>>, ResolveFailure> {
         self.calls.lock().unwrap().push(format!("referrers {d}"));
+        if self.learning {
+            let tag = format!("manifest {}-{}", d.algorithm(), d.hex());
+            let until = Instant::now() + std::time::Duration::from_secs(2);
+            while !self.calls().contains(&tag) && Instant::now() < until {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            self.calls.lock().unwrap().push(format!("answered {d}"));
+        }
         Ok(self.referrers.clone())
+    }
+
+    fn referrers_api_unknown(&self, _: &Reference) -> bool {
+        self.learning
     }
 
     async fn blob(
@@ -91,6 +107,10 @@ impl ArtifactSource for Shared {
         deadline: Instant,
     ) -> Result<Option<Vec<u8>>, ResolveFailure> {
         self.0.referrers(repo, d, creds, deadline).await
+    }
+
+    fn referrers_api_unknown(&self, repo: &Reference) -> bool {
+        self.0.referrers_api_unknown(repo)
     }
 
     async fn blob(

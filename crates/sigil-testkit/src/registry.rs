@@ -138,8 +138,11 @@ impl TestRegistry {
             match &mode {
                 Mode::Plain | Mode::PlainV6 | Mode::Tls => {}
                 Mode::Htpasswd { user, password } | Mode::TlsHtpasswd { user, password } => {
+                    // bcrypt at its least cost (4; htpasswd's default is 5):
+                    // the registry checks it on every request, on the same
+                    // cores as what a test or benchmark measures.
                     let out = Command::new("htpasswd")
-                        .args(["-Bbn", user, password])
+                        .args(["-Bbn", "-C", "4", user, password])
                         .output()
                         .expect("htpasswd (apache2-utils) not installed");
                     assert!(out.status.success());

@@ -467,6 +467,9 @@ async fn referred<S: ArtifactSource>(
 }
 
 /// The referrers index: the API if the registry has it, else the tag schema.
+/// While the source is still learning whether the host has the API, both
+/// are asked at once; the API's answer wins when there is one, so a
+/// registry keeping referrers only behind its API is read as before.
 async fn referrers<S: ArtifactSource>(
     source: &S,
     repo: &Reference,
@@ -474,12 +477,20 @@ async fn referrers<S: ArtifactSource>(
     creds: &PullCredentials,
     deadline: Instant,
 ) -> Result<Option<Vec<u8>>, ResolveFailure> {
+    let tag = format!("{}-{}", digest.algorithm(), digest.hex());
+    if source.referrers_api_unknown(repo) {
+        let (api, by_tag) = futures_util::join!(
+            source.referrers(repo, digest, creds, deadline),
+            source.manifest(repo, &tag, creds, deadline)
+        );
+        return match api? {
+            Some(index) => Ok(Some(index)),
+            None => by_tag,
+        };
+    }
     match source.referrers(repo, digest, creds, deadline).await? {
         Some(index) => Ok(Some(index)),
-        None => {
-            let tag = format!("{}-{}", digest.algorithm(), digest.hex());
-            source.manifest(repo, &tag, creds, deadline).await
-        }
+        None => source.manifest(repo, &tag, creds, deadline).await,
     }
 }
 

@@ -148,3 +148,62 @@ async fn a_signature_bundle_is_found_through_the_referrers_api() {
         mem.calls()
     );
 }
+
+/// An image arriving while a cold host's first referrers request is out
+/// waited for that answer before asking the tag schema: one round trip
+/// more for every image of a rollout's first moments (the burst benchmark,
+/// docs/benchmarks.md). Now both are asked at once.
+#[tokio::test]
+async fn regression_an_image_arriving_during_the_referrers_probe_asks_the_tag_schema_meanwhile() {
+    let subject = format!("sha256:{}", "ef".repeat(32));
+    let env = br#"{"payload":"e30","protected":"e30","signature":"AA"}"#.to_vec();
+    let m = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": notation::ARTIFACT_TYPE,
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha(b"{}"), "size": 2},
+        "layers": [{"mediaType": notation::JWS_MEDIA_TYPE, "digest": sha(&env), "size": env.len()}],
+        "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": subject, "size": 1}
+    }))
+    .unwrap();
+    let index = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": [
+        {"digest": sha(&m), "artifactType": notation::ARTIFACT_TYPE}
+    ]}))
+    .unwrap();
+    let tag = format!("sha256-{}", "ef".repeat(32));
+    let asked = format!("manifest {tag}");
+    let answered = format!("answered {subject}");
+    let position = |calls: &[String], c: &str| calls.iter().position(|x| x == c);
+    // The host turns out to have no API: the tag schema's index is read.
+    let no_api = MemorySource {
+        manifests: [(sha(&m), m.clone()), (tag.clone(), index.clone())]
+            .into_iter()
+            .collect(),
+        blobs: [(sha(&env), env.clone())].into_iter().collect(),
+        learning: true,
+        ..Default::default()
+    };
+    let a = signatures_of(&no_api, &subject).await;
+    assert_eq!(a.notation.len(), 1, "{:?}", no_api.calls());
+    let calls = no_api.calls();
+    assert!(
+        position(&calls, &asked) < position(&calls, &answered),
+        "the tag schema is asked before the probe answers: {calls:?}"
+    );
+    // Control: a host with the API answers through it; the tag schema's
+    // (here: a different, empty) index is not used.
+    let empty = br#"{"schemaVersion":2,"manifests":[]}"#.to_vec();
+    let api = MemorySource {
+        manifests: [(sha(&m), m.clone()), (tag, empty)].into_iter().collect(),
+        blobs: [(sha(&env), env.clone())].into_iter().collect(),
+        referrers: Some(index),
+        learning: true,
+        ..Default::default()
+    };
+    let a = signatures_of(&api, &subject).await;
+    assert_eq!(
+        a.notation.len(),
+        1,
+        "the API's answer wins: {:?}",
+        api.calls()
+    );
+}
