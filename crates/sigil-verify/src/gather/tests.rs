@@ -25,9 +25,8 @@ async fn signatures_of(mem: &MemorySource, subject: &str) -> Artifacts {
     .unwrap()
 }
 
-#[tokio::test]
-async fn referrers_api_answer_is_used_without_the_tag_schema() {
-    let subject = format!("sha256:{}", "ab".repeat(32));
+/// A notation envelope and the referrer manifest that carries it for `subject`.
+fn notation_referrer(subject: &str) -> (Vec<u8>, Vec<u8>) {
     let env = br#"{"payload":"e30","protected":"e30","signature":"AA"}"#.to_vec();
     let m = serde_json::to_vec(&serde_json::json!({
         "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -37,6 +36,13 @@ async fn referrers_api_answer_is_used_without_the_tag_schema() {
         "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": subject, "size": 1}
     }))
     .unwrap();
+    (env, m)
+}
+
+#[tokio::test]
+async fn referrers_api_answer_is_used_without_the_tag_schema() {
+    let subject = format!("sha256:{}", "ab".repeat(32));
+    let (env, m) = notation_referrer(&subject);
     // A second referrer claims another subject: it must be ignored.
     let stray = serde_json::to_vec(&serde_json::json!({
         "schemaVersion": 2, "artifactType": notation::ARTIFACT_TYPE,
@@ -156,15 +162,7 @@ async fn a_signature_bundle_is_found_through_the_referrers_api() {
 #[tokio::test]
 async fn regression_an_image_arriving_during_the_referrers_probe_asks_the_tag_schema_meanwhile() {
     let subject = format!("sha256:{}", "ef".repeat(32));
-    let env = br#"{"payload":"e30","protected":"e30","signature":"AA"}"#.to_vec();
-    let m = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "artifactType": notation::ARTIFACT_TYPE,
-        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha(b"{}"), "size": 2},
-        "layers": [{"mediaType": notation::JWS_MEDIA_TYPE, "digest": sha(&env), "size": env.len()}],
-        "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": subject, "size": 1}
-    }))
-    .unwrap();
+    let (env, m) = notation_referrer(&subject);
     let index = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": [
         {"digest": sha(&m), "artifactType": notation::ARTIFACT_TYPE}
     ]}))
