@@ -424,10 +424,13 @@ async fn read_body(
     body: Incoming,
     conns: &Conns,
     deadline: Instant,
-) -> Result<(Bytes, Vec<tokio::sync::OwnedSemaphorePermit>), Response<Body>> {
+) -> Result<(Bytes, Option<tokio::sync::OwnedSemaphorePermit>), Response<Body>> {
     let mut body = Limited::new(body, MAX_BODY_BYTES);
+    // A body that arrives as one frame (most: a review is a few KiB) is
+    // kept as that frame, not copied; a second frame starts a buffer.
+    let mut first: Option<Bytes> = None;
     let mut buf = bytes::BytesMut::new();
-    let mut budget = Vec::new();
+    let mut budget: Option<tokio::sync::OwnedSemaphorePermit> = None;
     let read = async {
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| {
@@ -442,7 +445,8 @@ async fn read_body(
                 text(status, format!("reading request body: {e}\n"))
             })?;
             if let Ok(data) = frame.into_data() {
-                if buf.len() + data.len() > conns.body_budget() {
+                let held = first.as_ref().map_or(0, Bytes::len) + buf.len();
+                if held + data.len() > conns.body_budget() {
                     return Err(text(
                         StatusCode::PAYLOAD_TOO_LARGE,
                         "request body larger than the server's body memory\n",
@@ -451,14 +455,25 @@ async fn read_body(
                 let permit = conns.body_bytes(data.len()).await.ok_or_else(|| {
                     text(StatusCode::SERVICE_UNAVAILABLE, "server is shutting down\n")
                 })?;
-                budget.push(permit);
-                buf.extend_from_slice(&data);
+                match &mut budget {
+                    Some(b) => b.merge(permit),
+                    None => budget = Some(permit),
+                }
+                if let Some(f) = first.take() {
+                    buf.reserve(f.len() + data.len());
+                    buf.extend_from_slice(&f);
+                    buf.extend_from_slice(&data);
+                } else if buf.is_empty() {
+                    first = Some(data);
+                } else {
+                    buf.extend_from_slice(&data);
+                }
             }
         }
         Ok(())
     };
     match tokio::time::timeout_at(deadline.into(), read).await {
-        Ok(Ok(())) => Ok((buf.freeze(), budget)),
+        Ok(Ok(())) => Ok((first.unwrap_or_else(|| buf.freeze()), budget)),
         Ok(Err(r)) => Err(r),
         Err(_) => {
             let mut r = text(

@@ -135,6 +135,70 @@ async fn stalled_bodies_are_answered_at_the_deadline_within_the_body_memory() {
     still_serving(&s).await;
 }
 
+/// A review whose body arrives in pieces — a `content-length` body in
+/// three writes with pauses, and a chunked one in three chunks — is read
+/// whole and answered like one sent at once (the server keeps a body that
+/// arrives as one frame as that frame, and joins the frames of one that
+/// does not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_arriving_in_pieces_is_answered_whole() {
+    let s = Sigil::start(None, &[]).await;
+    let connector = tls_client(&s.ca_pem, &[b"http/1.1"]);
+    let image = "busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000";
+    let mut body = review("CREATE", "shop", pod("pieces", &[image]));
+    body["request"]["uid"] = json!("uid-in-pieces");
+    let body = serde_json::to_vec(&body).unwrap();
+    let thirds = [
+        &body[..body.len() / 3],
+        &body[body.len() / 3..2 * body.len() / 3],
+        &body[2 * body.len() / 3..],
+    ];
+    for chunked in [false, true] {
+        let tcp = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut tls = connector.connect(name, tcp).await.unwrap();
+        let framing = if chunked {
+            "transfer-encoding: chunked".to_string()
+        } else {
+            format!("content-length: {}", body.len())
+        };
+        let head = format!(
+            "POST /mutate?timeout=5s HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\nconnection: close\r\n{framing}\r\n\r\n"
+        );
+        tls.write_all(head.as_bytes()).await.unwrap();
+        for piece in thirds {
+            if chunked {
+                tls.write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+                    .await
+                    .unwrap();
+                tls.write_all(piece).await.unwrap();
+                tls.write_all(b"\r\n").await.unwrap();
+            } else {
+                tls.write_all(piece).await.unwrap();
+            }
+            tls.flush().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if chunked {
+            tls.write_all(b"0\r\n\r\n").await.unwrap();
+        }
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut answer))
+            .await
+            .expect("answered")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "chunked {chunked}: {answer}"
+        );
+        let json: Value = serde_json::from_str(answer.split_once("\r\n\r\n").unwrap().1)
+            .unwrap_or_else(|e| panic!("chunked {chunked}: {e}: {answer}"));
+        assert_eq!(json["response"]["uid"], "uid-in-pieces", "{answer}");
+        assert_eq!(json["response"]["allowed"], true, "{answer}");
+    }
+}
+
 /// Under an open-files limit of 400, 1,000 connections that never send a
 /// byte: the connection cap (400 − 128) keeps descriptors for the admin
 /// port, /readyz answers throughout, every connection is closed by the
