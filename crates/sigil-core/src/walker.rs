@@ -236,6 +236,9 @@ struct Walker {
     summary: ObjectSummary,
     /// The root was a map (an object), not a scalar or a sequence.
     object: bool,
+    /// Whether the `apiVersion` read is a custom group's, decided once
+    /// when it is read (asked of every root key).
+    custom_group: Option<bool>,
 }
 
 impl Walker {
@@ -243,10 +246,7 @@ impl Walker {
     /// extractors: for a custom group (a CRD's group has a dot and is not a
     /// `*.k8s.io` one), or while `apiVersion` is not known yet.
     fn keeps_custom(&self) -> bool {
-        match &self.summary.api_version {
-            None => true,
-            Some(v) => is_custom(v),
-        }
+        self.custom_group.unwrap_or(true)
     }
 
     fn finish(mut self) -> ObjectSummary {
@@ -488,6 +488,7 @@ impl<'de, B: Beside<'de>> serde::de::Visitor<'de> for Seed<'_, B> {
                 }
                 (Node::Root, "apiVersion") => {
                     w.summary.api_version = a.next_value_seed(Str)?;
+                    w.custom_group = w.summary.api_version.as_deref().map(is_custom);
                     continue;
                 }
                 (Node::Root, key) if key != "metadata" && key != "status" && w.keeps_custom() => {

@@ -1,7 +1,8 @@
 //! Criterion bench of the whole admission handler on a cached 3-container Pod:
 //! parse, walk, plan, (instant) resolve, patch, serialize. This is sigil's own
 //! CPU per request, without TLS or the network; `_captured` is the same on
-//! the load benchmark's request. The `_verified` variant runs
+//! the load benchmark's request (`captured_…_only`: its JSON skipped, and
+//! its object walked, alone). The `_verified` variant runs
 //! the same Pod under a rule with a cosign key verifier whose outcomes are in
 //! the verification cache: the difference is what a cached verified decision
 //! costs (the load benchmark shows the same at p99 over HTTPS). The
@@ -137,6 +138,16 @@ fn bench(c: &mut Criterion) {
     ]);
     c.bench_function("admission_review_cached_3_container_pod_captured", |bn| {
         bn.iter(|| review(&hook, &captured))
+    });
+    // Its parts: the JSON alone (serde_json skipping the whole review,
+    // the floor of any serde parse) and the walker alone on its object.
+    c.bench_function("captured_review_json_skipped_only", |bn| {
+        bn.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&captured)).is_ok())
+    });
+    let object: serde_json::Value = serde_json::from_slice(&captured).expect("review");
+    let object = object["request"]["object"].to_string();
+    c.bench_function("captured_object_walked_only", |bn| {
+        bn.iter(|| sigil_core::walker::summarize_json(black_box(&object)).is_ok())
     });
 
     let dir = tempfile::tempdir().expect("tmp");
