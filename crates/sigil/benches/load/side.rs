@@ -25,12 +25,45 @@ pub struct Round {
 }
 
 /// One round: `n` requests of `body` at `concurrency`, with the server's CPU.
+/// Each request carries its own uid, as the API server's do.
 pub async fn round(t: &Target, concurrency: usize, n: usize, body: &Arc<Vec<u8>>) -> Round {
-    let b = body.clone();
+    let pool = uids(body, 256);
     let cpu0 = cpu_total(t.pid);
-    let stats = drive(t.addr, t.tls.clone(), concurrency, n, move |_| (*b).clone()).await;
+    let stats = drive(t.addr, t.tls.clone(), concurrency, n, move |i| {
+        pool[i % pool.len()].clone()
+    })
+    .await;
     let cpu = (cpu_total(t.pid).saturating_sub(cpu0)) / n.max(1) as u32;
     Round { stats, cpu }
+}
+
+/// `n` copies of a review `body`, each with its own request uid of the same
+/// length (the uid's last eight characters numbered), so every request is
+/// as long as the captured one; `body` alone when it names no uid.
+fn uids(body: &[u8], n: usize) -> Vec<Vec<u8>> {
+    let uid = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["request"]["uid"].as_str().map(str::to_owned))
+        .filter(|u| u.len() >= 8);
+    let Some(uid) = uid else {
+        return vec![body.to_vec()];
+    };
+    let needle = format!("\"uid\":\"{uid}\"");
+    let Some(at) = body
+        .windows(needle.len())
+        .position(|w| w == needle.as_bytes())
+    else {
+        return vec![body.to_vec()];
+    };
+    // The uid's last eight characters, inside the needle's closing quote.
+    let end = at + needle.len() - 1;
+    (0..n)
+        .map(|k| {
+            let mut b = body.to_vec();
+            b[end - 8..end].copy_from_slice(format!("{k:08x}").as_bytes());
+            b
+        })
+        .collect()
 }
 
 /// `rounds` alternating rounds of each target; per target, the round with
