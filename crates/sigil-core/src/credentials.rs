@@ -264,6 +264,13 @@ pub trait PullSecretStore: Send + Sync {
     fn secret(&self, namespace: &str, name: &str) -> Option<SecretAuths>;
     /// The `imagePullSecrets` of ServiceAccount `namespace/name`, if it exists.
     fn service_account(&self, namespace: &str, name: &str) -> Option<Vec<String>>;
+
+    /// A number that changes whenever any Secret or ServiceAccount it holds
+    /// may have changed (see [`crate::NamespaceLabels::generation`]); `None`
+    /// (the default) when the store cannot say.
+    fn generation(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The secrets an object's Pods may pull with, from its pod spec.

@@ -57,6 +57,14 @@ pub use walker::{FieldKind, ImageField, ObjectSummary};
 pub trait NamespaceLabels: Send + Sync {
     /// The labels of namespace `name`, if it is known.
     fn labels(&self, name: &str) -> Option<policy::Labels>;
+
+    /// A number that changes whenever any namespace's labels may have
+    /// changed, so an answer that read them can tell it is still current;
+    /// `None` (the default) when the store cannot say, and then no answer
+    /// that read it is reused.
+    fn generation(&self) -> Option<u64> {
+        None
+    }
 }
 
 use std::future::Future;

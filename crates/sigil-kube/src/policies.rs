@@ -430,15 +430,23 @@ impl<F: std::future::Future> NowReady for F {
     }
 }
 
-/// Namespace labels kept by a reflector, for rules with a `namespaceSelector`.
+/// Namespace labels kept by a reflector, for rules with a `namespaceSelector`,
+/// and a generation counted up after every event the reflector applied.
 #[derive(Debug, Clone)]
-pub struct Namespaces(Store<k8s_openapi::api::core::v1::Namespace>);
+pub struct Namespaces(
+    Store<k8s_openapi::api::core::v1::Namespace>,
+    Arc<std::sync::atomic::AtomicU64>,
+);
 
 impl sigil_core::NamespaceLabels for Namespaces {
     fn labels(&self, name: &str) -> Option<sigil_core::policy::Labels> {
         self.0
             .get(&reflector::ObjectRef::new(name))
             .map(|n| n.metadata.labels.clone().unwrap_or_default())
+    }
+
+    fn generation(&self) -> Option<u64> {
+        Some(self.1.load(std::sync::atomic::Ordering::Acquire))
     }
 }
 
@@ -447,16 +455,21 @@ pub fn watch_namespaces(client: Client) -> (Arc<Namespaces>, tokio::sync::watch:
     let (store, writer) = reflector::store();
     let (tx, rx) = tokio::sync::watch::channel(false);
     let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
+    let generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let bump = generation.clone();
     reflect(
         api,
         writer,
         store.clone(),
         "namespace watch (grant list/watch on namespaces: ClusterRole sigil-policies)",
         move || {
+            // After the reflector applied the event: an answer made from
+            // the labels before it is never reused after it.
+            bump.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             let _ = tx.send(true);
         },
     );
-    (Arc::new(Namespaces(store)), rx)
+    (Arc::new(Namespaces(store, generation)), rx)
 }
 
 /// Runs a reflector of `api` into `writer` until the process ends; after

@@ -80,6 +80,16 @@ pub struct PullSecrets {
     dockerconfigjson: Partition<SecretAuths>,
     dockercfg: Partition<SecretAuths>,
     service_accounts: Partition<Vec<String>>,
+    /// Counted up after every event applied (see [`PullSecretStore::generation`]).
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl PullSecrets {
+    /// After an event was applied: answers made before it are not reused.
+    fn changed(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 impl PullSecretStore for PullSecrets {
@@ -91,6 +101,10 @@ impl PullSecretStore for PullSecrets {
 
     fn service_account(&self, namespace: &str, name: &str) -> Option<Vec<String>> {
         self.service_accounts.get(namespace, name)
+    }
+
+    fn generation(&self) -> Option<u64> {
+        Some(self.generation.load(std::sync::atomic::Ordering::Acquire))
     }
 }
 
@@ -235,6 +249,7 @@ pub fn start(
                                     .map_err(|why| tracing::warn!(secret = %format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any()), r#type = ty, %why, "pull secret ignored"))
                                     .ok()
                             });
+                            store.changed();
                             metrics
                                 .pull_secrets_objects
                                 .get_or_create(&vec![("kind".to_owned(), (*ty).to_owned())])
@@ -279,6 +294,7 @@ pub fn start(
                                 )
                             },
                         );
+                        store.changed();
                         metrics
                             .pull_secrets_objects
                             .get_or_create(&vec![("kind".to_owned(), "serviceaccount".to_owned())])

@@ -26,6 +26,7 @@ use crate::engine::Engine;
 use crate::metrics::Metrics;
 
 mod out;
+pub mod reuse;
 use out::{JsonPatch, ResponseOut, ReviewOut, StatusOut};
 
 /// Bodies larger than this are refused (kube-apiserver's own request limit is 3 MiB).
@@ -92,12 +93,28 @@ struct Gvk {
 #[derive(Debug)]
 pub struct Webhook<R> {
     /// Swapped whole when the policy file changes; a request keeps the
-    /// engine it started with.
-    engine: arc_swap::ArcSwap<Engine<R>>,
+    /// engine it started with. Its reused answers go with it.
+    current: arc_swap::ArcSwap<Current<R>>,
     metrics: Arc<Metrics>,
     /// Where the decision line is written by hand (`sigil serve`, JSON
     /// logs); without it the line goes through tracing.
     decision_log: Option<crate::decisionlog::DecisionLog>,
+}
+
+/// The engine in force and the answers reused under it ([`reuse`]).
+#[derive(Debug)]
+struct Current<R> {
+    engine: Arc<Engine<R>>,
+    answers: reuse::Answers,
+}
+
+impl<R> Current<R> {
+    fn new(engine: Engine<R>) -> Self {
+        Current {
+            answers: reuse::Answers::new(engine.policy.cache_ttl),
+            engine: Arc::new(engine),
+        }
+    }
 }
 
 /// Takes `?timeout=10s` (a Go duration) from a request query string.
@@ -122,7 +139,7 @@ impl<R: DigestResolver> Webhook<R> {
     /// Creates the handler.
     pub fn new(engine: Engine<R>, metrics: Arc<Metrics>) -> Self {
         Webhook {
-            engine: arc_swap::ArcSwap::from_pointee(engine),
+            current: arc_swap::ArcSwap::from_pointee(Current::new(engine)),
             metrics,
             decision_log: None,
         }
@@ -137,17 +154,17 @@ impl<R: DigestResolver> Webhook<R> {
 
     /// The engine in force now.
     pub fn engine(&self) -> Arc<Engine<R>> {
-        self.engine.load_full()
+        self.current.load().engine.clone()
     }
 
     /// Puts a new engine (policy and resolver) in force for new requests.
     pub fn replace(&self, engine: Engine<R>) {
-        self.engine.store(Arc::new(engine));
+        self.current.store(Arc::new(Current::new(engine)));
     }
 
     /// The policy in force now.
     pub fn policy(&self) -> Arc<sigil_core::Policy> {
-        self.engine.load().policy.clone()
+        self.current.load().engine.policy.clone()
     }
 
     /// Answers one AdmissionReview body. `Err` means HTTP 400.
@@ -187,7 +204,8 @@ impl<R: DigestResolver> Webhook<R> {
             .filter(|o| !o.is_empty())
             .ok_or(BadReview::MissingRequest(" operation"))?;
         let kind = req.kind.take().map(|k| k.kind).unwrap_or_default();
-        let engine = self.engine.load_full();
+        let current = self.current.load_full();
+        let engine = &current.engine;
         let object = req.object.as_mut().and_then(|w| w.0.take());
         let old = req.old_object.as_mut().and_then(|w| w.0.take());
         let object_ref = object_ref(&req, object.as_ref(), &kind);
@@ -199,6 +217,32 @@ impl<R: DigestResolver> Webhook<R> {
             skipped: None,
             images: String::new(),
         };
+        let metadata_ns = object.as_ref().and_then(|o| o.namespace.clone());
+        let namespace = effective_namespace(req.namespace.as_deref(), metadata_ns.as_deref(), None);
+        let dry_run = req.dry_run == Some(true);
+        let now = Instant::now();
+        let key = match (&object, reuse::generations(engine)) {
+            (Some(o), Some(generations)) if verdict.operation == "CREATE" => {
+                let r = reuse::Request {
+                    api_version: &api_version,
+                    kind: &verdict.kind,
+                    namespace,
+                    dry_run,
+                    generations,
+                };
+                reuse::key(r, o)
+            }
+            _ => None,
+        };
+        if let Some(hit) = key.as_ref().and_then(|k| current.answers.get(k, now)) {
+            for outcome in &hit.outcomes {
+                self.metrics.image(outcome);
+            }
+            self.metrics.answers_reused.inc();
+            verdict.decision = hit.decision;
+            verdict.images.clone_from(&hit.images);
+            return Ok((hit.answer(&api_version, &uid), verdict));
+        }
         let mut resp = ResponseOut {
             uid,
             allowed: true,
@@ -208,8 +252,6 @@ impl<R: DigestResolver> Webhook<R> {
             audit_annotations: Default::default(),
             status: None,
         };
-        let metadata_ns = object.as_ref().and_then(|o| o.namespace.clone());
-        let namespace = effective_namespace(req.namespace.as_deref(), metadata_ns.as_deref(), None);
         let facts = ObjectFacts {
             operation: Operation::parse(&verdict.operation),
             source: Source::Admission,
@@ -219,7 +261,7 @@ impl<R: DigestResolver> Webhook<R> {
             old_object: old.as_ref(),
             namespace_labels: None,
         };
-        let effects = if req.dry_run == Some(true) {
+        let effects = if dry_run {
             crate::engine::Effects::DryRun
         } else {
             crate::engine::Effects::Allowed
@@ -232,6 +274,7 @@ impl<R: DigestResolver> Webhook<R> {
             }
             None => self.render(&decision, &mut resp, &mut verdict)?,
         }
+        let clean = key.and_then(|k| Some((k, reuse::clean_outcomes(&decision, &resp)?)));
         let out = ReviewOut {
             api_version: &api_version,
             kind: "AdmissionReview",
@@ -239,7 +282,16 @@ impl<R: DigestResolver> Webhook<R> {
         };
         // Sized once: the answer is the patch plus a few hundred bytes.
         let mut bytes = Vec::with_capacity(out::size_hint(&out));
-        out::write_review(&mut bytes, &out);
+        let head = out::write_review(&mut bytes, &out);
+        if let Some((k, outcomes)) = clean {
+            let answer = reuse::Reused {
+                tail: bytes[head..].to_vec(),
+                decision: verdict.decision,
+                images: verdict.images.clone(),
+                outcomes,
+            };
+            current.answers.put(k, answer, now);
+        }
         Ok((bytes, verdict))
     }
 

@@ -54,6 +54,44 @@ pub struct DecisionLog {
 thread_local! {
     /// One scratch line per thread, reused for every decision line.
     static LINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// The object's text, before it is escaped into the line.
+    static OBJECT: RefCell<String> = const { RefCell::new(String::new()) };
+    /// The timestamp up to its seconds (`2026-12-05T10:20:30.`) and the
+    /// second it is of: the calendar is worked out once a second, not per line.
+    static STAMP: std::cell::Cell<(u64, [u8; 20])> = const { std::cell::Cell::new((u64::MAX, [0; 20])) };
+}
+
+/// `now` as RFC 3339 with microseconds, as humantime writes it.
+fn timestamp(out: &mut Vec<u8>, now: SystemTime) {
+    let Ok(since) = now.duration_since(std::time::UNIX_EPOCH) else {
+        let _ = write!(out, "{}", humantime::format_rfc3339_micros(now));
+        return;
+    };
+    let secs = since.as_secs();
+    let (cached, mut head) = STAMP.get();
+    if cached != secs {
+        let whole = humantime::format_rfc3339_seconds(now).to_string();
+        match whole.as_bytes().get(..19) {
+            Some(h) => {
+                head[..19].copy_from_slice(h);
+                head[19] = b'.';
+                STAMP.set((secs, head));
+            }
+            None => {
+                let _ = write!(out, "{}", humantime::format_rfc3339_micros(now));
+                return;
+            }
+        }
+    }
+    out.extend_from_slice(&head);
+    let mut micros = since.subsec_micros();
+    let mut digits = [b'0'; 6];
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (micros % 10) as u8;
+        micros /= 10;
+    }
+    out.extend_from_slice(&digits);
+    out.push(b'Z');
 }
 
 impl DecisionLog {
@@ -94,17 +132,19 @@ pub fn via_tracing(v: &Verdict, elapsed: Duration) {
 /// The decision line as tracing-subscriber's JSON formatter writes it
 /// (`flatten_event(true)`, no span), ending in a newline.
 pub fn format_line(out: &mut Vec<u8>, now: SystemTime, v: &Verdict, elapsed: Duration) {
-    // Writes to a Vec cannot fail.
-    let _ = write!(
-        out,
-        "{{\"timestamp\":\"{}\",\"level\":\"INFO\",\"message\":\"admission\",\"decision\":",
-        humantime::format_rfc3339_micros(now)
-    );
+    out.extend_from_slice(b"{\"timestamp\":\"");
+    timestamp(out, now);
+    out.extend_from_slice(b"\",\"level\":\"INFO\",\"message\":\"admission\",\"decision\":");
     string(out, v.decision);
     out.extend_from_slice(b",\"operation\":");
     string(out, &v.operation);
     out.extend_from_slice(b",\"object\":");
-    string(out, &v.object.to_string());
+    OBJECT.with_borrow_mut(|o| {
+        o.clear();
+        // Writes to a String cannot fail.
+        let _ = std::fmt::Write::write_fmt(o, format_args!("{}", v.object));
+        string(out, o);
+    });
     if let Some(skipped) = v.skipped {
         out.extend_from_slice(b",\"skipped\":");
         string(out, skipped);
@@ -206,6 +246,34 @@ mod tests {
             assert!(our_ts.ends_with('Z'));
             let parsed: serde_json::Value = serde_json::from_str(&ours).unwrap();
             assert_eq!(parsed["object"], v.object.to_string());
+        }
+    }
+
+    /// The timestamp worked out once a second is humantime's, at every
+    /// microsecond count, across second, day and year boundaries.
+    #[test]
+    fn the_cached_timestamp_is_humantimes() {
+        use std::time::UNIX_EPOCH;
+        let instants = [
+            0u64,
+            1,
+            999_999,
+            1_000_000,
+            59_999_999,
+            86_399_999_999,
+            1_798_761_599_999_999,
+            1_798_761_600_000_000,
+            1_798_761_600_000_001,
+            1_798_761_600_500_000,
+        ];
+        for &us in instants.iter().chain(instants.iter()) {
+            let now = UNIX_EPOCH + Duration::from_micros(us);
+            let mut ours = Vec::new();
+            timestamp(&mut ours, now);
+            assert_eq!(
+                String::from_utf8(ours).unwrap(),
+                humantime::format_rfc3339_micros(now).to_string()
+            );
         }
     }
 }

@@ -78,6 +78,9 @@ pub struct Metrics {
     pub cache_entries: Gauge,
     /// Admission requests being handled now.
     pub inflight: Gauge,
+    /// Admissions answered with an identical admission's answer
+    /// (`crate::admission::reuse`).
+    pub answers_reused: Counter,
     /// 1 while draining after SIGTERM.
     pub draining: Gauge,
     /// 1 while `/readyz` answers 200.
@@ -158,6 +161,7 @@ impl Default for Metrics {
             policy_reloads: Family::default(),
             cache_entries: Gauge::default(),
             inflight: Gauge::default(),
+            answers_reused: Counter::default(),
             draining: Gauge::default(),
             ready: Gauge::default(),
             cert_not_after: Gauge::default(),
@@ -275,6 +279,11 @@ impl Default for Metrics {
             "admission_inflight_requests",
             "Admission requests being handled",
             m.inflight.clone(),
+        );
+        registry.register(
+            "admission_answers_reused",
+            "Admissions answered with the answer of an identical CREATE decided in the same second (same object summary, namespace and dryRun; nothing the decision read changed)",
+            m.answers_reused.clone(),
         );
         registry.register(
             "draining",

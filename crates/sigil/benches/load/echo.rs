@@ -3,6 +3,8 @@
 
 use std::net::SocketAddr;
 
+use sigil_testkit::sigil::KillOnDrop;
+
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 
@@ -54,4 +56,33 @@ pub fn echo_server() {
             });
         }
     });
+}
+
+/// The echo server as a child process of this benchmark; its CA once it listens.
+pub async fn start(dir: &std::path::Path) -> (KillOnDrop, crate::side::Target) {
+    let echo_dir = dir.join("echo");
+    std::fs::create_dir_all(&echo_dir).expect("echo dir");
+    let echo_port = sigil_testkit::registry::free_port();
+    let echo = KillOnDrop(
+        std::process::Command::new(std::env::current_exe().expect("exe"))
+            .arg("--echo-server")
+            .env("ECHO_ADDR", format!("127.0.0.1:{echo_port}"))
+            .env("ECHO_DIR", &echo_dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("spawn echo"),
+    );
+    let echo_ca = echo_dir.join("ca.pem");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !echo_ca.exists() && std::time::Instant::now() < until {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let target = crate::side::Target {
+        pid: echo.0.id(),
+        addr: format!("127.0.0.1:{echo_port}").parse().expect("addr"),
+        tls: crate::client::client_tls(&std::fs::read(&echo_ca).expect("echo ca")),
+    };
+    (echo, target)
 }

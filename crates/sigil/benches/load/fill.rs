@@ -62,7 +62,15 @@ pub async fn fill_and_load(
             }
         }
     });
-    let load = round(sigil, concurrency, requests, body).await;
+    // Distinct objects: every request's lookups go to the full cache.
+    let load = round(
+        sigil,
+        concurrency,
+        requests,
+        body,
+        crate::side::Objects::Distinct,
+    )
+    .await;
     let _ = stop.send(());
     let peak_kib = sampler.await.unwrap_or(0).max(rss_kib(pid));
     Filled {

@@ -37,7 +37,7 @@ mod proxy;
 mod side;
 
 use client::{Stats, client_tls, pct};
-use side::{Target, alternate, by_p99, by_throughput};
+use side::{Objects, Target, alternate, by_p99, by_throughput};
 
 struct Size {
     /// Connections of the main side-by-side comparison.
@@ -86,35 +86,6 @@ fn main() {
         .build()
         .expect("runtime");
     rt.block_on(run(size, full));
-}
-
-/// The echo server as a child process; its CA once it listens.
-async fn start_echo(dir: &std::path::Path) -> (Proc, Target) {
-    let echo_dir = dir.join("echo");
-    std::fs::create_dir_all(&echo_dir).expect("echo dir");
-    let echo_port = free_port();
-    let echo = Proc(
-        Command::new(std::env::current_exe().expect("exe"))
-            .arg("--echo-server")
-            .env("ECHO_ADDR", format!("127.0.0.1:{echo_port}"))
-            .env("ECHO_DIR", &echo_dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn echo"),
-    );
-    let echo_ca = echo_dir.join("ca.pem");
-    let until = Instant::now() + Duration::from_secs(10);
-    while !echo_ca.exists() && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let target = Target {
-        pid: echo.0.id(),
-        addr: format!("127.0.0.1:{echo_port}").parse().expect("addr"),
-        tls: client_tls(&std::fs::read(&echo_ca).expect("echo ca")),
-    };
-    (echo, target)
 }
 
 async fn run(size: Size, full: bool) {
@@ -189,7 +160,7 @@ async fn run(size: Size, full: bool) {
         addr: sigil_addr,
         tls: client_tls(&std::fs::read(&ca).expect("ca")),
     };
-    let (_echo, echo) = start_echo(dir.path()).await;
+    let (_echo, echo) = echo::start(dir.path()).await;
 
     let warm_body = Arc::new(review(&[
         &format!("{reg}/bench/app:warm0"),
@@ -198,15 +169,33 @@ async fn run(size: Size, full: bool) {
     ]));
     let warmup = (size.requests / 10).max(50);
     for t in [&sig, &echo] {
-        side::round(t, size.concurrency, warmup, &warm_body).await;
+        side::round(t, size.concurrency, warmup, &warm_body, Objects::Same).await;
     }
-    // The main comparison, then latency without queueing (1 connection).
+    // The main comparison: a rollout's Pods (the same object each time),
+    // then every Pod its own object (each decided), then latency without
+    // queueing (1 connection, each decided).
     let [cached, echo_cached] = alternate(
         [&sig, &echo],
         size.rounds,
         size.concurrency,
         size.requests,
         &warm_body,
+        Objects::Same,
+        by_throughput,
+    )
+    .await;
+    let reused = metric_sum(admin_port, "sigil_admission_answers_reused_total").await;
+    assert!(
+        reused > 0,
+        "a rollout's identical Pods must be answered from the reuse table"
+    );
+    let [distinct, echo_distinct] = alternate(
+        [&sig, &echo],
+        size.rounds,
+        size.concurrency,
+        size.requests,
+        &warm_body,
+        Objects::Distinct,
         by_throughput,
     )
     .await;
@@ -217,6 +206,7 @@ async fn run(size: Size, full: bool) {
         1,
         size.requests / 4,
         &warm_body,
+        Objects::Distinct,
         by_p99,
     )
     .await;
@@ -229,28 +219,35 @@ async fn run(size: Size, full: bool) {
         &client::one(featured.addr, featured.tls.clone(), (*warm_body).clone()).await,
         &reg,
     );
-    side::round(&featured, size.concurrency, warmup, &warm_body).await;
+    side::round(
+        &featured,
+        size.concurrency,
+        warmup,
+        &warm_body,
+        Objects::Distinct,
+    )
+    .await;
+    // Distinct objects: the features' cost is in deciding.
     let [plain_cached, featured_cached] = alternate(
         [&sig, &featured],
         size.rounds,
         size.concurrency,
         size.requests,
         &warm_body,
+        Objects::Distinct,
         by_throughput,
     )
     .await;
     let features_cost = featured_cached.cpu.as_secs_f64() / plain_cached.cpu.as_secs_f64() - 1.0;
     if std::env::var_os("BENCH_ONLY_CACHED").is_some() {
         // While iterating on the hot path: the side-by-side rows only.
+        side::quick_rows(
+            size.concurrency,
+            [(&cached, &echo_cached), (&distinct, &echo_distinct)],
+        );
         let us = |d: Duration| d.as_secs_f64() * 1e6;
         println!(
-            "cached, {} connections: sigil {:.0} req/s, {:.1} µs CPU/req; echo {:.0} req/s, {:.1} µs; ratio {:.1} %; 1 connection p99 {:.3} ms vs {:.3} ms",
-            size.concurrency,
-            cached.stats.rps,
-            us(cached.cpu),
-            echo_cached.stats.rps,
-            us(echo_cached.cpu),
-            100.0 * cached.stats.rps / echo_cached.stats.rps,
+            "1 connection p99 (distinct objects) {:.3} ms vs {:.3} ms; answers reused {reused}",
             ms(single.stats.p99),
             ms(echo_single.stats.p99)
         );
@@ -274,7 +271,7 @@ async fn run(size: Size, full: bool) {
         &format!("{reg}/bench/signed:s1"),
         &format!("{reg}/bench/signed:s2"),
     ]));
-    side::round(&sig, 1, 1, &signed_body).await;
+    side::round(&sig, 1, 1, &signed_body, Objects::Distinct).await;
     assert_eq!(
         metric_sum(
             admin_port,
@@ -284,7 +281,14 @@ async fn run(size: Size, full: bool) {
         3,
         "the signed images must verify (else this measures denials)"
     );
-    side::round(&sig, size.concurrency, warmup, &signed_body).await;
+    side::round(
+        &sig,
+        size.concurrency,
+        warmup,
+        &signed_body,
+        Objects::Distinct,
+    )
+    .await;
     let mut verified_rounds = Vec::new();
     let mut plain_rounds = Vec::new();
     for _ in 0..3 {
@@ -292,7 +296,11 @@ async fn run(size: Size, full: bool) {
             (&warm_body, &mut plain_rounds),
             (&signed_body, &mut verified_rounds),
         ] {
-            out.push(side::round(&sig, 2, size.requests / 8, body).await.stats);
+            out.push(
+                side::round(&sig, 2, size.requests / 8, body, Objects::Distinct)
+                    .await
+                    .stats,
+            );
         }
     }
     let median = |mut v: Vec<Stats>| {
@@ -342,7 +350,9 @@ async fn run(size: Size, full: bool) {
     let c = size.concurrency;
     let rounds = size.rounds;
     row(
-        &format!("sigil /mutate, cached (median of {rounds} rounds)"),
+        &format!(
+            "sigil /mutate, cached, a rollout's Pods: the same object, answer reused (median of {rounds} rounds)"
+        ),
         size.requests,
         c,
         &cached.stats,
@@ -358,7 +368,25 @@ async fn run(size: Size, full: bool) {
         echo_rss,
     );
     row(
-        &format!("sigil /mutate, cached, 1 connection (median p99 of {rounds})"),
+        &format!(
+            "sigil /mutate, cached, every Pod its own object, each decided (median of {rounds} rounds)"
+        ),
+        size.requests,
+        c,
+        &distinct.stats,
+        Some(distinct.cpu),
+        loaded_rss,
+    );
+    row(
+        &format!("bare hyper+rustls echo, alternating with the row above (median of {rounds})"),
+        size.requests,
+        c,
+        &echo_distinct.stats,
+        Some(echo_distinct.cpu),
+        echo_rss,
+    );
+    row(
+        &format!("sigil /mutate, cached, each decided, 1 connection (median p99 of {rounds})"),
         size.requests / 4,
         1,
         &single.stats,
@@ -446,21 +474,12 @@ async fn run(size: Size, full: bool) {
         (true, true) => "**met**",
         (true, false) => "not met",
     };
-    let ratio = cached.stats.rps / echo_cached.stats.rps;
-    println!(
-        "| throughput vs echo, {c} connections | {:.1} % ({:.0} vs {:.0} req/s) | ≥ 50 %: {} |",
-        100.0 * ratio,
-        cached.stats.rps,
-        echo_cached.stats.rps,
-        met(ratio >= 0.5)
+    side::target_rows(
+        c,
+        [(&cached, &echo_cached), (&distinct, &echo_distinct)],
+        &met,
     );
     let us = |d: Duration| d.as_secs_f64() * 1e6;
-    println!(
-        "| server CPU per request, {c} connections: sigil vs echo | {:.1} µs vs {:.1} µs | ≤ 25 µs: {} |",
-        us(cached.cpu),
-        us(echo_cached.cpu),
-        met(cached.cpu <= Duration::from_micros(25))
-    );
     println!(
         "| CPU per request, features of the round vs plain ({c} connections, alternating) | {:.1} µs vs {:.1} µs ({:+.1} %) | within 10 %: {} |",
         us(featured_cached.cpu),

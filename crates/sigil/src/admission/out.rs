@@ -84,16 +84,24 @@ pub(super) fn size_hint(out: &ReviewOut<'_>) -> usize {
         + strings
 }
 
+/// Appends the answer's head, everything up to and including the uid: a
+/// reused answer is this head and the bytes that followed it the first time.
+pub(super) fn write_head(buf: &mut Vec<u8>, api_version: &str, kind: &str, uid: &str) {
+    buf.extend_from_slice(b"{\"apiVersion\":");
+    string(buf, api_version);
+    buf.extend_from_slice(b",\"kind\":");
+    string(buf, kind);
+    buf.extend_from_slice(b",\"response\":{\"uid\":");
+    string(buf, uid);
+}
+
 /// Appends `out` to `buf` as compact JSON: serde_json's bytes, the field
 /// order of [`ReviewOut`]'s derive, empty fields left out as it leaves them.
-pub(super) fn write_review(buf: &mut Vec<u8>, out: &ReviewOut<'_>) {
+/// Returns where the head ([`write_head`]) ends.
+pub(super) fn write_review(buf: &mut Vec<u8>, out: &ReviewOut<'_>) -> usize {
     let r = &out.response;
-    buf.extend_from_slice(b"{\"apiVersion\":");
-    string(buf, out.api_version);
-    buf.extend_from_slice(b",\"kind\":");
-    string(buf, out.kind);
-    buf.extend_from_slice(b",\"response\":{\"uid\":");
-    string(buf, &r.uid);
+    write_head(buf, out.api_version, out.kind, &r.uid);
+    let head = buf.len();
     buf.extend_from_slice(if r.allowed {
         b",\"allowed\":true"
     } else {
@@ -144,6 +152,7 @@ pub(super) fn write_review(buf: &mut Vec<u8>, out: &ReviewOut<'_>) {
         buf.push(b'}');
     }
     buf.extend_from_slice(b"}}");
+    head
 }
 
 /// A JSON string, escaped as serde_json escapes it.
@@ -159,7 +168,14 @@ mod tests {
 
     fn both(out: &ReviewOut<'_>) -> (Vec<u8>, Vec<u8>) {
         let mut hand = Vec::new();
-        write_review(&mut hand, out);
+        let head = write_review(&mut hand, out);
+        let mut alone = Vec::new();
+        write_head(&mut alone, out.api_version, out.kind, &out.response.uid);
+        assert_eq!(
+            hand[..head],
+            alone[..],
+            "the head ends where write_review says"
+        );
         (hand, serde_json::to_vec(out).expect("serialize"))
     }
 

@@ -262,7 +262,9 @@ async fn the_crds_refuse_a_loosening_image_policy_on_a_real_api_server() {
 /// The Helm chart with its default values, installed as shipped on a real
 /// API server with its controllers: a Deployment's Pods, made by the
 /// ReplicaSet controller and admitted through the API server's own call to
-/// sigil, come out pinned.
+/// sigil, come out pinned; and they reach sigil as the same object (each
+/// with its own uid and token volume), so after the first the answer is
+/// reused (`admission::reuse`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chart_as_shipped_pins_a_deployments_pods_on_a_real_api_server() {
     use serde_json::json;
@@ -316,7 +318,7 @@ async fn the_chart_as_shipped_pins_a_deployments_pods_on_a_real_api_server() {
     let image = format!("{}/shop/app:1.0", reg.host());
     let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "web", "namespace": "shop"},
-        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+        "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "web"}},
                  "template": {"metadata": {"labels": {"app": "web"}},
                               "spec": {"containers": [{"name": "app", "image": image}]}}}});
     // The caBundle first: until sigil has filled it in, the API server
@@ -359,7 +361,7 @@ async fn the_chart_as_shipped_pins_a_deployments_pods_on_a_real_api_server() {
                     .to_owned()
             })
             .collect();
-        if images.len() == 2 {
+        if images.len() == 4 {
             assert!(images.iter().all(|i| *i == pinned), "{images:?}");
             break;
         }
@@ -370,6 +372,24 @@ async fn the_chart_as_shipped_pins_a_deployments_pods_on_a_real_api_server() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
+    // The ReplicaSet creates its Pods in batches of 1, 2 and 1, each batch
+    // right after the one before: within a second, however slow the
+    // machine, at least one Pod after the first is answered from the table.
+    let metrics = reqwest::get(format!("http://{}/metrics", launched.sigil.admin))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let reused: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("sigil_admission_answers_reused_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no reuse counter:\n{metrics}"));
+    assert!(
+        reused >= 1.0,
+        "no Pod of the ReplicaSet was answered from the table:\n{metrics}"
+    );
 }
 
 /// The Kustomize base applied as shipped (its webhook configuration pointed
