@@ -751,16 +751,23 @@ async fn concurrent_verifications_coalesce_and_fetch_each_signature_once() {
             1.0
         );
     }
-    // A later admission is answered from the cache without a future
-    // (`SignatureVerifier::cached`): a hit per review, counted once (the
-    // API server may call the webhook again after it mutated), no miss.
+    // A later admission is answered without a future: from the reuse table
+    // (the same Pod within the second, `admission::reuse`) or from the
+    // verification cache (`SignatureVerifier::cached`), once per review
+    // (the API server may call the webhook again after it mutated), no miss.
     let sigil = &sigil;
     let count = |name: &'static str, label: (&'static str, &'static str)| async move {
         sigil.counter(name, &[label]).await
     };
     let hits = || count("sigil_verification_cache_lookups_total", ("result", "hit"));
     let reviews = || count("sigil_admission_requests_total", ("operation", "CREATE"));
-    let (hits_before, reviews_before) = (hits().await, reviews().await);
+    let reused = || async move {
+        sigil
+            .counter("sigil_admission_answers_reused_total", &[])
+            .await
+    };
+    let (hits_before, reviews_before, reused_before) =
+        (hits().await, reviews().await, reused().await);
     let a = tokio::time::timeout(
         Duration::from_secs(5),
         api.create_pod("team", &[image.as_str()]),
@@ -770,7 +777,10 @@ async fn concurrent_verifications_coalesce_and_fetch_each_signature_once() {
     assert!(a.allowed, "{}", a.message);
     let reviewed = reviews().await - reviews_before;
     assert!(reviewed >= 1.0);
-    assert_eq!(hits().await - hits_before, reviewed);
+    assert_eq!(
+        hits().await - hits_before + reused().await - reused_before,
+        reviewed
+    );
     let misses = count("sigil_verification_cache_lookups_total", ("result", "miss"));
     assert_eq!(misses.await, 1.0);
 }
