@@ -129,3 +129,34 @@ pub fn decodes(obj: &Value) -> Result<(), serde_json::Error> {
         _ => Ok(()),
     }
 }
+
+/// A review body made ready for [`number_object`]: its object's
+/// `generateName` (eight characters before the trailing `-`), or its name
+/// `web` made `web-00000000`; and where those eight characters end.
+pub fn numberable(body: &[u8]) -> (Vec<u8>, usize) {
+    let find = |b: &[u8], n: &[u8]| b.windows(n.len()).position(|w| w == n);
+    let g = b"\"generateName\":\"";
+    if let Some(at) = find(body, g).map(|a| a + g.len()) {
+        let close = at + find(&body[at..], b"\"").expect("closing quote");
+        assert!(
+            close >= at + 9 && body[close - 1] == b'-',
+            "generateName too short"
+        );
+        return (body.to_vec(), close - 1);
+    }
+    let n = b"\"name\":\"web\"";
+    let at = find(body, n).expect("a generateName or an object named web");
+    let mut b = body[..at].to_vec();
+    b.extend_from_slice(b"\"name\":\"web-00000000");
+    let end = b.len();
+    b.extend_from_slice(&body[at + n.len() - 1..]);
+    (b, end)
+}
+
+/// Writes `n` as eight hex digits ending at `end` ([`numberable`]): each
+/// number a different object, which sigil decides rather than reuses.
+pub fn number_object(body: &mut [u8], end: usize, n: u32) {
+    for (i, d) in body[end - 8..end].iter_mut().enumerate() {
+        *d = b"0123456789abcdef"[((n >> (28 - 4 * i)) & 15) as usize];
+    }
+}

@@ -113,22 +113,7 @@ struct Numbered(std::cell::RefCell<(Vec<u8>, usize, u32)>);
 
 impl Numbered {
     fn new(body: &[u8]) -> Numbered {
-        let find = |b: &[u8], n: &[u8]| b.windows(n.len()).position(|w| w == n);
-        let g = b"\"generateName\":\"";
-        if let Some(at) = find(body, g).map(|a| a + g.len()) {
-            let close = at + find(&body[at..], b"\"").expect("closing quote");
-            assert!(
-                close >= at + 9 && body[close - 1] == b'-',
-                "generateName too short"
-            );
-            return Numbered(std::cell::RefCell::new((body.to_vec(), close - 1, 0)));
-        }
-        let n = b"\"name\":\"web\"";
-        let at = find(body, n).expect("an object named web");
-        let mut b = body[..at].to_vec();
-        b.extend_from_slice(b"\"name\":\"web-00000000");
-        let end = b.len();
-        b.extend_from_slice(&body[at + n.len() - 1..]);
+        let (b, end) = sigil_testkit::review::numberable(body);
         Numbered(std::cell::RefCell::new((b, end, 0)))
     }
 
@@ -136,11 +121,7 @@ impl Numbered {
         let mut s = self.0.borrow_mut();
         s.2 = s.2.wrapping_add(1);
         let (n, end) = (s.2, s.1);
-        let mut digits = [b'0'; 8];
-        for (i, d) in digits.iter_mut().enumerate() {
-            *d = b"0123456789abcdef"[((n >> (28 - 4 * i)) & 15) as usize];
-        }
-        s.0[end - 8..end].copy_from_slice(&digits);
+        sigil_testkit::review::number_object(&mut s.0, end, n);
         f(&s.0)
     }
 }

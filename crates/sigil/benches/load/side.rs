@@ -47,13 +47,13 @@ pub async fn round(
     let pool = uids(body, 256);
     let name = match objects {
         Objects::Same => None,
-        Objects::Distinct => Some(generate_name_end(body).expect("a body with a generateName")),
+        Objects::Distinct => Some(sigil_testkit::review::numberable(body).1),
     };
     let cpu0 = cpu_total(t.pid);
     let stats = drive(t.addr, t.tls.clone(), concurrency, n, move |i| {
         let mut b = pool[i % pool.len()].clone();
         if let Some(end) = name {
-            b[end - 8..end].copy_from_slice(format!("{i:08x}").as_bytes());
+            sigil_testkit::review::number_object(&mut b, end, i as u32);
         }
         b
     })
@@ -89,14 +89,6 @@ fn uids(body: &[u8], n: usize) -> Vec<Vec<u8>> {
             b
         })
         .collect()
-}
-
-/// Where the eight characters before `generateName`'s trailing `-` end.
-fn generate_name_end(body: &[u8]) -> Option<usize> {
-    let needle = b"\"generateName\":\"";
-    let at = body.windows(needle.len()).position(|w| w == needle)? + needle.len();
-    let close = at + body[at..].iter().position(|&c| c == b'"')?;
-    (close >= at + 9 && body[close - 1] == b'-').then_some(close - 1)
 }
 
 /// `rounds` alternating rounds of each target; per target, the round with

@@ -58,12 +58,7 @@ async fn until_admission(kube: &RealKube, image: &str, want: u16) -> Value {
 }
 
 async fn metrics(launched: &crate::kubelet::Launched) -> String {
-    reqwest::get(format!("http://{}/metrics", launched.sigil.admin))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    launched.sigil.metrics().await
 }
 
 /// `overlays/backstop` installed as shipped with [`POLICY`] and sigil

@@ -375,12 +375,7 @@ async fn the_chart_as_shipped_pins_a_deployments_pods_on_a_real_api_server() {
     // The ReplicaSet creates its Pods in batches of 1, 2 and 1, each batch
     // right after the one before: within a second, however slow the
     // machine, at least one Pod after the first is answered from the table.
-    let metrics = reqwest::get(format!("http://{}/metrics", launched.sigil.admin))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = launched.sigil.metrics().await;
     let reused: f64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("sigil_admission_answers_reused_total "))

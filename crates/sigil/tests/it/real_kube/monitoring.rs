@@ -152,12 +152,7 @@ async fn the_monitoring_objects_pass_their_crds_and_name_only_exported_metrics()
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-    let metrics = reqwest::get(format!("http://{}/metrics", launched.sigil.admin))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = launched.sigil.metrics().await;
     let mut known = exported(&metrics);
     // Down: a call that fails closed, then (failurePolicy Ignore) one that
     // fails open, so kube-apiserver's webhook failure series exist.
