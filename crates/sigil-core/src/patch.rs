@@ -85,7 +85,7 @@ fn pointer(out: &mut Vec<u8>, path: &[String]) {
     let mut p = String::with_capacity(path.iter().map(|s| s.len() + 1).sum());
     for seg in path {
         p.push('/');
-        p.push_str(&crate::walker::escape_token(seg));
+        crate::walker::push_escaped(&mut p, seg);
     }
     let _ = serde_json::to_writer(&mut *out, &p);
 }

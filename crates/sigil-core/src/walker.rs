@@ -12,6 +12,8 @@ use std::ops::Not as _;
 use serde_json::Value;
 
 use leaves::{Key, Str};
+use path::Seg;
+pub use path::{escape_token, push_escaped};
 
 /// Pod-spec locations, as JSON pointer prefixes.
 pub const POD_SPEC_PATHS: &[&[&str]] = &[
@@ -96,14 +98,6 @@ impl ImageField {
             }
         }
     }
-}
-
-/// Escapes one JSON pointer token (`~` → `~0`, `/` → `~1`).
-pub fn escape_token(t: &str) -> String {
-    if !t.contains(['~', '/']) {
-        return t.to_owned();
-    }
-    t.replace('~', "~0").replace('/', "~1")
 }
 
 /// What the walker learns about an object in one pass.
@@ -231,7 +225,10 @@ pub fn summarize_json_with<'de, B: Beside<'de>>(
 
 #[derive(Debug, Default)]
 struct Walker {
-    path: Vec<String>,
+    /// Where the walker is: the keys it descends into are its own table's
+    /// (`spec`, `containers`, …) and list indices, so a step costs no
+    /// allocation; the strings are made only for a field found.
+    path: Vec<Seg>,
     /// `volumes[].image.reference`, handed up from the nested map.
     pending: Option<String>,
     found: Vec<(u8, ImageField)>,
@@ -365,7 +362,7 @@ impl<'de, B: Beside<'de>> serde::de::Visitor<'de> for Seed<'_, B> {
         };
         let mut i = 0usize;
         loop {
-            self.w.path.push(i.to_string());
+            self.w.path.push(Seg::Index(i));
             let more = a
                 .next_element_seed(Seed {
                     w: &mut *self.w,
@@ -405,7 +402,7 @@ impl<'de, B: Beside<'de>> serde::de::Visitor<'de> for Seed<'_, B> {
                         } else {
                             Node::Template(3)
                         };
-                        w.path.push(key.to_owned());
+                        w.path.push(Seg::key(key));
                         let r = serde::de::DeserializeSeed::deserialize(
                             Seed {
                                 w: &mut *w,
@@ -502,7 +499,7 @@ impl<'de, B: Beside<'de>> serde::de::Visitor<'de> for Seed<'_, B> {
                 }
                 continue;
             }
-            w.path.push(k.into_owned());
+            w.path.push(Seg::key(&k));
             let r = a.next_value_seed(Seed {
                 w: &mut *w,
                 b: &mut *b,
@@ -515,16 +512,18 @@ impl<'de, B: Beside<'de>> serde::de::Visitor<'de> for Seed<'_, B> {
             }
         }
         if let (Node::Item(rank, kind), Some(value)) = (self.node, image) {
-            let mut path = w.path.clone();
+            let mut path = Vec::with_capacity(w.path.len() + 2);
+            path.extend(w.path.iter().map(Seg::to_owned_string));
             path.push("image".to_owned());
+            let mut pointer = String::with_capacity(64);
+            for s in &w.path {
+                s.push_pointer(&mut pointer);
+            }
+            pointer.push_str("/image");
             if kind == FieldKind::ImageVolume {
                 path.push("reference".to_owned());
+                pointer.push_str("/reference");
             }
-            let pointer = path.iter().fold(String::new(), |mut acc, s| {
-                acc.push('/');
-                acc.push_str(&escape_token(s));
-                acc
-            });
             w.found.push((
                 rank * 5 + kind_rank(kind),
                 ImageField {
@@ -541,6 +540,7 @@ impl<'de, B: Beside<'de>> serde::de::Visitor<'de> for Seed<'_, B> {
 }
 
 mod leaves;
+mod path;
 #[cfg(test)]
 mod tests;
 mod walked;

@@ -14,19 +14,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-use sigil_core::walker::{ObjectSummary, Walked};
 use sigil_core::{
-    DigestResolver, FieldVerdict, Mode, ObjectFacts, ObjectRef, ObjectVerdict, Operation, Outcome,
-    Source, effective_namespace,
+    DigestResolver, FieldVerdict, Mode, ObjectFacts, ObjectVerdict, Operation, Outcome, Source,
+    effective_namespace,
 };
 
 pub use crate::decisionlog::Verdict;
 use crate::engine::Engine;
 use crate::metrics::Metrics;
 
+mod input;
 mod out;
 pub mod reuse;
+use input::{ReviewIn, object_ref};
 use out::{JsonPatch, ResponseOut, ReviewOut, StatusOut};
 
 /// Bodies larger than this are refused (kube-apiserver's own request limit is 3 MiB).
@@ -50,43 +50,6 @@ pub enum BadReview {
     /// No `request`, or a request without `uid` or `operation`.
     #[error("AdmissionReview has no request{0}")]
     MissingRequest(&'static str),
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewIn {
-    api_version: Option<String>,
-    kind: Option<String>,
-    request: Option<RequestIn>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-/// The objects are walked as they are parsed: the walker allocates only the
-/// image strings and the metadata it needs; patches address the fields of
-/// the object the API server sent.
-struct RequestIn {
-    uid: Option<String>,
-    kind: Option<Gvk>,
-    operation: Option<String>,
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    object: Option<Walked>,
-    #[serde(default)]
-    old_object: Option<Walked>,
-    /// dryRun requests get the same answer, without side effects: no copy
-    /// into a mirror (the webhook is registered `NoneOnDryRun`).
-    #[serde(default, rename = "dryRun")]
-    dry_run: Option<bool>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Gvk {
-    #[serde(default)]
-    kind: String,
 }
 
 /// The webhook handler. One per process, shared by every connection.
@@ -180,7 +143,7 @@ impl<R: DigestResolver> Webhook<R> {
             serde_json::from_str(text).map_err(|e| BadReview::Malformed(e.to_string()))?;
         let api_version = review.api_version.unwrap_or_default();
         if api_version != "admission.k8s.io/v1" && api_version != "admission.k8s.io/v1beta1" {
-            return Err(BadReview::Version(api_version));
+            return Err(BadReview::Version(api_version.into_owned()));
         }
         if review
             .kind
@@ -203,15 +166,19 @@ impl<R: DigestResolver> Webhook<R> {
             .take()
             .filter(|o| !o.is_empty())
             .ok_or(BadReview::MissingRequest(" operation"))?;
-        let kind = req.kind.take().map(|k| k.kind).unwrap_or_default();
+        let kind = req
+            .kind
+            .take()
+            .map(|k| k.kind.into_owned())
+            .unwrap_or_default();
         let current = self.current.load_full();
         let engine = &current.engine;
-        let object = req.object.as_mut().and_then(|w| w.0.take());
+        let object = req.object.as_mut().and_then(|w| w.0.take()).map(|b| *b);
         let old = req.old_object.as_mut().and_then(|w| w.0.take());
         let object_ref = object_ref(&req, object.as_ref(), &kind);
         let mut verdict = Verdict {
             decision: "allowed",
-            operation,
+            operation: operation.into_owned(),
             kind,
             object: object_ref,
             skipped: None,
@@ -244,7 +211,7 @@ impl<R: DigestResolver> Webhook<R> {
             return Ok((hit.answer(&api_version, &uid), verdict));
         }
         let mut resp = ResponseOut {
-            uid,
+            uid: uid.into_owned(),
             allowed: true,
             patch_type: None,
             patch: None,
@@ -258,7 +225,7 @@ impl<R: DigestResolver> Webhook<R> {
             kind: &verdict.kind,
             namespace,
             object,
-            old_object: old.as_ref(),
+            old_object: old.as_deref(),
             namespace_labels: None,
         };
         let effects = if dry_run {
@@ -449,20 +416,6 @@ fn log_entry(out: &mut String, v: &FieldVerdict) {
     }
 }
 
-fn object_ref(req: &RequestIn, obj: Option<&ObjectSummary>, kind: &str) -> ObjectRef {
-    let name = req
-        .name
-        .as_deref()
-        .filter(|n| !n.is_empty())
-        .or_else(|| obj.and_then(|o| o.name.as_deref()));
-    ObjectRef::new(
-        kind,
-        req.namespace.as_deref().unwrap_or_default(),
-        name,
-        obj.and_then(|o| o.generate_name.as_deref()),
-    )
-}
-
 /// Namespace of the synthetic self-check review (not a real namespace).
 pub const SELF_CHECK_NAMESPACE: &str = "sigil-self-check";
 
@@ -545,6 +498,45 @@ mod proptests {
         let mut review = sigil_testkit::review::review(op, junk, object);
         review["request"]["uid"] = junk.into();
         serde_json::to_vec(&review).unwrap()
+    }
+
+    /// The review's strings are read borrowed where they can be: one with
+    /// a JSON escape is read all the same, null is no value, and a value of
+    /// another type is a malformed review, as when they were copied.
+    #[test]
+    fn review_strings_with_escapes_nulls_and_odd_types() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let answer = |body: &str| {
+            rt.block_on(hook().review(body.as_bytes(), Instant::now() + Duration::from_secs(1)))
+                .map(|(out, v)| {
+                    (
+                        serde_json::from_slice::<serde_json::Value>(&out).unwrap(),
+                        v,
+                    )
+                })
+        };
+        let (out, v) = answer(
+            r#"{"apiVersion":"admission.k8s.io\/v1","kind":"AdmissionReview","request":{"uid":"u\u0041\"1","kind":{"kind":"P\u006fd"},"operation":"CREATE","namespace":"t\u0065am","name":null,"object":{"kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[]}}}}"#,
+        )
+        .expect("escaped strings are strings");
+        assert_eq!(out["response"]["uid"], "uA\"1");
+        assert_eq!(out["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(
+            (v.kind.as_str(), v.object.namespace.as_str()),
+            ("Pod", "team")
+        );
+        assert_eq!(v.object.name, "p", "a null name falls back to the object's");
+        for odd in [
+            r#"{"apiVersion":"admission.k8s.io/v1","request":{"uid":7,"operation":"CREATE"}}"#,
+            r#"{"apiVersion":"admission.k8s.io/v1","request":{"uid":"u","operation":["CREATE"]}}"#,
+            r#"{"apiVersion":"admission.k8s.io/v1","request":{"uid":"u","operation":"CREATE","namespace":{}}}"#,
+            r#"{"apiVersion":1,"request":{"uid":"u","operation":"CREATE"}}"#,
+        ] {
+            assert!(matches!(answer(odd), Err(BadReview::Malformed(_))), "{odd}");
+        }
     }
 
     proptest! {

@@ -334,13 +334,21 @@ impl Metrics {
         decision: &'static str,
         elapsed: Duration,
     ) {
-        self.admissions
-            .get_or_create(&AdmissionLabels {
-                operation: operation.to_owned(),
-                kind: kind.to_owned(),
-                decision,
-            })
-            .inc();
+        let labels = || AdmissionLabels {
+            operation: operation.to_owned(),
+            kind: kind.to_owned(),
+            decision,
+        };
+        // A rollout's Pods: a CREATE of a Pod, allowed or patched.
+        let hot = match (operation, kind, decision) {
+            ("CREATE", "Pod", "allowed") => Some(0),
+            ("CREATE", "Pod", "patched") => Some(1),
+            _ => None,
+        };
+        match hot {
+            Some(i) => handle(&self.hot.admissions[i], &self.admissions, labels).inc(),
+            None => self.admissions.get_or_create(&labels()).inc(),
+        };
         self.latency.observe(elapsed.as_secs_f64());
     }
 
@@ -509,6 +517,8 @@ impl sigil_registry::Observer for Metrics {
 struct Hot {
     /// `unchanged`, `pinned`, `rewritten`.
     images: [OnceLock<Counter>; 3],
+    /// A Pod CREATE `allowed`, `patched`.
+    admissions: [OnceLock<Counter>; 2],
     /// hit, miss.
     cache_lookups: [OnceLock<Counter>; 2],
     /// hit, miss.
@@ -531,4 +541,42 @@ fn cache_counter<'a>(
 ) -> &'a Counter {
     let result = if hit { "hit" } else { "miss" };
     handle(&slots[usize::from(!hit)], family, || CacheLabels { result })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The handles kept for a rollout's Pods count into the same series a
+    /// family lookup does, and a series appears only once it is counted.
+    #[test]
+    fn hot_admission_handles_count_into_the_family() {
+        let m = Metrics::default();
+        let d = Duration::from_millis(1);
+        assert!(!m.encode().contains("decision=\"patched\""));
+        m.admission("CREATE", "Pod", "patched", d);
+        m.admission("CREATE", "Pod", "patched", d);
+        m.admissions
+            .get_or_create(&AdmissionLabels {
+                operation: "CREATE".into(),
+                kind: "Pod".into(),
+                decision: "patched",
+            })
+            .inc();
+        m.admission("UPDATE", "Pod", "patched", d);
+        let text = m.encode();
+        let count = |op: &str| {
+            text.lines()
+                .find(|l| {
+                    l.starts_with("sigil_admission_requests_total{")
+                        && l.contains(&format!("operation=\"{op}\""))
+                        && l.contains("decision=\"patched\"")
+                })
+                .and_then(|l| l.rsplit(' ').next())
+                .map(str::to_owned)
+        };
+        assert_eq!(count("CREATE").as_deref(), Some("3"), "{text}");
+        assert_eq!(count("UPDATE").as_deref(), Some("1"), "{text}");
+        assert!(!text.contains("decision=\"allowed\""), "{text}");
+    }
 }

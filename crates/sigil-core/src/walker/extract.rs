@@ -14,7 +14,7 @@ use std::sync::{Arc, LazyLock};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::{FieldKind, ImageField, ObjectSummary, escape_token};
+use super::{FieldKind, ImageField, ObjectSummary, push_escaped};
 
 /// One kind's image fields, as written in a policy (`imageExtractors[]`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -368,7 +368,7 @@ fn type_name(v: &Value) -> &'static str {
 fn field(path: &[String], name: Option<&str>, value: String) -> ImageField {
     let pointer = path.iter().fold(String::new(), |mut acc, s| {
         acc.push('/');
-        acc.push_str(&escape_token(s));
+        push_escaped(&mut acc, s);
         acc
     });
     ImageField {

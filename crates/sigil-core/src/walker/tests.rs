@@ -23,6 +23,19 @@ fn finds_every_location() {
             "/spec/volumes/0/image/reference"
         ]
     );
+    for x in &f {
+        // The pointer and the path name the same field, and it holds the image.
+        assert_eq!(
+            pod.pointer(&x.pointer).and_then(Value::as_str),
+            Some(x.value.as_str())
+        );
+        let joined: String = x
+            .path
+            .iter()
+            .map(|s| format!("/{}", escape_token(s)))
+            .collect();
+        assert_eq!(joined, x.pointer);
+    }
     assert_eq!(f[4].describe(), "image volume \"v\"");
     assert_eq!(f[2].dotted(), "spec.containers[1].image");
 
@@ -108,6 +121,10 @@ fn summary_reads_metadata_and_survives_escapes() {
 #[test]
 fn escapes_pointer_tokens() {
     assert_eq!(escape_token("a/b~c"), "a~1b~0c");
+    assert_eq!(escape_token("plain"), "plain");
+    let mut s = "/x/".to_owned();
+    push_escaped(&mut s, "~/é");
+    assert_eq!(s, "/x/~0~1é");
 }
 
 /// The one-pass walk inside an enclosing document finds what the two-pass
@@ -122,7 +139,7 @@ fn walked_inside_a_document_matches_the_separate_walk() {
     let obj = r#"{"kind":"Pod","metadata":{"name":"a","namespace":"n"},"spec":{"containers":[{"name":"c","image":"nginx:1"}],"volumes":[{"name":"v","image":{"reference":"r.io/x:1"}}]}}"#;
     let outer: Outer = serde_json::from_str(&format!(r#"{{"object":{obj}}}"#)).unwrap();
     let one = outer.object.and_then(|w| w.0).expect("an object");
-    assert_eq!(one, summarize_json(obj).unwrap());
+    assert_eq!(*one, summarize_json(obj).unwrap());
     for other in ["null", "[1,{}]", "\"x\"", "3", "true"] {
         let outer: Outer = serde_json::from_str(&format!(r#"{{"object":{other}}}"#)).unwrap();
         assert!(outer.object.and_then(|w| w.0).is_none(), "{other}");

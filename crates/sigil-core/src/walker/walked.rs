@@ -8,8 +8,9 @@ use super::{Node, ObjectSummary, Seed, Walker};
 /// AdmissionReview's object is read once, not skimmed as raw JSON and then
 /// walked. Anything but a JSON object is no object (`None`), as
 /// kube-apiserver never sends one and a missing object means no images.
+/// Boxed: the review around it is a small value to move while it is parsed.
 #[derive(Debug, Default)]
-pub struct Walked(pub Option<ObjectSummary>);
+pub struct Walked(pub Option<Box<ObjectSummary>>);
 
 impl<'de> serde::Deserialize<'de> for Walked {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Walked, D::Error> {
@@ -29,7 +30,7 @@ impl<'de> serde::Deserialize<'de> for Walked {
                     },
                     a,
                 )?;
-                Ok(Walked(Some(w.finish())))
+                Ok(Walked(Some(Box::new(w.finish()))))
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Walked, A::Error> {
                 while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
