@@ -110,6 +110,10 @@ impl Sigil {
         // closed loopback port until the test names its own.
         cmd.env("SIGIL_TUF_MIRROR", "http://127.0.0.1:9/");
         cmd.env("SIGIL_GITHUB_TUF_MIRROR", "http://127.0.0.1:9/");
+        // What sigil puts in a temporary directory (the built-in roots' TUF
+        // metadata without `--tuf-cache-dir`) goes with the test's directory:
+        // a process killed at the end of a test never removes its own.
+        cmd.env("TMPDIR", dir.path());
         for (k, v) in env {
             cmd.env(k, v);
         }

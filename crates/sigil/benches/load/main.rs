@@ -565,6 +565,8 @@ fn spawn_sigil(policy: &std::path::Path, ca: &std::path::Path, port: u16, admin:
             .arg(policy)
             .arg("--ca-bundle-out")
             .arg(ca)
+            // Its temporary files go with the benchmark's directory.
+            .envs(ca.parent().map(|d| ("TMPDIR", d)))
             .env(
                 "SIGIL_LOG",
                 std::env::var("BENCH_SIGIL_LOG").unwrap_or_else(|_| "info".into()),
