@@ -302,6 +302,41 @@ impl<'de, B: Beside<'de>> serde::de::DeserializeSeed<'de> for Seed<'_, B> {
     }
 }
 
+impl Node {
+    /// The key that leads to this node from its parent: the table in
+    /// `visit_map` read backwards. `None` for the nodes no key leads to by
+    /// itself (the root, a list item, a skipped value).
+    fn key(self) -> Option<&'static str> {
+        Some(match self {
+            Node::Metadata => "metadata",
+            Node::TopSpec | Node::JobSpec | Node::PodSpec(_) => "spec",
+            Node::Template(_) => "template",
+            Node::JobTemplate => "jobTemplate",
+            Node::List(_, FieldKind::InitContainer) => "initContainers",
+            Node::List(_, FieldKind::Container) => "containers",
+            Node::List(_, FieldKind::EphemeralContainer) => "ephemeralContainers",
+            Node::List(_, FieldKind::ImageVolume) => "volumes",
+            Node::VolumeImage => "image",
+            Node::List(_, FieldKind::Extracted) | Node::Root | Node::Item(..) | Node::Skip => {
+                return None;
+            }
+        })
+    }
+
+    /// The path step into this node, reached by key `k`.
+    fn step(self, k: &str) -> Seg {
+        debug_assert_eq!(
+            self.key(),
+            Some(k),
+            "the walker's table and Node::key disagree"
+        );
+        match self.key() {
+            Some(key) if key == k => Seg::Key(key),
+            _ => Seg::Other(k.to_owned()),
+        }
+    }
+}
+
 fn kind_of(key: &str) -> Option<FieldKind> {
     Some(match key {
         "initContainers" => FieldKind::InitContainer,
@@ -402,7 +437,7 @@ impl<'de, B: Beside<'de>> serde::de::Visitor<'de> for Seed<'_, B> {
                         } else {
                             Node::Template(3)
                         };
-                        w.path.push(Seg::key(key));
+                        w.path.push(node.step(key));
                         let r = serde::de::DeserializeSeed::deserialize(
                             Seed {
                                 w: &mut *w,
@@ -499,7 +534,7 @@ impl<'de, B: Beside<'de>> serde::de::Visitor<'de> for Seed<'_, B> {
                 }
                 continue;
             }
-            w.path.push(Seg::key(&k));
+            w.path.push(child.step(&k));
             let r = a.next_value_seed(Seed {
                 w: &mut *w,
                 b: &mut *b,

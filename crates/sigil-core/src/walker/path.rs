@@ -33,29 +33,12 @@ pub(super) enum Seg {
     Key(&'static str),
     /// A list index.
     Index(usize),
-    /// Any other key (none today: kept so a new table entry cannot go wrong).
+    /// A key the table cannot name (none: its own keys are all named by
+    /// `Node::key`; kept so that a mistake costs an allocation, not a panic).
     Other(String),
 }
 
 impl Seg {
-    /// The step for key `k`.
-    pub(super) fn key(k: &str) -> Seg {
-        const KEYS: [&str; 9] = [
-            "metadata",
-            "spec",
-            "template",
-            "jobTemplate",
-            "containers",
-            "initContainers",
-            "ephemeralContainers",
-            "volumes",
-            "image",
-        ];
-        KEYS.iter()
-            .find(|s| **s == k)
-            .map_or_else(|| Seg::Other(k.to_owned()), |s| Seg::Key(s))
-    }
-
     pub(super) fn to_owned_string(&self) -> String {
         match self {
             Seg::Key(k) => (*k).to_owned(),
